@@ -1,0 +1,1 @@
+"""Policy classes: Gaussian (SAC), diffusion, residual, noise-space, one-step."""

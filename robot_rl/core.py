@@ -1,0 +1,19 @@
+"""Small interfaces that carry the system: whatever acts in an env is a `Policy`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+Observation = Mapping[str, np.ndarray]
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Maps an observation to an action in [-1, 1]; `reset` is called at the start of each episode."""
+
+    def reset(self) -> None: ...
+
+    def act(self, obs: Observation) -> np.ndarray: ...

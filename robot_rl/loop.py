@@ -1,0 +1,113 @@
+"""In-process env loop: make envs by task name, run and record episodes."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+import gymnasium as gym
+import numpy as np
+
+from robot_rl.core import Policy
+from robot_rl.data.episodes import EpisodeWriter, specs_from_spaces
+
+ENV_NAMESPACE = "robot_rl"
+
+
+def env_id(task: str) -> str:
+    """`PickCube-v0` or `robot_rl/PickCube-v0` -> the registered gymnasium id."""
+    return task if "/" in task else f"{ENV_NAMESPACE}/{task}"
+
+
+def make_env(task: str, **kwargs) -> gym.Env:
+    """Create a registered robot_rl env, with a clear error for an unknown task."""
+    import robot_rl.sim  # noqa: F401  (registers the envs)
+
+    name = env_id(task)
+    if name not in gym.registry:
+        known = sorted(k.split("/", 1)[1] for k in gym.registry if k.startswith(f"{ENV_NAMESPACE}/"))
+        raise ValueError(f"unknown task {task!r}; known tasks: {', '.join(known)}")
+    return gym.make(name, **kwargs)
+
+
+@dataclasses.dataclass
+class EpisodeResult:
+    """What one episode produced."""
+
+    seed: int | None
+    steps: int
+    total_reward: float
+    success: bool
+    seconds: float
+
+
+def run_episode(
+    env: gym.Env,
+    policy: Policy,
+    *,
+    seed: int | None = None,
+    on_step: Callable[..., None] | None = None,
+) -> tuple[EpisodeResult, dict]:
+    """Run `policy` for one episode; `on_step(obs, action, reward, terminated, truncated, info)` sees each step.
+
+    Returns the result and the final observation.
+    """
+    obs, info = env.reset(seed=seed)
+    policy.reset()
+    start = time.perf_counter()
+    steps, total_reward, success = 0, 0.0, False
+    while True:
+        action = np.asarray(policy.act(obs), dtype=np.float32)
+        next_obs, reward, terminated, truncated, info = env.step(action)
+        if on_step is not None:
+            on_step(obs, action, reward, terminated, truncated, info)
+        steps += 1
+        total_reward += float(reward)
+        success = success or bool(info.get("success", False))
+        obs = next_obs
+        if terminated or truncated:
+            break
+    result = EpisodeResult(seed, steps, total_reward, success, time.perf_counter() - start)
+    return result, obs
+
+
+def record_episodes(
+    env: gym.Env,
+    policy: Policy,
+    writer: EpisodeWriter,
+    episodes: int,
+    *,
+    seed: int = 0,
+    only_successes: bool = False,
+    max_attempts: int | None = None,
+    on_episode: Callable[[EpisodeResult, bool], None] | None = None,
+) -> list[EpisodeResult]:
+    """Record `episodes` episodes to `writer` (optionally keeping only successful ones)."""
+    results: list[EpisodeResult] = []
+    attempts = 0
+    max_attempts = max_attempts if max_attempts is not None else (3 * episodes if only_successes else episodes)
+    while len(results) < episodes and attempts < max_attempts:
+        episode_seed = seed + attempts
+        attempts += 1
+
+        def on_step(obs, action, reward, terminated, truncated, info):
+            writer.add_step(obs, action, reward, terminated, truncated)
+
+        result, final_obs = run_episode(env, policy, seed=episode_seed, on_step=on_step)
+        keep = result.success or not only_successes
+        if keep:
+            writer.end_episode(final_obs, success=result.success)
+            results.append(result)
+        else:
+            writer.discard_episode()
+        if on_episode is not None:
+            on_episode(result, keep)
+    return results
+
+
+def writer_for_env(env: gym.Env, path, task: str, **kwargs) -> EpisodeWriter:
+    """An `EpisodeWriter` whose specs and fps come from the env."""
+    obs_spec, action_spec = specs_from_spaces(env.observation_space, env.action_space)
+    fps = env.metadata.get("render_fps") or 1.0 / env.unwrapped.control_dt
+    return EpisodeWriter(path, obs_spec, action_spec, fps=fps, task=task, **kwargs)
