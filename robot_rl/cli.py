@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
                 run_info(cfg)
             case Replay():
                 run_replay(cfg)
-    except DatasetError as exc:
+    except (DatasetError, ValueError, IndexError) as exc:  # bad input: a clear one-line error, not a traceback
         raise SystemExit(f"error: {exc}") from None
 
 

@@ -1,0 +1,139 @@
+"""The two MuJoCo tasks: PickCube (lift a cube) and PegInsert (millimetre-clearance square peg into a socket)."""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+
+from robot_rl.sim import robot
+from robot_rl.sim.env import RobotEnv
+
+PICK_CUBE_MAX_EPISODE_STEPS = 50
+PEG_INSERT_MAX_EPISODE_STEPS = 60
+
+
+class PickCubeEnv(RobotEnv):
+    """Lift a 4 cm cube (random position and yaw on the table) by `lift_height` above its resting height."""
+
+    CUBE_HALF_SIZE = 0.02
+    CUBE_MASS = 0.08
+    LIFT_HEIGHT = 0.05
+    cube_x_range = (0.40, 0.60)
+    cube_y_range = (-0.15, 0.15)
+    cube_yaw_range = (-np.pi / 4, np.pi / 4)
+    OBJECT_STATE_LAYOUT = (
+        ("cube_position", 3),  # m, robot base frame
+        ("cube_quaternion_wxyz", 4),
+        ("cube_minus_tcp_position", 3),  # m
+    )
+
+    def _add_task_objects(self, root) -> None:
+        cube = root.worldbody.add("body", name="cube", pos=[0.5, 0, self.CUBE_HALF_SIZE])
+        cube.add("freejoint", name="cube_joint")
+        cube.add("geom", name="cube_geom", type="box", size=[self.CUBE_HALF_SIZE] * 3, mass=self.CUBE_MASS,
+                 rgba=[0.85, 0.2, 0.2, 1], friction=[1.0, 0.02, 0.0002], condim=4)
+
+    def _reset_task(self) -> None:
+        rng = self.np_random
+        position = np.array([rng.uniform(*self.cube_x_range), rng.uniform(*self.cube_y_range), self.CUBE_HALF_SIZE])
+        yaw = rng.uniform(*self.cube_yaw_range)
+        address = self.model.jnt_qposadr[mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_JOINT, "cube_joint")]
+        self.data.qpos[address:address + 3] = position
+        self.data.qpos[address + 3:address + 7] = [np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)]
+        self.cube_rest_z = self.CUBE_HALF_SIZE
+
+    def cube_pose(self) -> tuple[np.ndarray, np.ndarray]:
+        """Cube (position, quaternion wxyz)."""
+        return self.object_pose("cube")
+
+    def object_state(self) -> np.ndarray:
+        position, quat = self.cube_pose()
+        return np.concatenate([position, quat, position - self.tcp_pose()[0]])
+
+    def is_success(self) -> bool:
+        return bool(self.cube_pose()[0][2] >= self.CUBE_HALF_SIZE + self.LIFT_HEIGHT)
+
+
+class PegInsertEnv(RobotEnv):
+    """Insert a square peg held in the gripper into a socket with 2 mm total clearance, to `insert_depth`."""
+
+    PEG_HALF_WIDTH = 0.010
+    PEG_HALF_LENGTH = 0.04
+    PEG_MASS = 0.05
+    CLEARANCE = 0.002  # total (1 mm per side)
+    SOCKET_HEIGHT = 0.04
+    SOCKET_HALF_OUTER = 0.045
+    INSERT_DEPTH = 0.02  # peg tip at least this far below the socket top
+    PEG_TOP_ABOVE_TCP = 0.0334  # grasp point: the peg top sits just below the hand
+    socket_x_range = (0.45, 0.60)
+    socket_y_range = (-0.15, 0.15)
+    start_position = np.array([0.45, 0.0, 0.20])
+    start_position_range = np.array([0.04, 0.08, 0.02])
+    settle_physics_steps = 100
+    OBJECT_STATE_LAYOUT = (
+        ("peg_position", 3),  # m, peg centre, robot base frame
+        ("peg_quaternion_wxyz", 4),
+        ("socket_hole_top_position", 3),  # m, centre of the hole opening
+        ("peg_tip_minus_hole_top", 3),  # m
+    )
+
+    def _add_task_objects(self, root) -> None:
+        peg = root.worldbody.add("body", name="peg", pos=[0.5, 0, 0.3])
+        peg.add("freejoint", name="peg_joint")
+        peg.add("geom", name="peg_geom", type="box",
+                size=[self.PEG_HALF_WIDTH, self.PEG_HALF_WIDTH, self.PEG_HALF_LENGTH], mass=self.PEG_MASS,
+                rgba=[0.2, 0.45, 0.85, 1], friction=[0.8, 0.01, 0.0001], condim=4, solref=[0.004, 1],
+                solimp=[0.95, 0.99, 0.0005])
+        socket = root.worldbody.add("body", name="socket", mocap=True, pos=[0.5, 0, 0])
+        hole_half = self.PEG_HALF_WIDTH + self.CLEARANCE / 2
+        wall_half = (self.SOCKET_HALF_OUTER - hole_half) / 2
+        wall_center = hole_half + wall_half
+        half_height = self.SOCKET_HEIGHT / 2
+        walls = {
+            "px": ([wall_center, 0, half_height], [wall_half, self.SOCKET_HALF_OUTER, half_height]),
+            "nx": ([-wall_center, 0, half_height], [wall_half, self.SOCKET_HALF_OUTER, half_height]),
+            "py": ([0, wall_center, half_height], [hole_half, wall_half, half_height]),
+            "ny": ([0, -wall_center, half_height], [hole_half, wall_half, half_height]),
+        }
+        for name, (pos, size) in walls.items():
+            socket.add("geom", name=f"socket_{name}", type="box", pos=pos, size=size, rgba=[0.3, 0.7, 0.35, 1],
+                       friction=[0.8, 0.01, 0.0001], condim=4, solref=[0.004, 1], solimp=[0.95, 0.99, 0.0005])
+
+    def _reset_task(self) -> None:
+        rng = self.np_random
+        self.data.mocap_pos[0] = [rng.uniform(*self.socket_x_range), rng.uniform(*self.socket_y_range), 0.0]
+        tcp_position, tcp_quat = self.tcp_pose()
+        # Peg axis along the TCP z axis (pointing down), centred between the pads.
+        tcp_matrix = self.data.site_xmat[self._tcp_site_id].reshape(3, 3)
+        peg_center = tcp_position + tcp_matrix[:, 2] * (self.PEG_HALF_LENGTH - self.PEG_TOP_ABOVE_TCP)
+        address = self.model.jnt_qposadr[mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_JOINT, "peg_joint")]
+        self.data.qpos[address:address + 3] = peg_center
+        self.data.qpos[address + 3:address + 7] = [1.0, 0.0, 0.0, 0.0]  # aligned with the hand and the socket
+        self.data.qpos[self._finger_qpos_adr] = self.PEG_HALF_WIDTH
+        self._set_gripper(1.0)
+
+    def peg_pose(self) -> tuple[np.ndarray, np.ndarray]:
+        """Peg centre (position, quaternion wxyz)."""
+        return self.object_pose("peg")
+
+    def peg_tip(self) -> np.ndarray:
+        """Lowest point of the peg axis (the end that goes into the hole)."""
+        position, quat = self.peg_pose()
+        matrix = np.empty(9)
+        mujoco.mju_quat2Mat(matrix, quat)
+        axis = matrix.reshape(3, 3)[:, 2]
+        return position - np.sign(axis[2] or 1.0) * axis * self.PEG_HALF_LENGTH
+
+    def hole_top(self) -> np.ndarray:
+        """Centre of the socket's hole opening."""
+        return self.data.mocap_pos[0] + np.array([0.0, 0.0, self.SOCKET_HEIGHT])
+
+    def object_state(self) -> np.ndarray:
+        position, quat = self.peg_pose()
+        hole = self.hole_top()
+        return np.concatenate([position, quat, hole, self.peg_tip() - hole])
+
+    def is_success(self) -> bool:
+        offset = self.peg_tip() - self.hole_top()
+        inside = np.all(np.abs(offset[:2]) < self.PEG_HALF_WIDTH + self.CLEARANCE)
+        return bool(inside and offset[2] <= -self.INSERT_DEPTH)

@@ -1,0 +1,109 @@
+"""API conformance of the MuJoCo tasks: spaces, obs keys per mode, determinism, images."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import robot_rl.sim  # noqa: F401  (registers the tasks)
+from robot_rl.sim.env import STATE_LAYOUT, STATE_SIZE
+
+TASKS = ["robot_rl/PickCube-v0", "robot_rl/PegInsert-v0"]
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_check_env_passes(task):
+    env = gym.make(task)
+    check_env(env.unwrapped, skip_render_check=True)
+    env.close()
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_time_limit_is_registered(task):
+    assert gym.spec(task).max_episode_steps is not None
+
+
+@pytest.mark.parametrize(
+    "obs_mode, keys",
+    [
+        ("state", {"state", "object_state"}),
+        ("pixels", {"state", "images/front", "images/wrist"}),
+        ("state+pixels", {"state", "object_state", "images/front", "images/wrist"}),
+    ],
+)
+def test_obs_keys_per_mode(obs_mode, keys):
+    env = gym.make("robot_rl/PickCube-v0", obs_mode=obs_mode, image_size=64)
+    obs, info = env.reset(seed=0)
+    assert set(obs) == keys == set(env.observation_space.spaces)
+    assert env.observation_space.contains(obs)
+    assert obs["state"].shape == (STATE_SIZE,) == (14,) and obs["state"].dtype == np.float32
+    assert sum(size for _, size in STATE_LAYOUT) == STATE_SIZE
+    assert info["success"] is False
+    env.close()
+
+
+def test_bad_obs_mode_names_value_and_choices():
+    with pytest.raises(ValueError, match=r"'rgbd'.*state\+pixels"):
+        gym.make("robot_rl/PickCube-v0", obs_mode="rgbd")
+
+
+def test_action_space_shapes():
+    assert gym.make("robot_rl/PickCube-v0").action_space.shape == (4,)
+    env = gym.make("robot_rl/PegInsert-v0", control_rotation=True)
+    assert env.action_space.shape == (7,)
+    env.reset(seed=0)
+    obs, *_ = env.step(np.zeros(7, dtype=np.float32))
+    with pytest.raises(ValueError, match="shape"):
+        env.step(np.zeros(4, dtype=np.float32))
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_seeded_determinism(task):
+    def rollout(seed):
+        env = gym.make(task)
+        obs, _ = env.reset(seed=seed)
+        rng = np.random.default_rng(123)
+        trajectory = [obs["state"].copy(), obs["object_state"].copy()]
+        for _ in range(8):
+            obs, *_ = env.step(rng.uniform(-1, 1, env.action_space.shape).astype(np.float32))
+            trajectory += [obs["state"].copy(), obs["object_state"].copy()]
+        env.close()
+        return np.concatenate(trajectory)
+
+    first, second, other = rollout(7), rollout(7), rollout(8)
+    np.testing.assert_array_equal(first, second)
+    assert not np.array_equal(first, other)
+
+
+def test_images_shapes_dtypes_and_change_when_arm_moves():
+    env = gym.make("robot_rl/PickCube-v0", obs_mode="pixels", image_size=96, render_mode="rgb_array")
+    obs, _ = env.reset(seed=0)
+    for camera in ("front", "wrist"):
+        image = obs[f"images/{camera}"]
+        assert image.shape == (96, 96, 3) and image.dtype == np.uint8
+        assert image.std() > 5, f"{camera} image looks blank"
+    before_front = obs["images/front"].astype(np.int32)
+    before_wrist = obs["images/wrist"].astype(np.int32)
+    for _ in range(4):
+        obs, *_ = env.step(np.array([0.5, 0.5, -1.0, 1.0], dtype=np.float32))
+    assert np.abs(obs["images/front"] - before_front).mean() > 0.5
+    assert np.abs(obs["images/wrist"] - before_wrist).mean() > 0.5
+    frame = env.render()
+    assert frame.ndim == 3 and frame.shape[2] == 3 and frame.dtype == np.uint8
+    env.close()
+
+
+def test_unwrapped_accessors():
+    env = gym.make("robot_rl/PickCube-v0").unwrapped
+    env.reset(seed=3)
+    position, quat = env.tcp_pose()
+    target_position, target_quat = env.target_pose()
+    np.testing.assert_allclose(position, target_position, atol=2e-3)
+    assert abs(np.linalg.norm(quat) - 1) < 1e-6
+    assert env.control_dt == pytest.approx(0.1)
+    assert np.all(env.workspace_low < env.workspace_high)
+    cube_position, _ = env.object_pose("cube")
+    np.testing.assert_allclose(cube_position, env.cube_pose()[0])
+    with pytest.raises(KeyError):
+        env.object_pose("nope")
+    env.close()
