@@ -10,6 +10,8 @@ from typing import Annotated, Literal
 
 import tyro
 
+from robot_rl.train import TrainConfig
+
 ObsMode = Literal["state", "pixels", "state+pixels"]
 
 
@@ -61,8 +63,18 @@ class Replay:
     """Cameras to tile side by side (default: every stored camera)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Train:
+    """Train SAC in the sim mirror from demos, online data and (optionally) simulated human interventions."""
+
+    config: Annotated[TrainConfig, tyro.conf.arg(name="")] = TrainConfig()
+    resume: Path | None = None
+    """Resume the run in this folder from its last checkpoint (its saved config is used)."""
+
+
 Command = (
-    Annotated[Record, tyro.conf.subcommand("record")]
+    Annotated[Train, tyro.conf.subcommand("train")]
+    | Annotated[Record, tyro.conf.subcommand("record")]
     | Annotated[Info, tyro.conf.subcommand("info")]
     | Annotated[Replay, tyro.conf.subcommand("replay")]
 )
@@ -171,6 +183,10 @@ def main(argv: list[str] | None = None) -> None:
 
     try:
         match cfg:
+            case Train():
+                from robot_rl.train import train
+
+                train(cfg.config, resume=cfg.resume)
             case Record():
                 run_record(cfg)
             case Info():

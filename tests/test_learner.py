@@ -1,0 +1,104 @@
+"""Learner and actor without transport: demos in, interventions in both buffers, identical update after resume."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from robot_rl.actor import Actor
+from robot_rl.agents.sac import SACConfig
+from robot_rl.data.episodes import EpisodeDataset
+from robot_rl.learner import Learner, LearnerConfig
+from robot_rl.loop import make_env, record_episodes, writer_for_env
+from robot_rl.sim.expert import make_expert
+
+SMALL_SAC = SACConfig(actor_hidden_dims=(32, 32), critic_hidden_dims=(32, 32), critic_ensemble_size=4)
+SMALL_LEARNER = LearnerConfig(batch_size=16, utd=2, online_capacity=500, demo_capacity=500, seed=3)
+
+
+@pytest.fixture(scope="module")
+def env():
+    env = make_env("PickCube-v0", obs_mode="state")
+    yield env
+    env.close()
+
+
+@pytest.fixture(scope="module")
+def demos(env, tmp_path_factory):
+    path = tmp_path_factory.mktemp("demos") / "demos.zarr"
+    record_episodes(env, make_expert(env), writer_for_env(env, path, "PickCube-v0"), 3, seed=0)
+    return EpisodeDataset(path)
+
+
+def new_learner(env) -> Learner:
+    return Learner(env.observation_space, env.action_space.shape[0], SMALL_SAC, SMALL_LEARNER)
+
+
+def fill_online(learner: Learner, env, steps: int, intervene_every: int = 0) -> None:
+    obs, _ = env.reset(seed=5)
+    for t in range(steps):
+        action = env.action_space.sample()
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        learner.insert(obs, action, reward, terminated, truncated, next_obs, bool(intervene_every and t % intervene_every == 0))
+        obs = env.reset(seed=6 + t)[0] if terminated or truncated else next_obs
+
+
+def test_demos_fill_the_demo_buffer_with_final_observations(env, demos):
+    learner = new_learner(env)
+    added = learner.add_demos(demos)
+    assert added == demos.num_steps == len(learner.demo)
+    last = int(demos.episode_ends[0]) - 1
+    batch = learner.demo.gather(np.array([last]))
+    np.testing.assert_array_equal(batch.next_observations["object_state"][0], demos.final_obs["object_state"][0])
+    np.testing.assert_array_equal(batch.actions[0], demos.data["action"][last])
+
+
+def test_interventions_go_to_online_and_demo_buffers(env):
+    learner = new_learner(env)
+    fill_online(learner, env, 30, intervene_every=3)
+    assert len(learner.online) == 30
+    assert len(learner.demo) == 10 == learner.interventions
+    assert learner.demo.intervention[learner.demo.valid].all()
+
+
+def test_resume_gives_the_same_next_update(env, demos, tmp_path):
+    learner = new_learner(env)
+    learner.add_demos(demos)
+    fill_online(learner, env, 40, intervene_every=7)
+    for _ in range(3):
+        learner.step()
+    learner.save(tmp_path / "ckpt", extra={"env_step": 40})
+
+    restored = new_learner(env)
+    assert restored.restore(tmp_path / "ckpt") == {"env_step": 40}
+    assert (restored.updates, restored.transitions) == (learner.updates, learner.transitions)
+    info_a, info_b = learner.step(), restored.step()
+    assert info_a == info_b
+    for a, b in zip(jax.tree.leaves(learner.agent), jax.tree.leaves(restored.agent)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_actor_follows_published_weights_and_the_human(env):
+    learner = new_learner(env)
+    actor = Actor(learner.agent, deterministic=True)
+    obs, _ = env.reset(seed=0)
+    before = actor.act(obs)
+    fill_online(learner, env, 20)
+    for _ in range(5):
+        learner.step()
+    actor.update_weights(learner.policy_bytes(), version=1)
+    np.testing.assert_allclose(actor.act(obs), np.asarray(learner.agent.eval_actions(obs)), atol=1e-6)
+    assert not np.allclose(before, actor.act(obs))
+    actor.update_weights(b"stale", version=1)  # not newer: ignored without decoding
+
+    class Human:
+        def reset(self):
+            pass
+
+        def act(self, obs, policy_action):
+            return np.ones(4, np.float32)
+
+    actor.human = Human()
+    decision = actor.step(obs)
+    assert decision.intervention and np.array_equal(decision.action, np.ones(4, np.float32))

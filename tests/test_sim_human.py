@@ -1,0 +1,83 @@
+"""The simulated human takes over when the policy is stuck or pushes out of the workspace, within its budget."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from robot_rl.actor import Actor
+from robot_rl.loop import make_env, run_episode
+from robot_rl.sim.human import SimulatedHuman, SimulatedHumanConfig
+
+
+class ConstantPolicy:
+    def __init__(self, action):
+        self.action = np.asarray(action, np.float32)
+
+    def reset(self):
+        pass
+
+    def act(self, obs):
+        return self.action
+
+
+def interventions_over_episode(env, human, policy, seed=0):
+    obs, _ = env.reset(seed=seed)
+    human.reset()
+    flags = []
+    for _ in range(50):
+        action = human.act(obs, policy.act(obs))
+        flags.append(action is not None)
+        obs, _, terminated, truncated, _ = env.step(policy.act(obs) if action is None else action)
+        if terminated or truncated:
+            break
+    return np.array(flags)
+
+
+@pytest.fixture(scope="module")
+def env():
+    env = make_env("PickCube-v0")
+    yield env
+    env.close()
+
+
+def test_stuck_policy_triggers_bounded_takeovers(env):
+    config = SimulatedHumanConfig(takeover_steps=4, episode_budget=10, stuck_window=5)
+    flags = interventions_over_episode(env, SimulatedHuman(env, config), ConstantPolicy([0, 0, 0, -1]))
+    assert not flags[:4].any()  # needs a full window of evidence first
+    assert flags[4:8].all()  # then the expert keeps control for takeover_steps
+    assert flags.sum() == 10  # and never exceeds the episode budget
+
+
+def test_pushing_out_of_the_workspace_triggers_a_takeover(env):
+    config = SimulatedHumanConfig(takeover_steps=3, stuck_window=50, boundary_steps=2)
+    flags = interventions_over_episode(env, SimulatedHuman(env, config), ConstantPolicy([1, 0, 0, -1]))
+    first = int(np.argmax(flags))
+    assert flags.any() and 2 <= first <= 12
+    target_x = env.unwrapped.target_pose()[0][0]
+    assert target_x <= env.unwrapped.workspace_high[0] + 1e-9
+
+
+def test_total_budget_and_no_takeover_of_a_moving_policy(env):
+    human = SimulatedHuman(env, SimulatedHumanConfig(total_budget=6, episode_budget=50))
+    for seed in range(3):
+        interventions_over_episode(env, human, ConstantPolicy([0, 0, 0, -1]), seed)
+    assert human.total_steps == 6
+    circling = SimulatedHuman(env, SimulatedHumanConfig())
+    obs, _ = env.reset(seed=0)
+    for t in range(30):
+        action = np.array([np.cos(t / 3), np.sin(t / 3), 0, -1], np.float32)
+        assert circling.act(obs, action) is None
+        obs = env.step(action)[0]
+
+
+def test_actor_with_simulated_human_succeeds_and_flags_its_steps(env):
+    from robot_rl.agents.sac import SACAgent
+
+    agent = SACAgent.create(0, env.observation_space, 4)
+    config = SimulatedHumanConfig(takeover_steps=50, episode_budget=50, stuck_window=2, stuck_distance=0.1)
+    human = SimulatedHuman(env, config)
+    actor = Actor(agent, deterministic=True, human=human)
+    result, _ = run_episode(env, actor, seed=1)
+    assert result.success  # the untrained policy is "stuck" at once; the expert takes over and finishes the task
+    assert human.episode_steps == result.steps - 1
