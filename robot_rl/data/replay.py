@@ -1,0 +1,307 @@
+"""In-RAM replay buffers (numpy): frame-deduplicated ring buffer, RLPD demo/online mixing, interventions, zarr save/load.
+
+Storage layout: slot i holds one observation frame and, when `valid[i]`, the transition taken from it (action,
+reward, flags). Its next observation is always the frame in slot i + 1 (mod capacity), so every frame is stored
+once: an episode of T steps uses T + 1 slots (its last next_obs gets a slot with no transition).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from robot_rl.types import Batch, ObservationSpec, Transition
+
+
+class ReplayBuffer:
+    """Ring buffer of transitions that stores each observation frame once (next_obs = the following slot)."""
+
+    def __init__(self, observation_spec: Any, action_dim: int, capacity: int):
+        if capacity < 2:
+            raise ValueError(f"capacity must be >= 2, got {capacity}")
+        self.observation_spec = ObservationSpec.coerce(observation_spec)
+        self.action_dim = int(action_dim)
+        self.capacity = int(capacity)
+        # np.zeros maps lazily: a large image buffer costs RAM only as it fills.
+        self.frames = {k: np.zeros((capacity,) + s.shape, s.dtype) for k, s in self.observation_spec.entries}
+        self.actions = np.zeros((capacity, action_dim), np.float32)
+        self.rewards = np.zeros(capacity, np.float32)
+        self.terminated = np.zeros(capacity, bool)
+        self.truncated = np.zeros(capacity, bool)
+        self.intervention = np.zeros(capacity, bool)
+        self.valid = np.zeros(capacity, bool)  # slot starts a transition whose next frame is live
+        self._cursor = 0  # next slot to write a new frame into
+        self._frames_written = 0
+        self._pending_slot: int | None = None  # slot holding the last next_obs of an episode still running
+
+    # ------------------------------------------------------------------------------------------ inserting
+    def __len__(self) -> int:
+        """Number of transitions that can be sampled."""
+        return int(self.valid.sum())
+
+    @property
+    def num_frames(self) -> int:
+        """Number of observation frames stored (steps + episode ends, capped at capacity)."""
+        return min(self._frames_written, self.capacity)
+
+    def insert(
+        self,
+        observation: Mapping[str, Any],
+        action: Any,
+        reward: float,
+        terminated: bool,
+        truncated: bool,
+        next_observation: Mapping[str, Any],
+        intervention: bool = False,
+    ) -> None:
+        """Add one transition. Within an episode `observation` must be the previous call's `next_observation`."""
+        if self._pending_slot is None:
+            self.observation_spec.validate(observation, 0, "observation")
+            slot = self._write_frame(observation)
+        else:
+            slot = self._pending_slot
+        self.observation_spec.validate(next_observation, 0, "next_observation")
+        action = np.asarray(action, np.float32)
+        if action.shape != (self.action_dim,):
+            raise ValueError(f"action has shape {action.shape}, expected ({self.action_dim},)")
+        if not np.isfinite(action).all() or not np.isfinite(reward):
+            raise ValueError("action or reward contains NaN or inf")
+        self.actions[slot] = action
+        self.rewards[slot] = reward
+        self.terminated[slot] = terminated
+        self.truncated[slot] = truncated
+        self.intervention[slot] = intervention
+        next_slot = self._write_frame(next_observation)
+        self.valid[slot] = True
+        self._pending_slot = None if (terminated or truncated) else next_slot
+
+    def insert_transition(self, transition: Transition) -> None:
+        """`insert` taking a robot_rl.types.Transition."""
+        t = transition
+        self.insert(t.observations, t.actions, t.rewards, t.terminated, t.truncated, t.next_observations, t.intervention)
+
+    def end_episode(self) -> None:
+        """Cut the current episode: the next insert starts fresh (its observation gets a new frame).
+
+        The pending last frame stays as a bootstrap target (like a truncation). Used for intervention fragments.
+        """
+        if self._pending_slot is not None:
+            previous = (self._pending_slot - 1) % self.capacity
+            if self.valid[previous]:
+                self.truncated[previous] = True
+        self._pending_slot = None
+
+    def _write_frame(self, observation: Mapping[str, Any]) -> int:
+        for key in self.observation_spec.vector_keys:
+            value = np.asarray(observation[key])
+            if np.issubdtype(value.dtype, np.floating) and not np.isfinite(value).all():
+                raise ValueError(f"observation[{key!r}] contains NaN or inf")
+        slot = self._cursor
+        # Overwriting frame `slot` kills the old transition stored in it; the one in slot-1 (the other user of this
+        # frame, as its next_obs) is always our own freshest write or an episode-end frame, never a live old one.
+        self.valid[slot] = False
+        for key in self.frames:
+            self.frames[key][slot] = observation[key]
+        self._cursor = (slot + 1) % self.capacity
+        self._frames_written += 1
+        return slot
+
+    # ------------------------------------------------------------------------------------------ sampling
+    def sample_indices(self, count: int, rng: np.random.Generator) -> np.ndarray:
+        """`count` uniformly drawn indices of valid transition slots (vectorised rejection sampling)."""
+        filled = self.num_frames
+        n_valid = len(self)
+        if n_valid == 0:
+            raise ValueError("cannot sample from an empty replay buffer")
+        if n_valid < filled // 2:
+            return rng.choice(np.flatnonzero(self.valid), size=count)
+        chosen = np.empty(0, np.int64)
+        while chosen.size < count:
+            candidates = rng.integers(0, filled, size=2 * (count - chosen.size) + 8)
+            chosen = np.concatenate([chosen, candidates[self.valid[candidates]]])
+        return chosen[:count]
+
+    def gather(self, indices: np.ndarray, n_step: int = 1, discount: float = 0.99) -> Batch:
+        """Batch for transition slots `indices` (any shape), with vectorised n-step returns.
+
+        The n-step window stops at termination (mask 0), truncation or the episode's newest step (bootstrap with
+        gamma**steps_taken).
+        """
+        if n_step < 1:
+            raise ValueError(f"n_step must be >= 1, got {n_step}")
+        flat = np.asarray(indices).reshape(-1)
+        if not self.valid[flat].all():
+            raise ValueError("gather: some indices are not valid transitions")
+        rewards = self.rewards[flat].copy()
+        discounts = np.full(flat.shape, discount, np.float32)
+        masks = (~self.terminated[flat]).astype(np.float32)
+        last = flat.copy()  # slot of the last step in each window
+        running = ~(self.terminated[flat] | self.truncated[flat])
+        for _ in range(1, n_step):
+            following = (last + 1) % self.capacity
+            running &= self.valid[following]
+            if not running.any():
+                break
+            last = np.where(running, following, last)
+            rewards = np.where(running, rewards + discounts * self.rewards[following], rewards)
+            masks = np.where(running, (~self.terminated[following]).astype(np.float32), masks)
+            discounts = np.where(running, discounts * discount, discounts)
+            running &= ~(self.terminated[following] | self.truncated[following])
+        next_index = (last + 1) % self.capacity
+        shape = np.shape(indices)
+        return Batch(
+            observations={k: v[flat].reshape(shape + v.shape[1:]) for k, v in self.frames.items()},
+            actions=self.actions[flat].reshape(shape + (self.action_dim,)),
+            rewards=rewards.astype(np.float32).reshape(shape),
+            discounts=discounts.astype(np.float32).reshape(shape),
+            masks=masks.reshape(shape),
+            next_observations={k: v[next_index].reshape(shape + v.shape[1:]) for k, v in self.frames.items()},
+            intervention=self.intervention[flat].reshape(shape),
+        )
+
+    def sample(self, batch_size: int, rng: np.random.Generator, n_step: int = 1, discount: float = 0.99) -> Batch:
+        """Uniform batch with leading dim [batch_size]."""
+        return self.gather(self.sample_indices(batch_size, rng), n_step, discount)
+
+    def sample_stacked(
+        self, num_batches: int, batch_size: int, rng: np.random.Generator, n_step: int = 1, discount: float = 0.99
+    ) -> Batch:
+        """`num_batches` independent batches stacked as [K, B] (for the agent's scanned update)."""
+        indices = self.sample_indices(num_batches * batch_size, rng).reshape(num_batches, batch_size)
+        return self.gather(indices, n_step, discount)
+
+    # ------------------------------------------------------------------------------------------ persistence
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the buffer (contents and ring position) to a zarr group directory."""
+        import zarr
+
+        group = zarr.open_group(str(path), mode="w")
+        filled = self.num_frames
+        arrays = {f"frames/{k}": v for k, v in self.frames.items()}
+        arrays.update(
+            actions=self.actions,
+            rewards=self.rewards,
+            terminated=self.terminated,
+            truncated=self.truncated,
+            intervention=self.intervention,
+            valid=self.valid,
+        )
+        for name, array in arrays.items():
+            data = array[:filled]
+            chunk_rows = max(1, min(max(filled, 1), (1 << 24) // max(1, data[:1].nbytes)))
+            out = group.create_array(name, shape=data.shape, dtype=data.dtype, chunks=(chunk_rows,) + data.shape[1:])
+            if filled:
+                out[:] = data
+        group.attrs["replay_buffer"] = {
+            "version": 1,
+            "capacity": self.capacity,
+            "action_dim": self.action_dim,
+            "cursor": self._cursor,
+            "frames_written": self._frames_written,
+            "pending_slot": self._pending_slot,
+            "observation_spec": [[k, list(s.shape), s.dtype] for k, s in self.observation_spec.entries],
+        }
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> ReplayBuffer:
+        """Read a buffer written by `save`."""
+        import zarr
+
+        group = zarr.open_group(str(path), mode="r")
+        meta = group.attrs["replay_buffer"]
+        spec = ObservationSpec.from_shapes({k: (tuple(shape), dtype) for k, shape, dtype in meta["observation_spec"]})
+        buffer = cls(spec, meta["action_dim"], meta["capacity"])
+        filled = min(meta["frames_written"], meta["capacity"])
+        if filled:
+            for key in buffer.frames:
+                buffer.frames[key][:filled] = group[f"frames/{key}"][:]
+            for name in ("actions", "rewards", "terminated", "truncated", "intervention", "valid"):
+                getattr(buffer, name)[:filled] = group[name][:]
+        buffer._cursor = meta["cursor"]
+        buffer._frames_written = meta["frames_written"]
+        buffer._pending_slot = meta["pending_slot"]
+        return buffer
+
+    def describe(self) -> str:
+        return json.dumps({"transitions": len(self), "frames": self.num_frames, "capacity": self.capacity})
+
+
+class MixedSampler:
+    """RLPD batches: a `demo_ratio` share from the demo buffer, the rest from the online buffer.
+
+    When one buffer is empty the whole batch comes from the other.
+    """
+
+    def __init__(self, demo: ReplayBuffer, online: ReplayBuffer, demo_ratio: float = 0.5):
+        if not 0.0 <= demo_ratio <= 1.0:
+            raise ValueError(f"demo_ratio must be in [0, 1], got {demo_ratio}")
+        if demo.observation_spec != online.observation_spec or demo.action_dim != online.action_dim:
+            raise ValueError("demo and online buffers must have the same observation spec and action_dim")
+        self.demo, self.online, self.demo_ratio = demo, online, demo_ratio
+
+    def _split(self, total: int) -> int:
+        """How many of `total` samples come from the demo buffer."""
+        if len(self.demo) == 0 and len(self.online) == 0:
+            raise ValueError("cannot sample: demo and online buffers are both empty")
+        if len(self.online) == 0:
+            return total
+        if len(self.demo) == 0:
+            return 0
+        return int(round(total * self.demo_ratio))
+
+    def sample_stacked(
+        self, num_batches: int, batch_size: int, rng: np.random.Generator, n_step: int = 1, discount: float = 0.99
+    ) -> Batch:
+        """[K, B] batch; each of the K batches has the same demo/online split (demo rows first)."""
+        n_demo = self._split(batch_size)
+        parts = []
+        if n_demo:
+            parts.append(self.demo.sample_stacked(num_batches, n_demo, rng, n_step, discount))
+        if batch_size - n_demo:
+            parts.append(self.online.sample_stacked(num_batches, batch_size - n_demo, rng, n_step, discount))
+        return concatenate_batches(parts, axis=1)
+
+    def sample(self, batch_size: int, rng: np.random.Generator, n_step: int = 1, discount: float = 0.99) -> Batch:
+        """[B] batch."""
+        stacked = self.sample_stacked(1, batch_size, rng, n_step, discount)
+        return Batch(**{k: _map(lambda x: x[0], v) for k, v in stacked.as_dict().items()})
+
+
+def _map(fn, value):
+    return {k: fn(v) for k, v in value.items()} if isinstance(value, dict) else fn(value)
+
+
+def concatenate_batches(batches: list[Batch], axis: int = 0) -> Batch:
+    """Concatenate numpy batches along `axis`."""
+    if len(batches) == 1:
+        return batches[0]
+    out = {}
+    for name, first in batches[0].as_dict().items():
+        if isinstance(first, dict):
+            out[name] = {k: np.concatenate([b.as_dict()[name][k] for b in batches], axis) for k in first}
+        else:
+            out[name] = np.concatenate([b.as_dict()[name] for b in batches], axis)
+    return Batch(**out)
+
+
+def insert_with_interventions(
+    online: ReplayBuffer,
+    demo: ReplayBuffer,
+    observation: Mapping[str, Any],
+    action: Any,
+    reward: float,
+    terminated: bool,
+    truncated: bool,
+    next_observation: Mapping[str, Any],
+    intervention: bool = False,
+) -> None:
+    """HIL-SERL rule: every transition goes to `online`; human-intervention transitions also go to `demo`."""
+    online.insert(observation, action, reward, terminated, truncated, next_observation, intervention)
+    if intervention:
+        demo.insert(observation, action, reward, terminated, truncated, next_observation, intervention)
+    else:
+        demo.end_episode()  # the intervention fragment (if any) ended; the next one starts with a fresh frame

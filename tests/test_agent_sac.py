@@ -1,0 +1,200 @@
+"""SAC agent: shapes, losses, gradients, scanned vs single-step updates, pixels, validation, serialisation."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from robot_rl.agents import ImageEncoderConfig, SACAgent, SACConfig
+from robot_rl.agents.sac import actor_loss, critic_loss, critic_values, encode, subset_min
+from robot_rl.types import Batch, ObservationSpec
+
+SMALL = SACConfig(actor_hidden_dims=(32, 32), critic_hidden_dims=(32, 32), critic_ensemble_size=4,
+                  image_encoder=ImageEncoderConfig(channels=(8, 8, 8), latent_dim=16))
+STATE_SPEC = ObservationSpec.from_shapes({"state": ((14,), np.float32), "object_state": ((7,), np.float32)})
+
+
+def pixel_spec(cameras, size=16):
+    shapes = {"state": ((14,), np.float32)}
+    shapes.update({f"images/{c}": ((size, size, 3), np.uint8) for c in cameras})
+    return ObservationSpec.from_shapes(shapes)
+
+
+def random_obs(spec, lead, rng):
+    return {k: (rng.integers(0, 256, lead + s.shape, dtype=np.uint8) if s.is_image
+                else rng.normal(size=lead + s.shape).astype(np.float32)) for k, s in spec.entries}
+
+
+def random_batch(spec, lead, action_dim=4, seed=0):
+    rng = np.random.default_rng(seed)
+    return Batch(
+        observations=random_obs(spec, lead, rng),
+        actions=rng.uniform(-1, 1, lead + (action_dim,)).astype(np.float32),
+        rewards=rng.normal(size=lead).astype(np.float32),
+        discounts=np.full(lead, 0.99, np.float32),
+        masks=(rng.uniform(size=lead) > 0.1).astype(np.float32),
+        next_observations=random_obs(spec, lead, rng),
+        intervention=np.zeros(lead, bool),
+    )
+
+
+def test_create_from_gymnasium_space_and_act():
+    from gymnasium import spaces
+
+    space = spaces.Dict({"state": spaces.Box(-1, 1, (14,), np.float32),
+                         "base_action": spaces.Box(-1, 1, (7,), np.float32)})  # any extra key is a vector input
+    agent = SACAgent.create(0, space, 7, SMALL)
+    obs = {"state": np.zeros(14, np.float32), "base_action": np.ones(7, np.float32)}
+    single = agent.sample_actions(obs, jax.random.PRNGKey(0))
+    assert single.shape == (7,) and np.all(np.abs(np.asarray(single)) <= 1)
+    batched = agent.eval_actions({k: np.stack([v] * 3) for k, v in obs.items()})
+    assert batched.shape == (3, 7)
+    np.testing.assert_allclose(np.asarray(agent.eval_actions(obs)), np.asarray(batched[0]), atol=1e-5)
+
+
+def test_ensemble_shapes_and_subset_min():
+    agent = SACAgent.create(0, STATE_SPEC, 4, dataclasses.replace(SMALL, critic_ensemble_size=10))
+    batch = random_batch(STATE_SPEC, (32,))
+    q = jax.jit(lambda obs, a: critic_values(
+        agent, agent.critic.params["critic"], encode(agent, agent.critic.params["encoder"], obs), a
+    ))(batch.observations, jnp.asarray(batch.actions))
+    assert q.shape == (10, 32)
+    assert not np.allclose(q[0], q[1])  # heads are independently initialised
+    target = subset_min(jax.random.PRNGKey(3), q, 2)
+    assert target.shape == (32,)
+    # the min over 2 distinct heads equals, for every sample, the min over one fixed pair of heads
+    pair_mins = np.stack([np.minimum(q[i], q[j]) for i in range(10) for j in range(i + 1, 10)])
+    assert np.any(np.all(np.isclose(pair_mins, np.asarray(target)[None]), axis=1))
+
+
+def test_critic_loss_decreases_on_fixed_regression_target():
+    agent = SACAgent.create(0, STATE_SPEC, 4, SMALL)
+    batch = random_batch(STATE_SPEC, (128,))
+    targets = jnp.asarray(np.sin(batch.observations["state"][:, 0]) + batch.actions[:, 0])
+    obs, actions = jax.tree.map(jnp.asarray, batch.observations), jnp.asarray(batch.actions)
+    tx = optax.adam(3e-3)
+    params = agent.critic.params
+    opt_state = tx.init(params)
+
+    @jax.jit
+    def step(params, opt_state):
+        (loss, _), grads = jax.value_and_grad(lambda p: critic_loss(agent, p, obs, actions, targets), has_aux=True)(params)
+        updates, opt_state = tx.update(grads, opt_state)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    losses = []
+    for _ in range(200):
+        params, opt_state, loss = step(params, opt_state)
+        losses.append(float(loss))
+    assert np.isfinite(losses).all()
+    assert losses[-1] < 0.1 * losses[0]
+
+
+def test_gradients_reach_actor_and_critic_but_not_encoder_from_actor_loss():
+    spec = pixel_spec(["front"])
+    agent = SACAgent.create(0, spec, 4, SMALL)
+    batch = random_batch(spec, (16,))
+    obs = jax.tree.map(jnp.asarray, batch.observations)
+    enc_params = agent.critic.params["encoder"]
+    actor_grads, encoder_grads = jax.jit(jax.grad(
+        lambda a, e: actor_loss(agent, a, e, agent.critic.params["critic"], obs, jax.random.PRNGKey(0), 0.1)[0],
+        argnums=(0, 1),
+    ))(agent.actor.params, enc_params)
+    assert all(float(jnp.abs(g).sum()) > 0 for g in jax.tree.leaves(actor_grads))
+    assert jax.tree.leaves(encoder_grads) and all(float(jnp.abs(g).max()) == 0 for g in jax.tree.leaves(encoder_grads))
+    critic_grads = jax.jit(jax.grad(lambda p: critic_loss(agent, p, obs, jnp.asarray(batch.actions),
+                                                          jnp.ones(16))[0]))(agent.critic.params)
+    assert all(float(jnp.abs(g).sum()) > 0 for g in jax.tree.leaves(critic_grads["critic"]))
+    assert all(float(jnp.abs(g).sum()) > 0 for g in jax.tree.leaves(critic_grads["encoder"]))
+
+
+@pytest.mark.parametrize("critic_actor_ratio", [1, 2])
+def test_scanned_update_equals_single_steps(critic_actor_ratio):
+    config = dataclasses.replace(SMALL, critic_actor_ratio=critic_actor_ratio)
+    agent = SACAgent.create(0, STATE_SPEC, 4, config)
+    batch = random_batch(STATE_SPEC, (4, 32))
+    scanned, info = agent.update(batch)
+    stepped = agent
+    for k in range(4):
+        stepped, _ = stepped.update_step(jax.tree.map(lambda x: x[k], batch))
+    assert int(scanned.step) == int(stepped.step) == 4
+    for a, b in zip(jax.tree.leaves(scanned), jax.tree.leaves(stepped), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-6)
+    assert set(info) >= {"critic_loss", "actor_loss", "temperature", "entropy", "q_mean"}
+    assert all(np.isfinite(float(v)) for v in info.values())
+    # params actually moved
+    assert not np.allclose(jax.tree.leaves(scanned.actor.params)[0], jax.tree.leaves(agent.actor.params)[0])
+
+
+@pytest.mark.parametrize("cameras", [["front"], ["front", "wrist"]])
+def test_pixel_agent_updates(cameras):
+    spec = pixel_spec(cameras)
+    agent = SACAgent.create(0, spec, 4, SMALL)
+    assert set(agent.critic.params["encoder"]) == {f"images_{c}" for c in cameras}
+    new_agent, info = agent.update(random_batch(spec, (2, 16)))
+    assert all(np.isfinite(float(v)) for v in info.values())
+    enc_before = jax.tree.leaves(agent.critic.params["encoder"])[0]
+    assert not np.allclose(enc_before, jax.tree.leaves(new_agent.critic.params["encoder"])[0])
+    assert new_agent.sample_actions(random_obs(spec, (), np.random.default_rng(0)), jax.random.PRNGKey(0)).shape == (4,)
+
+
+def test_overlapping_conv_encoder_runs():
+    spec = pixel_spec(["front"], size=20)
+    config = dataclasses.replace(SMALL, image_encoder=ImageEncoderConfig(
+        channels=(8, 8), kernel_sizes=(3, 3), strides=(2, 1), latent_dim=8))
+    _, info = SACAgent.create(0, spec, 4, config).update_step(random_batch(spec, (8,)))
+    assert np.isfinite(float(info["critic_loss"]))
+
+
+def test_bad_batches_raise_clear_errors():
+    agent = SACAgent.create(0, STATE_SPEC, 4, SMALL)
+    batch = random_batch(STATE_SPEC, (2, 8))
+    with pytest.raises(ValueError, match="object_state"):
+        agent.update(dataclasses.replace(batch, observations={"state": batch.observations["state"]}))
+    bad = dict(batch.next_observations, state=np.zeros((2, 8, 13), np.float32))
+    with pytest.raises(ValueError, match="next_observations.*state"):
+        agent.update(dataclasses.replace(batch, next_observations=bad))
+    rewards = batch.rewards.copy()
+    rewards[1, 3] = np.nan
+    with pytest.raises(ValueError, match="rewards"):
+        agent.update(dataclasses.replace(batch, rewards=rewards))
+    with pytest.raises(ValueError, match="actions"):
+        agent.update(dataclasses.replace(batch, actions=batch.actions[..., :3]))
+    with pytest.raises(ValueError, match="keys"):
+        agent.sample_actions({"state": np.zeros(14, np.float32)}, jax.random.PRNGKey(0))
+
+
+def test_serialisation_round_trip(tmp_path):
+    import flax.serialization
+
+    spec = pixel_spec(["front"])
+    agent = SACAgent.create(0, spec, 4, SMALL)
+    trained = jax.tree.map(lambda x: x + 0.01 if jnp.issubdtype(x.dtype, jnp.floating) else x + 1, agent)
+    data = trained.to_bytes()
+    assert isinstance(data, bytes) and not data.startswith(b"\x80")  # msgpack, not pickle
+    restored = agent.restore_bytes(data)
+    for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(trained), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    obs = random_obs(spec, (), np.random.default_rng(1))
+    from_policy = agent.with_policy_bytes(trained.policy_to_bytes())
+    np.testing.assert_allclose(from_policy.eval_actions(obs), trained.eval_actions(obs), rtol=1e-6)
+    path = tmp_path / "encoder.msgpack"
+    path.write_bytes(flax.serialization.to_bytes(trained.critic.params["encoder"]))
+    loaded = agent.with_encoder_params_file(str(path))
+    np.testing.assert_array_equal(jax.tree.leaves(loaded.target_critic_params["encoder"])[0],
+                                  jax.tree.leaves(trained.critic.params["encoder"])[0])
+
+
+def test_patch_conv_matches_flax_conv():
+    import flax.linen as nn
+
+    from robot_rl.agents.networks import PatchConv
+
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(2, 8, 12, 3)), jnp.float32)
+    params = PatchConv(5, 4).init(jax.random.PRNGKey(0), x)
+    conv = nn.Conv(5, (4, 4), strides=(4, 4), padding="VALID")
+    ours, reference = jax.jit(PatchConv(5, 4).apply)(params, x), jax.jit(conv.apply)(params, x)
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(reference), rtol=1e-5, atol=1e-5)
