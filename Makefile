@@ -16,9 +16,9 @@ $(VENV)/.installed: pyproject.toml
 
 demo: setup
 	rm -rf $(RUN)
-	$(BIN)/robot-rl record --task PickCube-v0 --policy scripted --episodes 5 --out $(RUN)/demos.zarr
-	$(BIN)/robot-rl info $(RUN)/demos.zarr
-	$(BIN)/robot-rl replay $(RUN)/demos.zarr --episode 0 --out $(RUN)/replay.mp4
+	$(BIN)/robot-rl train --task PickCube-v0 --obs-mode state --demos 20 --steps 1500 --eval-every 500 \
+		--eval-episodes 10 --run-dir $(RUN)
+	@echo "report: $(RUN)/report.md  curve: $(RUN)/learning_curve.png  video: $(RUN)/eval.mp4"
 
 test: setup
 	$(BIN)/python -m pytest

@@ -52,6 +52,7 @@ def random_batch(spec: ObservationSpec, lead: tuple[int, ...], rng: np.random.Ge
         masks=np.ones(lead, np.float32),
         next_observations=random_obs(spec, lead, rng),
         intervention=np.zeros(lead, bool),
+        demo=np.zeros(lead, bool),
     )
 
 

@@ -48,7 +48,7 @@ def write_report(run_dir: Path, cfg, evals, episodes, learner, video: Path | Non
         "",
         f"Written {time.strftime('%Y-%m-%d %H:%M:%S')}.",
         "",
-        f"- Final eval success: **{final['success_rate']:.0%}** over {cfg.eval_episodes} episodes at env step "
+        f"- Final eval success: **{final['success_rate']:.0%}** over {final['episodes']} episodes at env step "
         f"{final['env_step']} (best {best['success_rate']:.0%} at step {best['env_step']}).",
         f"- Env steps: {learner.transitions}, gradient updates: {learner.updates}, episodes: {len(episodes)}.",
         f"- Human interventions: {learner.interventions} steps "

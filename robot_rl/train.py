@@ -44,6 +44,8 @@ class TrainConfig:
     """Env steps between evaluations."""
     eval_episodes: int = 20
     """Episodes per evaluation (deterministic policy, no human)."""
+    final_eval_episodes: int | None = None
+    """Episodes of the final evaluation (default: eval_episodes)."""
     checkpoint_every: int = 2000
     """Env steps between checkpoints (taken at the next episode boundary)."""
     intervene: bool = False
@@ -54,8 +56,12 @@ class TrainConfig:
     """Where to write logs, checkpoints and the report (default runs/<task>-<obs_mode>-<time>)."""
     video: bool = True
     """Write an eval video at the end."""
-    learner: LearnerConfig = LearnerConfig()
-    sac: SACConfig = SACConfig()
+    learner: LearnerConfig = LearnerConfig(utd=2)
+    sac: SACConfig = SACConfig(
+        critic_ensemble_size=2, discount=0.97, init_temperature=0.01, backup_entropy=False, bc_weight=1.0
+    )
+    """CPU preset: 2 LayerNorm critics (as HIL-SERL), UTD 2, no entropy backup with sparse rewards, and a BC term on
+    demo rows; on a GPU learner raise critic_ensemble_size (RLPD uses 10) and utd."""
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.eval_every < 1 or self.eval_episodes < 1 or self.weights_every < 1:
@@ -104,6 +110,7 @@ class EvalHistory:
     def add(self, env_step: int, results) -> dict[str, float]:
         row = {
             "env_step": env_step,
+            "episodes": len(results),
             "success_rate": float(np.mean([r.success for r in results])),
             "mean_return": float(np.mean([r.total_reward for r in results])),
             "mean_length": float(np.mean([r.steps for r in results])),
@@ -200,9 +207,9 @@ def train(cfg: TrainConfig, resume: Path | None = None) -> Path:
         actor.update_weights(policy, weights_version)
         eval_actor.update_weights(policy, weights_version)
 
-    def run_eval(env_step: int) -> dict[str, float]:
+    def run_eval(env_step: int, episodes: int = cfg.eval_episodes) -> dict[str, float]:
         publish_weights()
-        row = history.add(env_step, evaluate(eval_env, eval_actor, cfg.eval_episodes, cfg.seed + EVAL_SEED_OFFSET))
+        row = history.add(env_step, evaluate(eval_env, eval_actor, episodes, cfg.seed + EVAL_SEED_OFFSET))
         for key in ("success_rate", "mean_return", "mean_length"):
             tb.add_scalar(f"eval/{key}", row[key], step=env_step)
         return row
@@ -243,7 +250,8 @@ def train(cfg: TrainConfig, resume: Path | None = None) -> Path:
                     if env_step % cfg.weights_every == 0:
                         publish_weights()
                 if env_step % cfg.eval_every == 0:
-                    row = run_eval(env_step)
+                    final = env_step >= cfg.steps and cfg.final_eval_episodes is not None
+                    row = run_eval(env_step, cfg.final_eval_episodes if final else cfg.eval_episodes)
                     progress.console.print(
                         f"env step {env_step}: eval success {row['success_rate']:.0%} "
                         f"(return {row['mean_return']:.2f}, length {row['mean_length']:.1f})"
@@ -273,7 +281,7 @@ def train(cfg: TrainConfig, resume: Path | None = None) -> Path:
                 checkpoint()
                 next_checkpoint = env_step + cfg.checkpoint_every
     if history.rows[-1]["env_step"] != env_step:
-        run_eval(env_step)
+        run_eval(env_step, cfg.final_eval_episodes or cfg.eval_episodes)
     checkpoint()
     tb.close()
 

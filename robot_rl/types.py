@@ -27,6 +27,13 @@ class ArraySpec:
     def is_image(self) -> bool:
         return self.dtype == "uint8" and len(self.shape) == 3
 
+    def to_json(self) -> dict[str, Any]:
+        return {"shape": list(self.shape), "dtype": self.dtype}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ArraySpec:
+        return cls(tuple(int(d) for d in data["shape"]), str(data["dtype"]))
+
 
 @dataclasses.dataclass(frozen=True)
 class ObservationSpec:
@@ -138,6 +145,7 @@ class Batch:
     masks: Any
     next_observations: Observation
     intervention: Any
+    demo: Any  # True for rows drawn from the demo buffer (demos and human interventions)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Batch:

@@ -38,6 +38,7 @@ def random_batch(spec, lead, action_dim=4, seed=0):
         masks=(rng.uniform(size=lead) > 0.1).astype(np.float32),
         next_observations=random_obs(spec, lead, rng),
         intervention=np.zeros(lead, bool),
+        demo=np.zeros(lead, bool),
     )
 
 

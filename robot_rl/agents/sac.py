@@ -64,6 +64,9 @@ class SACConfig:
     log_std_min: float = -5.0
     log_std_max: float = 2.0
     actor_zero_init_last: bool = False  # residual RL: start as "no correction"
+    # Behaviour-cloning term on demo rows of each batch: bc_weight * mean ||tanh(mean(s)) - a_demo||^2 in the actor
+    # loss. 0 is plain SAC/RLPD; a small weight makes learning from few demos much faster (TD3+BC-style).
+    bc_weight: float = 0.0
     image_encoder: ImageEncoderConfig = ImageEncoderConfig()
 
     def __post_init__(self) -> None:
@@ -309,15 +312,27 @@ def actor_loss(
     key: jax.Array,
     temperature: jax.Array,
     features: jax.Array | None = None,
-) -> tuple[jax.Array, jax.Array]:
-    """alpha * log pi - mean_heads Q; the encoder is frozen here (stop_gradient). aux = mean log pi."""
+    demo_actions: jax.Array | None = None,
+    demo_mask: jax.Array | None = None,
+) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    """alpha * log pi - mean_heads Q (+ bc_weight * BC error on demo rows); the encoder is frozen here.
+
+    aux = (mean log pi, BC error).
+    """
     if features is None:
         features = encode(agent, encoder_params, observations)
     features = jax.lax.stop_gradient(features)
     mean, log_std = actor_distribution(agent, actor_params, features)
     actions, log_probs = tanh_gaussian_sample(key, mean, log_std)
     q_values = critic_values(agent, critic_head_params, features, actions).mean(axis=0)
-    return jnp.mean(temperature * log_probs - q_values), jnp.mean(log_probs)
+    loss = jnp.mean(temperature * log_probs - q_values)
+    bc_error = jnp.zeros((), jnp.float32)
+    if demo_actions is not None and demo_mask is not None:
+        mask = jnp.asarray(demo_mask, jnp.float32)
+        squared = jnp.sum((tanh_gaussian_mode(mean) - demo_actions) ** 2, axis=-1)
+        bc_error = jnp.sum(mask * squared) / jnp.maximum(mask.sum(), 1.0)
+        loss = loss + agent.config.bc_weight * bc_error
+    return loss, (jnp.mean(log_probs), bc_error)
 
 
 def _sac_step(agent: SACAgent, batch: Batch) -> tuple[SACAgent, dict[str, jax.Array]]:
@@ -363,9 +378,10 @@ def _sac_step(agent: SACAgent, batch: Batch) -> tuple[SACAgent, dict[str, jax.Ar
     info = {"critic_loss": loss_c, "q_mean": q_values.mean(), "target_q_mean": targets.mean()}
 
     def actor_and_temperature_step(agent: SACAgent) -> tuple[SACAgent, dict[str, jax.Array]]:
-        (loss_a, log_prob), actor_grads = jax.value_and_grad(
+        bc_args = (actions, batch.demo) if config.bc_weight > 0 else (None, None)
+        (loss_a, (log_prob, bc_error)), actor_grads = jax.value_and_grad(
             lambda p: actor_loss(
-                agent, p, None, agent.critic.params["critic"], observations, actor_key, temperature, features
+                agent, p, None, agent.critic.params["critic"], observations, actor_key, temperature, features, *bc_args
             ),
             has_aux=True,
         )(agent.actor.params)
@@ -383,11 +399,11 @@ def _sac_step(agent: SACAgent, batch: Batch) -> tuple[SACAgent, dict[str, jax.Ar
             actor=OptimisedParams(actor_params, actor_opt_state),
             temperature=OptimisedParams(t_params, t_opt_state),
         )
-        return agent, {"actor_loss": loss_a, "entropy": -log_prob, "temperature_loss": loss_t}
+        return agent, {"actor_loss": loss_a, "entropy": -log_prob, "temperature_loss": loss_t, "bc_error": bc_error}
 
     def skip(agent: SACAgent) -> tuple[SACAgent, dict[str, jax.Array]]:
         nan = jnp.full((), jnp.nan, jnp.float32)
-        return agent, {"actor_loss": nan, "entropy": nan, "temperature_loss": nan}
+        return agent, {"actor_loss": nan, "entropy": nan, "temperature_loss": nan, "bc_error": nan}
 
     if config.critic_actor_ratio == 1:
         agent, actor_info = actor_and_temperature_step(agent)

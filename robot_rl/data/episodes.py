@@ -24,7 +24,6 @@ last commit are ignored by readers (reported as ``uncommitted_steps``) and trunc
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,6 +31,8 @@ from typing import Any
 
 import numpy as np
 import zarr
+
+from robot_rl.types import ArraySpec
 
 SCHEMA_VERSION = 1
 STEP_KEYS = ("action", "reward", "terminated", "truncated", "intervention", "timestamp")
@@ -50,21 +51,6 @@ class DatasetError(Exception):
     """A dataset is missing, corrupt, truncated or does not match what was asked of it."""
 
 
-@dataclasses.dataclass(frozen=True)
-class ArraySpec:
-    """Shape and dtype of one per-step array (without the time axis)."""
-
-    shape: tuple[int, ...]
-    dtype: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"shape": list(self.shape), "dtype": self.dtype}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ArraySpec:
-        return cls(tuple(int(d) for d in data["shape"]), str(data["dtype"]))
-
-
 def specs_from_spaces(observation_space, action_space) -> tuple[dict[str, ArraySpec], ArraySpec]:
     """Observation and action specs from gymnasium spaces (a Dict of Boxes and a Box)."""
     obs_specs = {
@@ -78,10 +64,6 @@ def _chunks_for(spec: ArraySpec) -> tuple[int, ...]:
     frame_bytes = int(np.prod(spec.shape, dtype=np.int64)) * np.dtype(spec.dtype).itemsize
     steps = _SCALAR_CHUNK if frame_bytes <= 64 else max(1, min(_SCALAR_CHUNK, _IMAGE_CHUNK_BYTES // frame_bytes))
     return (steps, *spec.shape)
-
-
-def _is_image(spec: ArraySpec) -> bool:
-    return len(spec.shape) == 3 and spec.dtype == "uint8"
 
 
 class EpisodeWriter:
@@ -141,7 +123,7 @@ class EpisodeWriter:
 
     def _create(self, name: str, spec: ArraySpec) -> None:
         compressors = (
-            zarr.codecs.BloscCodec(cname="lz4", clevel=5, shuffle="bitshuffle") if _is_image(spec) else "auto"
+            zarr.codecs.BloscCodec(cname="lz4", clevel=5, shuffle="bitshuffle") if spec.is_image else "auto"
         )
         self.root.create_array(
             name, shape=(0, *spec.shape), chunks=_chunks_for(spec), dtype=spec.dtype, compressors=compressors

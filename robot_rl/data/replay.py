@@ -161,6 +161,7 @@ class ReplayBuffer:
             masks=masks.reshape(shape),
             next_observations={k: v[next_index].reshape(shape + v.shape[1:]) for k, v in self.frames.items()},
             intervention=self.intervention[flat].reshape(shape),
+            demo=np.zeros(shape, bool),
         )
 
     def sample(self, batch_size: int, rng: np.random.Generator, n_step: int = 1, discount: float = 0.99) -> Batch:
@@ -260,7 +261,8 @@ class MixedSampler:
         n_demo = self._split(batch_size)
         parts = []
         if n_demo:
-            parts.append(self.demo.sample_stacked(num_batches, n_demo, rng, n_step, discount))
+            demo_part = self.demo.sample_stacked(num_batches, n_demo, rng, n_step, discount)
+            parts.append(demo_part.replace(demo=np.ones_like(demo_part.demo)))
         if batch_size - n_demo:
             parts.append(self.online.sample_stacked(num_batches, batch_size - n_demo, rng, n_step, discount))
         return concatenate_batches(parts, axis=1)

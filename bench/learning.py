@@ -1,0 +1,106 @@
+"""Learning benchmark: success rate vs env steps in the sim mirror, several seeds, final eval over many episodes.
+
+Prints one JSON line and writes a PNG of the curves. Each entry trains a fresh run with `robot_rl.train.train`.
+
+    python bench/learning.py --suite state            # PickCube state, 3 seeds, 5k steps, 20 demos
+    python bench/learning.py --suite peg              # PegInsert state, 1 seed
+    python bench/learning.py --suite pixels           # PickCube pixels (2x64x64 cameras), 10k steps
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import tyro
+
+from robot_rl.train import TrainConfig, train
+
+SUITES = {
+    "state": dict(task="PickCube-v0", obs_mode="state", steps=5000, seeds=(0, 1, 2), target=0.95),
+    "peg": dict(task="PegInsert-v0", obs_mode="state", steps=5000, seeds=(0,), target=0.95),
+    "pixels": dict(task="PickCube-v0", obs_mode="pixels", steps=10000, seeds=(0,), target=0.95),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Args:
+    suite: Literal["state", "peg", "pixels"] = "state"
+    steps: int | None = None
+    """Override the suite's env-step budget."""
+    seeds: tuple[int, ...] | None = None
+    eval_every: int = 1000
+    eval_episodes: int = 20
+    final_eval_episodes: int = 100
+    demos: int = 20
+    out: Path = Path("runs/bench-learning")
+
+
+def main(args: Args) -> dict:
+    suite = SUITES[args.suite]
+    steps = args.steps or suite["steps"]
+    seeds = args.seeds or suite["seeds"]
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    curves = {}
+    wall = {}
+    for seed in seeds:
+        cfg = TrainConfig(
+            task=suite["task"], obs_mode=suite["obs_mode"], demos=args.demos, steps=steps, seed=seed,
+            eval_every=args.eval_every, eval_episodes=args.eval_episodes, final_eval_episodes=args.final_eval_episodes,
+            checkpoint_every=steps, video=False, run_dir=args.out / f"{args.suite}-{stamp}-seed{seed}",
+        )
+        start = time.perf_counter()
+        run_dir = train(cfg)
+        wall[seed] = time.perf_counter() - start
+        state = json.loads((run_dir / "checkpoint" / "learner.json").read_text())["extra"]
+        curves[seed] = [(row["env_step"], row["success_rate"]) for row in state["evals"]]
+    finals = [curve[-1][1] for curve in curves.values()]
+    first_hit = [next((step for step, rate in curve if rate >= suite["target"]), None) for curve in curves.values()]
+    png = args.out / f"{args.suite}-{stamp}.png"
+    plot(curves, png, f"{suite['task']} ({suite['obs_mode']}), {args.demos} demos")
+    result = {
+        "bench": "learning",
+        "suite": args.suite,
+        "task": suite["task"],
+        "obs_mode": suite["obs_mode"],
+        "demos": args.demos,
+        "env_steps": steps,
+        "seeds": list(seeds),
+        "final_success": finals,
+        "final_success_median": float(np.median(finals)),
+        "final_eval_episodes": args.final_eval_episodes,
+        "first_step_at_target": first_hit,
+        "target": suite["target"],
+        "curves": {str(seed): curve for seed, curve in curves.items()},
+        "wall_s": {str(seed): round(seconds, 1) for seed, seconds in wall.items()},
+        "png": str(png),
+    }
+    print(json.dumps(result))
+    return result
+
+
+def plot(curves: dict, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    for seed, curve in curves.items():
+        steps, rates = zip(*curve)
+        ax.plot(steps, rates, "o-", label=f"seed {seed}")
+    ax.set(xlabel="environment steps", ylabel="eval success rate", ylim=(-0.02, 1.02), title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
