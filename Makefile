@@ -11,7 +11,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "robot_rl needs Python 3.11 (the CPU torch wheel is cp311)"'
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,ros]'
 	touch $@
 
 demo: setup

@@ -1,0 +1,256 @@
+"""Environment bootstrap for ROS 2 processes from the pip wheels. Importable without rclpy.
+
+Every ROS process of the project gets the same environment (see /work/shared/ROS2-NOTES.md):
+
+- ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` unless the caller already chose a range: DDS discovery otherwise
+  multicasts on every interface, and this workplace forbids traffic to non-loopback addresses;
+- ``ROS_DOMAIN_ID``: the one asked for, else the one already set, else 0;
+- ``RMW_IMPLEMENTATION=rmw_fastrtps_cpp`` (the only middleware shipped as a wheel);
+- ``FASTDDS_DEFAULT_PROFILES_FILE``: the shipped profile (big shared-memory segment, UDPv4 on 127.0.0.1 only,
+  builtin transports off);
+- ``LD_LIBRARY_PATH`` with the venv's ``lib/`` and ``site-packages/ros_*.libs`` plus
+  ``_ROS_WHEELS_BOOTSTRAP_COMPLETE=1``, so the ``ros_wheels_bootstrapper`` .pth does not re-execute the child;
+- ``AMENT_PREFIX_PATH`` starting with the venv prefix (package look-ups).
+
+Use :func:`ros_environment` for child processes and :func:`ensure_ros_environment` in-process before importing rclpy.
+:func:`private_network_command` wraps a command in a private network namespace (only ``lo``) where the kernel allows it.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.machinery
+import os
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+INSTALL_HINT = "install with pip install -e '.[ros]'"
+RMW_IMPLEMENTATION = "rmw_fastrtps_cpp"
+DEFAULT_DISCOVERY_RANGE = "LOCALHOST"
+DISCOVERY_RANGES = ("OFF", "LOCALHOST", "SUBNET", "SYSTEM_DEFAULT")
+# Fast DDS derives UDP ports from the domain id; 232 is the largest id that keeps them valid.
+MAX_DOMAIN_ID = 232
+FASTDDS_PROFILE_PATH = Path(__file__).resolve().with_name("fastdds_shm.xml")
+BOOTSTRAP_FLAG = "_ROS_WHEELS_BOOTSTRAP_COMPLETE"
+# The variables rclpy / rmw read when a context or participant is created: they must agree with ours.
+_CONFIG_KEYS = ("RMW_IMPLEMENTATION", "ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID", "FASTDDS_DEFAULT_PROFILES_FILE")
+_FASTDDS_NAMESPACE = "{http://www.eprosima.com}"
+_LOOPBACK_ADDRESSES = {"127.0.0.1", "localhost", "lo"}
+
+
+class RosEnvironmentError(RuntimeError):
+    """The ROS 2 environment cannot be set up; the message names the problem and the fix."""
+
+
+@dataclass(frozen=True)
+class RosWheelPaths:
+    """Where the ROS 2 wheels live: the venv prefix, its site-packages and the shared-library folders."""
+
+    prefix: Path
+    site_packages: Path
+    library_dirs: tuple[Path, ...]
+
+
+@dataclass(frozen=True)
+class FastDdsProfileSummary:
+    """What a Fast DDS XML profile configures, as checked by :func:`check_fastdds_profile`."""
+
+    path: Path
+    shm_segment_size: int
+    shm_max_message_size: int
+    udp_allowlist: tuple[str, ...]
+    builtin_transports: bool
+
+
+def find_ros_wheels() -> RosWheelPaths:
+    """Locate the installed ROS 2 wheels without importing rclpy; raise RosEnvironmentError if they are missing."""
+    # PathFinder searches sys.path without importing and without trusting an rclpy already in sys.modules.
+    spec = importlib.machinery.PathFinder.find_spec("rclpy")
+    if spec is None or not spec.submodule_search_locations:
+        raise RosEnvironmentError(f"the ROS 2 wheels (rclpy) are not installed: {INSTALL_HINT}")
+    site_packages = Path(next(iter(spec.submodule_search_locations))).resolve().parent
+    # <prefix>/lib/pythonX.Y/site-packages: the wheels put their shared libraries into <prefix>/lib.
+    prefix = site_packages.parents[2]
+    if not (prefix / "lib" / "librmw_fastrtps_cpp.so").exists():
+        raise RosEnvironmentError(
+            f"rclpy is installed in {site_packages} but the Fast DDS middleware (ros-rmw-fastrtps-cpp) is not: "
+            + INSTALL_HINT
+        )
+    library_dirs = [prefix / "lib", *sorted(p for p in site_packages.glob("ros_*.libs") if p.is_dir())]
+    return RosWheelPaths(prefix=prefix, site_packages=site_packages, library_dirs=tuple(library_dirs))
+
+
+@functools.lru_cache(maxsize=8)
+def _check_fastdds_profile_cached(path: Path, mtime_ns: int) -> FastDdsProfileSummary:
+    try:
+        root = ElementTree.parse(path).getroot()
+    except ElementTree.ParseError as error:
+        raise RosEnvironmentError(f"Fast DDS profile {path} is not valid XML: {error}") from error
+    if root.tag != f"{_FASTDDS_NAMESPACE}dds":
+        raise RosEnvironmentError(
+            f"Fast DDS profile {path}: root element is {root.tag!r}, expected <dds> in {_FASTDDS_NAMESPACE}"
+        )
+    ns = _FASTDDS_NAMESPACE
+    descriptors = {
+        (d.findtext(f"{ns}transport_id") or "").strip(): d
+        for d in root.iter(f"{ns}transport_descriptor")
+    }
+    participants = [p for p in root.iter(f"{ns}participant") if p.get("is_default_profile") == "true"]
+    if len(participants) != 1:
+        raise RosEnvironmentError(
+            f"Fast DDS profile {path}: expected one participant with is_default_profile=\"true\", "
+            f"found {len(participants)}"
+        )
+    rtps = participants[0].find(f"{ns}rtps")
+    if rtps is None:
+        raise RosEnvironmentError(f"Fast DDS profile {path}: the default participant has no <rtps> element")
+    builtin = (rtps.findtext(f"{ns}useBuiltinTransports") or "true").strip().lower() != "false"
+    if builtin:
+        raise RosEnvironmentError(
+            f"Fast DDS profile {path}: <useBuiltinTransports> must be false (builtin UDP listens on every interface)"
+        )
+    used = [(t.text or "").strip() for t in rtps.iter(f"{ns}transport_id")]
+    shm_segment = shm_max = 0
+    allowlist: list[str] = []
+    for transport_id in used:
+        descriptor = descriptors.get(transport_id)
+        if descriptor is None:
+            raise RosEnvironmentError(f"Fast DDS profile {path}: participant uses undefined transport {transport_id!r}")
+        kind = (descriptor.findtext(f"{ns}type") or "").strip()
+        if kind == "SHM":
+            shm_segment = int(descriptor.findtext(f"{ns}segment_size") or 0)
+            shm_max = int(descriptor.findtext(f"{ns}maxMessageSize") or 0)
+        elif kind in ("UDPv4", "UDPv6", "TCPv4", "TCPv6"):
+            addresses = [(a.text or "").strip() for a in descriptor.iter(f"{ns}address")]
+            addresses += [(i.get("name") or "").strip() for i in descriptor.iter(f"{ns}interface")]
+            if not addresses or any(a not in _LOOPBACK_ADDRESSES for a in addresses):
+                raise RosEnvironmentError(
+                    f"Fast DDS profile {path}: {kind} transport {transport_id!r} must be restricted to 127.0.0.1, "
+                    f"got {addresses or 'no allowlist'}"
+                )
+            allowlist += addresses
+        else:
+            raise RosEnvironmentError(f"Fast DDS profile {path}: transport {transport_id!r} has unknown type {kind!r}")
+    return FastDdsProfileSummary(
+        path=path, shm_segment_size=shm_segment, shm_max_message_size=shm_max,
+        udp_allowlist=tuple(allowlist), builtin_transports=builtin,
+    )
+
+
+def check_fastdds_profile(path: str | os.PathLike[str] = FASTDDS_PROFILE_PATH) -> FastDdsProfileSummary:
+    """Parse a Fast DDS XML profile and check it keeps traffic on loopback; raise RosEnvironmentError if not."""
+    resolved = Path(path).resolve()
+    if not resolved.is_file():
+        raise RosEnvironmentError(
+            f"Fast DDS profile {resolved} does not exist (is robot_rl.ros package data installed?)"
+        )
+    return _check_fastdds_profile_cached(resolved, resolved.stat().st_mtime_ns)
+
+
+def _resolve_domain_id(domain_id: int | None, base: Mapping[str, str]) -> int:
+    if domain_id is None:
+        raw = base.get("ROS_DOMAIN_ID", "").strip()
+        if not raw:
+            return 0
+        try:
+            domain_id = int(raw)
+        except ValueError:
+            raise RosEnvironmentError(f"ROS_DOMAIN_ID={raw!r} is not an integer") from None
+    if isinstance(domain_id, bool) or not isinstance(domain_id, int) or not 0 <= domain_id <= MAX_DOMAIN_ID:
+        raise RosEnvironmentError(f"ROS domain id must be an integer in [0, {MAX_DOMAIN_ID}], got {domain_id!r}")
+    return domain_id
+
+
+def _prepend_paths(existing: str | None, new: Sequence[Path | str]) -> str:
+    parts = [str(p) for p in new]
+    parts += [p for p in (existing or "").split(os.pathsep) if p and p not in parts]
+    return os.pathsep.join(parts)
+
+
+def ros_environment(
+    domain_id: int | None = None,
+    base: Mapping[str, str] | None = None,
+    profile: str | os.PathLike[str] | None = None,
+) -> dict[str, str]:
+    """Return a copy of `base` (default: os.environ) set up for a ROS 2 process on `domain_id` (see module doc)."""
+    env = dict(os.environ if base is None else base)
+    discovery = env.get("ROS_AUTOMATIC_DISCOVERY_RANGE", "").strip()
+    if not discovery:
+        env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = DEFAULT_DISCOVERY_RANGE
+    elif discovery not in DISCOVERY_RANGES:
+        raise RosEnvironmentError(f"ROS_AUTOMATIC_DISCOVERY_RANGE={discovery!r} is not one of {DISCOVERY_RANGES}")
+    env["ROS_DOMAIN_ID"] = str(_resolve_domain_id(domain_id, env))
+    env["RMW_IMPLEMENTATION"] = RMW_IMPLEMENTATION
+    env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(check_fastdds_profile(profile or FASTDDS_PROFILE_PATH).path)
+    wheels = find_ros_wheels()
+    env["LD_LIBRARY_PATH"] = _prepend_paths(env.get("LD_LIBRARY_PATH"), wheels.library_dirs)
+    env[BOOTSTRAP_FLAG] = "1"
+    env["AMENT_PREFIX_PATH"] = _prepend_paths(env.get("AMENT_PREFIX_PATH"), [wheels.prefix])
+    return env
+
+
+def ensure_ros_environment(
+    domain_id: int | None = None, profile: str | os.PathLike[str] | None = None
+) -> dict[str, str]:
+    """Apply :func:`ros_environment` to os.environ before rclpy is imported; return the variables that were set.
+
+    Raises RosEnvironmentError if the wheels are missing, if this interpreter was started without the wheels' library
+    path (the dynamic loader reads LD_LIBRARY_PATH only at start-up), or if rclpy is already imported with a different
+    configuration.
+    """
+    wanted = ros_environment(domain_id, base=os.environ, profile=profile)
+    if "rclpy" in sys.modules:
+        conflicts = {k: (os.environ.get(k), wanted[k]) for k in _CONFIG_KEYS if os.environ.get(k) != wanted[k]}
+        if conflicts:
+            details = ", ".join(f"{k}: current {cur!r}, wanted {new!r}" for k, (cur, new) in conflicts.items())
+            raise RosEnvironmentError(
+                f"rclpy is already imported with a different ROS configuration ({details}); call "
+                "ensure_ros_environment() before importing rclpy, or start a process with ros_environment()"
+            )
+    loaded = {os.path.realpath(p) for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p}
+    missing = [str(d) for d in find_ros_wheels().library_dirs if os.path.realpath(d) not in loaded]
+    if missing:
+        raise RosEnvironmentError(
+            "this Python process started without the ROS 2 wheels' libraries on LD_LIBRARY_PATH "
+            f"(missing {missing}); the dynamic loader reads it only at start-up: run it from the venv whose "
+            "ros_wheels_bootstrapper sets it, or start it with env=robot_rl.ros.env.ros_environment()"
+        )
+    changed = {k: v for k, v in wanted.items() if os.environ.get(k) != v}
+    os.environ.update(changed)
+    return changed
+
+
+def _ip_command() -> str | None:
+    found = shutil.which("ip")  # /usr/sbin is often missing from a non-root PATH
+    return found or next((p for p in ("/usr/sbin/ip", "/sbin/ip") if Path(p).exists()), None)
+
+
+@functools.lru_cache(maxsize=1)
+def network_namespace_available() -> bool:
+    """True if this process may create a private network namespace (``unshare -n``) and bring its ``lo`` up."""
+    unshare, ip = shutil.which("unshare"), _ip_command()
+    if not unshare or not ip:
+        return False
+    try:
+        result = subprocess.run(
+            [unshare, "-n", ip, "link", "set", "lo", "up"], capture_output=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return result.returncode == 0
+
+
+def private_network_command(argv: Sequence[str]) -> list[str]:
+    """Wrap `argv` to run in a private network namespace with only ``lo`` up; unchanged where that is unavailable.
+
+    Processes that must talk to each other over DDS have to share one namespace: wrap one launcher, not each node.
+    """
+    if not network_namespace_available():
+        return list(argv)
+    ip = _ip_command() or "ip"
+    return [shutil.which("unshare") or "unshare", "-n", "sh", "-c", f'"{ip}" link set lo up && exec "$@"', "sh", *argv]

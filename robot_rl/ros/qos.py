@@ -1,0 +1,129 @@
+"""Named QoS profiles per stream and the project's topic names. Importable without rclpy.
+
+Streams (all reliable: with the default transport best-effort dropped most large images, see ROS2-NOTES.md):
+
+=============  ===============  ==========  ======================================================================
+stream         durability       keep last   why
+=============  ===============  ==========  ======================================================================
+sensors        volatile         2           fresh data only; 2 lets a slow reader see the newest frame
+commands       volatile         1           only the latest target matters; an old command must never be replayed
+latched_state  transient-local  1           estop / teleop engaged: a node that starts late must know the state
+transitions    volatile         64          actor -> learner; the actor's outbox re-sends what was not acknowledged
+acks           volatile         16          learner -> actor persistence acknowledgements (cumulative)
+weights        transient-local  1           a learner's latest weights reach actors that start (or restart) later
+events         volatile         16          rewards and other per-step scalars
+=============  ===============  ==========  ======================================================================
+
+Transient-local needs both sides: publish AND subscribe with the same stream's profile.
+Use :func:`qos_profile` (builds an ``rclpy.qos.QoSProfile``) with the stream named in :data:`TOPICS`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Durability = Literal["volatile", "transient_local"]
+
+
+@dataclass(frozen=True)
+class StreamQos:
+    """QoS settings of one stream, independent of rclpy: reliable history of `depth` with a durability."""
+
+    name: str
+    durability: Durability
+    depth: int
+
+    def to_rclpy(self, depth: int | None = None):
+        """rclpy.qos.QoSProfile for this stream (reliable, keep last `depth` or the stream's default)."""
+        from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+        depth = self.depth if depth is None else depth
+        if depth < 1:
+            raise ValueError(f"QoS depth for stream {self.name!r} must be >= 1, got {depth}")
+        return QoSProfile(
+            history=HistoryPolicy.KEEP_LAST,
+            depth=depth,
+            reliability=ReliabilityPolicy.RELIABLE,
+            durability=(
+                DurabilityPolicy.TRANSIENT_LOCAL if self.durability == "transient_local" else DurabilityPolicy.VOLATILE
+            ),
+        )
+
+
+SENSORS = StreamQos("sensors", "volatile", 2)
+COMMANDS = StreamQos("commands", "volatile", 1)
+LATCHED_STATE = StreamQos("latched_state", "transient_local", 1)
+TRANSITIONS = StreamQos("transitions", "volatile", 64)
+ACKS = StreamQos("acks", "volatile", 16)
+WEIGHTS = StreamQos("weights", "transient_local", 1)
+EVENTS = StreamQos("events", "volatile", 16)
+
+STREAMS: dict[str, StreamQos] = {
+    s.name: s for s in (SENSORS, COMMANDS, LATCHED_STATE, TRANSITIONS, ACKS, WEIGHTS, EVENTS)
+}
+
+
+def qos_profile(stream: str | StreamQos, depth: int | None = None):
+    """rclpy QoSProfile of a named stream (see module table); `depth` overrides the stream's keep-last depth."""
+    spec = stream if isinstance(stream, StreamQos) else STREAMS.get(stream)
+    if spec is None:
+        raise KeyError(f"unknown QoS stream {stream!r}; known: {sorted(STREAMS)}")
+    return spec.to_rclpy(depth)
+
+
+# ---------------------------------------------------------------------------------------------------- topic names
+# Robot-facing topics use standard messages so real drivers and the sim node are interchangeable.
+
+CAMERA_FRONT_IMAGE = "/camera/front/image_raw"  # sensor_msgs/Image, rgb8, frame camera_front
+CAMERA_WRIST_IMAGE = "/camera/wrist/image_raw"  # sensor_msgs/Image, rgb8, frame camera_wrist
+JOINT_STATES = "/joint_states"  # sensor_msgs/JointState, arm joints (+ gripper finger joints)
+TCP_POSE = "/tcp_pose"  # geometry_msgs/PoseStamped, tool centre point in the robot base frame
+GRIPPER_STATE = "/gripper/state"  # sensor_msgs/JointState, gripper opening (position) and effort
+COMMAND_TARGET_POSE = "/command/target_pose"  # geometry_msgs/PoseStamped, absolute TCP target in the base frame
+COMMAND_GRIPPER = "/command/gripper"  # std_msgs/Float64, gripper target in [0 closed, 1 open]
+TELEOP_TWIST = "/teleop/twist"  # geometry_msgs/TwistStamped, human TCP velocity command
+TELEOP_ENGAGED = "/teleop/engaged"  # std_msgs/Bool, true while the human overrides the policy (latched)
+ACTOR_TRANSITIONS = "/actor/transitions"  # std_msgs/UInt8MultiArray, msgpack batch with actor id + sequence numbers
+LEARNER_WEIGHTS = "/learner/weights"  # std_msgs/UInt8MultiArray, msgpack policy weights + version (latched)
+LEARNER_ACK = "/learner/ack"  # std_msgs/UInt8MultiArray, msgpack {actor id: last persisted sequence number}
+SAFETY_ESTOP = "/safety/estop"  # std_msgs/Bool, true = stop the robot now (latched)
+TASK_REWARD = "/task/reward"  # std_msgs/Float32, per-step reward from a classifier or the sim task
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """A project topic: its name, ROS message type ("pkg/msg/Type") and QoS stream."""
+
+    name: str
+    message_type: str
+    stream: StreamQos
+
+
+TOPICS: dict[str, TopicSpec] = {
+    t.name: t
+    for t in (
+        TopicSpec(CAMERA_FRONT_IMAGE, "sensor_msgs/msg/Image", SENSORS),
+        TopicSpec(CAMERA_WRIST_IMAGE, "sensor_msgs/msg/Image", SENSORS),
+        TopicSpec(JOINT_STATES, "sensor_msgs/msg/JointState", SENSORS),
+        TopicSpec(TCP_POSE, "geometry_msgs/msg/PoseStamped", SENSORS),
+        TopicSpec(GRIPPER_STATE, "sensor_msgs/msg/JointState", SENSORS),
+        TopicSpec(COMMAND_TARGET_POSE, "geometry_msgs/msg/PoseStamped", COMMANDS),
+        TopicSpec(COMMAND_GRIPPER, "std_msgs/msg/Float64", COMMANDS),
+        TopicSpec(TELEOP_TWIST, "geometry_msgs/msg/TwistStamped", COMMANDS),
+        TopicSpec(TELEOP_ENGAGED, "std_msgs/msg/Bool", LATCHED_STATE),
+        TopicSpec(ACTOR_TRANSITIONS, "std_msgs/msg/UInt8MultiArray", TRANSITIONS),
+        TopicSpec(LEARNER_WEIGHTS, "std_msgs/msg/UInt8MultiArray", WEIGHTS),
+        TopicSpec(LEARNER_ACK, "std_msgs/msg/UInt8MultiArray", ACKS),
+        TopicSpec(SAFETY_ESTOP, "std_msgs/msg/Bool", LATCHED_STATE),
+        TopicSpec(TASK_REWARD, "std_msgs/msg/Float32", EVENTS),
+    )
+}
+
+
+def topic_qos(topic: str, depth: int | None = None):
+    """rclpy QoSProfile for one of the project's topics (see :data:`TOPICS`)."""
+    spec = TOPICS.get(topic)
+    if spec is None:
+        raise KeyError(f"unknown topic {topic!r}; known: {sorted(TOPICS)}")
+    return spec.stream.to_rclpy(depth)

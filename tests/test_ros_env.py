@@ -1,0 +1,160 @@
+"""ROS 2 environment bootstrap and QoS/topic tables: LOCALHOST by default, the shipped profile is loopback-only."""
+
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+
+from robot_rl.ros import env as ros_env
+from robot_rl.ros import qos
+from robot_rl.ros.env import (
+    FASTDDS_PROFILE_PATH,
+    RosEnvironmentError,
+    check_fastdds_profile,
+    ensure_ros_environment,
+    private_network_command,
+    ros_environment,
+)
+
+
+def test_shipped_profile_exists_parses_and_stays_on_loopback():
+    assert FASTDDS_PROFILE_PATH.is_file()
+    summary = check_fastdds_profile()
+    assert summary.builtin_transports is False
+    assert summary.udp_allowlist == ("127.0.0.1",)
+    assert summary.shm_segment_size >= 32 * 2**20 and summary.shm_max_message_size >= 16 * 2**20
+
+
+@pytest.mark.parametrize(
+    "body,problem",
+    [
+        ("<dds><broken", "not valid XML"),
+        ('<dds xmlns="http://www.eprosima.com"><profiles><participant profile_name="p" is_default_profile="true">'
+         "<rtps><useBuiltinTransports>true</useBuiltinTransports></rtps></participant></profiles></dds>",
+         "useBuiltinTransports"),
+        ('<dds xmlns="http://www.eprosima.com"><profiles><transport_descriptors><transport_descriptor>'
+         "<transport_id>udp</transport_id><type>UDPv4</type><interfaceWhiteList><address>10.0.0.5</address>"
+         '</interfaceWhiteList></transport_descriptor></transport_descriptors><participant profile_name="p" '
+         'is_default_profile="true"><rtps><userTransports><transport_id>udp</transport_id></userTransports>'
+         "<useBuiltinTransports>false</useBuiltinTransports></rtps></participant></profiles></dds>",
+         "restricted to 127.0.0.1"),
+    ],
+)
+def test_profiles_that_could_leave_loopback_are_rejected(tmp_path, body, problem):
+    path = tmp_path / "profile.xml"
+    path.write_text(body)
+    with pytest.raises(RosEnvironmentError, match=problem):
+        check_fastdds_profile(path)
+    with pytest.raises(RosEnvironmentError, match="does not exist"):
+        check_fastdds_profile(tmp_path / "missing.xml")
+
+
+def _wheels_or_skip():
+    pytest.importorskip("rclpy")
+    return ros_env.find_ros_wheels()
+
+
+def test_ros_environment_defaults_to_localhost_and_sets_the_wheel_paths():
+    wheels = _wheels_or_skip()
+    env = ros_environment(domain_id=42, base={"LD_LIBRARY_PATH": "/opt/other", "PATH": "/usr/bin"})
+    assert env["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "LOCALHOST"
+    assert env["ROS_DOMAIN_ID"] == "42"
+    assert env["RMW_IMPLEMENTATION"] == "rmw_fastrtps_cpp"
+    assert env["FASTDDS_DEFAULT_PROFILES_FILE"] == str(FASTDDS_PROFILE_PATH)
+    assert env["_ROS_WHEELS_BOOTSTRAP_COMPLETE"] == "1"
+    assert env["AMENT_PREFIX_PATH"].split(os.pathsep)[0] == str(wheels.prefix)
+    library_path = env["LD_LIBRARY_PATH"].split(os.pathsep)
+    assert library_path[0] == str(wheels.prefix / "lib") and library_path[-1] == "/opt/other"
+    assert any(p.endswith("ros_rclpy.libs") for p in library_path)
+    assert env["PATH"] == "/usr/bin"
+
+
+def test_ros_environment_respects_a_user_range_and_domain_and_rejects_bad_values():
+    _wheels_or_skip()
+    env = ros_environment(base={"ROS_AUTOMATIC_DISCOVERY_RANGE": "SUBNET", "ROS_DOMAIN_ID": "17"})
+    assert env["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SUBNET" and env["ROS_DOMAIN_ID"] == "17"
+    assert ros_environment(base={})["ROS_DOMAIN_ID"] == "0"
+    assert ros_environment(domain_id=3, base={"ROS_DOMAIN_ID": "17"})["ROS_DOMAIN_ID"] == "3"
+    with pytest.raises(RosEnvironmentError, match="ROS_AUTOMATIC_DISCOVERY_RANGE='WAN'"):
+        ros_environment(base={"ROS_AUTOMATIC_DISCOVERY_RANGE": "WAN"})
+    with pytest.raises(RosEnvironmentError, match="domain id"):
+        ros_environment(domain_id=500, base={})
+    with pytest.raises(RosEnvironmentError, match="not an integer"):
+        ros_environment(base={"ROS_DOMAIN_ID": "abc"})
+
+
+def test_missing_wheels_name_the_install_command(monkeypatch):
+    monkeypatch.setattr(ros_env.importlib.machinery.PathFinder, "find_spec", lambda name, path=None, target=None: None)
+    with pytest.raises(RosEnvironmentError, match=r"pip install -e '\.\[ros\]'"):
+        ros_environment(base={})
+
+
+def test_ensure_refuses_when_rclpy_was_imported_with_another_config(monkeypatch):
+    _wheels_or_skip()
+    monkeypatch.setitem(sys.modules, "rclpy", types.ModuleType("rclpy"))
+    monkeypatch.setenv("ROS_DOMAIN_ID", "3")
+    with pytest.raises(RosEnvironmentError, match="already imported.*ROS_DOMAIN_ID"):
+        ensure_ros_environment(domain_id=4)
+    assert os.environ["ROS_DOMAIN_ID"] == "3"
+
+
+def test_ensure_refuses_a_process_started_without_the_library_path(monkeypatch):
+    _wheels_or_skip()
+    monkeypatch.delitem(sys.modules, "rclpy", raising=False)
+    monkeypatch.setenv("LD_LIBRARY_PATH", "")
+    monkeypatch.setenv("ROS_DOMAIN_ID", "3")
+    with pytest.raises(RosEnvironmentError, match="LD_LIBRARY_PATH"):
+        ensure_ros_environment(domain_id=4)
+    assert os.environ["ROS_DOMAIN_ID"] == "3"
+
+
+def test_ensure_sets_up_a_fresh_process_that_then_initialises_rclpy():
+    _wheels_or_skip()
+    code = (
+        "import os; from robot_rl.ros.env import ensure_ros_environment; ensure_ros_environment(domain_id=61); "
+        "import rclpy; rclpy.init(); rclpy.shutdown(); "
+        "e = os.environ; print(e['ROS_DOMAIN_ID'], e['ROS_AUTOMATIC_DISCOVERY_RANGE'], e['RMW_IMPLEMENTATION'])"
+    )
+    base = {k: v for k, v in os.environ.items() if k not in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID")}
+    out = subprocess.run(private_network_command([sys.executable, "-c", code]), env=base,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["61", "LOCALHOST", "rmw_fastrtps_cpp"]
+
+
+def test_private_network_command_falls_back_to_the_plain_command(monkeypatch):
+    monkeypatch.setattr(ros_env, "network_namespace_available", lambda: False)
+    assert private_network_command(["python", "-V"]) == ["python", "-V"]
+    monkeypatch.setattr(ros_env, "network_namespace_available", lambda: True)
+    wrapped = private_network_command(["python", "-V"])
+    assert wrapped[1] == "-n" and wrapped[-2:] == ["python", "-V"] and "link set lo up" in wrapped[4]
+
+
+def test_every_topic_has_a_stream_and_streams_are_as_documented():
+    assert qos.TOPICS[qos.LEARNER_WEIGHTS].stream.durability == "transient_local"
+    assert qos.TOPICS[qos.SAFETY_ESTOP].stream.durability == "transient_local"
+    assert qos.TOPICS[qos.COMMAND_TARGET_POSE].stream.depth == 1
+    assert qos.TOPICS[qos.CAMERA_FRONT_IMAGE].stream is qos.SENSORS
+    for name, topic in qos.TOPICS.items():
+        assert name.startswith("/") and topic.message_type.count("/msg/") == 1
+        assert topic.stream is qos.STREAMS[topic.stream.name]
+
+
+def test_qos_profiles_build_with_rclpy():
+    pytest.importorskip("rclpy")
+    from rclpy.qos import DurabilityPolicy, HistoryPolicy, ReliabilityPolicy
+
+    weights = qos.qos_profile("weights")
+    assert weights.durability == DurabilityPolicy.TRANSIENT_LOCAL and weights.depth == 1
+    sensors = qos.topic_qos(qos.CAMERA_WRIST_IMAGE)
+    assert sensors.reliability == ReliabilityPolicy.RELIABLE and sensors.history == HistoryPolicy.KEEP_LAST
+    assert sensors.durability == DurabilityPolicy.VOLATILE and sensors.depth == 2
+    assert qos.qos_profile(qos.TRANSITIONS, depth=500).depth == 500
+    with pytest.raises(KeyError, match="unknown QoS stream"):
+        qos.qos_profile("video")
+    with pytest.raises(KeyError, match="unknown topic"):
+        qos.topic_qos("/nope")
+    with pytest.raises(ValueError, match="depth"):
+        qos.qos_profile("sensors", depth=0)
