@@ -67,3 +67,25 @@ def test_killed_run_resumes_from_its_checkpoint(tmp_path):
     assert final["transitions"] == 400  # nothing trained on twice, nothing lost between checkpoint and resume
     assert final["updates"] > saved["updates"]
     assert (run_dir / "report.md").exists()
+
+
+def test_interventions_during_training_are_flagged_and_reach_both_buffers(tmp_path):
+    from robot_rl.learner import LearnerConfig
+    from robot_rl.sim.human import SimulatedHumanConfig
+
+    cfg = TrainConfig(
+        demos=0, steps=150, eval_every=150, eval_episodes=1, intervene=True, video=False, run_dir=tmp_path / "run",
+        human=SimulatedHumanConfig(stuck_window=3, stuck_distance=0.05, takeover_steps=4, episode_budget=8),
+        learner=LearnerConfig(batch_size=32, utd=1, n_step=3),
+    )
+    run_dir = train(cfg)
+    state = json.loads((run_dir / "checkpoint" / "learner.json").read_text())
+    episodes = state["extra"]["episodes_log"]
+    assert 0 < state["interventions"] <= 8 * len(episodes)
+    assert any(e["intervention_rate"] > 0 for e in episodes)
+    from robot_rl.data.replay import ReplayBuffer
+
+    online = ReplayBuffer.load(run_dir / "checkpoint" / "online.zarr")
+    demo = ReplayBuffer.load(run_dir / "checkpoint" / "demo.zarr")
+    assert online.intervention[online.valid].sum() == state["interventions"] == len(demo)
+    assert "Human interventions" in (run_dir / "report.md").read_text()
