@@ -67,6 +67,9 @@ class SACConfig:
     # Behaviour-cloning term on demo rows of each batch: bc_weight * mean ||tanh(mean(s)) - a_demo||^2 in the actor
     # loss. 0 is plain SAC/RLPD; a small weight makes learning from few demos much faster (TD3+BC-style).
     bc_weight: float = 0.0
+    # Known bounds of the return, e.g. (0, 1) for a sparse reward of 1 that ends the episode: TD targets are clipped
+    # into them, so the actor cannot chase critic over-estimates beyond what any policy can achieve.
+    target_bounds: tuple[float, float] | None = None
     image_encoder: ImageEncoderConfig = ImageEncoderConfig()
 
     def __post_init__(self) -> None:
@@ -79,6 +82,8 @@ class SACConfig:
             raise ValueError(f"critic_actor_ratio must be >= 1, got {self.critic_actor_ratio}")
         if not 0.0 < self.tau <= 1.0:
             raise ValueError(f"tau must be in (0, 1], got {self.tau}")
+        if self.target_bounds is not None and not self.target_bounds[0] < self.target_bounds[1]:
+            raise ValueError(f"target_bounds must be (low, high) with low < high, got {self.target_bounds}")
 
 
 class OptimisedParams(flax.struct.PyTreeNode):
@@ -361,7 +366,10 @@ def _sac_step(agent: SACAgent, batch: Batch) -> tuple[SACAgent, dict[str, jax.Ar
     if config.backup_entropy:
         next_q = next_q - temperature * next_log_probs
     rewards = jnp.asarray(batch.rewards, jnp.float32)
-    targets = jax.lax.stop_gradient(rewards + batch.discounts * batch.masks * next_q)
+    targets = rewards + batch.discounts * batch.masks * next_q
+    if config.target_bounds is not None:
+        targets = jnp.clip(targets, *config.target_bounds)
+    targets = jax.lax.stop_gradient(targets)
 
     (loss_c, (features, q_values)), grads = jax.value_and_grad(
         lambda p: critic_loss(agent, p, observations, actions, targets), has_aux=True
