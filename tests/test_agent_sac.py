@@ -199,3 +199,16 @@ def test_patch_conv_matches_flax_conv():
     conv = nn.Conv(5, (4, 4), strides=(4, 4), padding="VALID")
     ours, reference = jax.jit(PatchConv(5, 4).apply)(params, x), jax.jit(conv.apply)(params, x)
     np.testing.assert_allclose(np.asarray(ours), np.asarray(reference), rtol=1e-5, atol=1e-5)
+
+
+def test_target_bounds_clip_td_targets():
+    spec = STATE_SPEC
+    batch = random_batch(spec, (32,))
+    batch = batch.replace(rewards=np.full(32, 3.0, np.float32), masks=np.ones(32, np.float32))
+    small = SACConfig(actor_hidden_dims=(16,), critic_hidden_dims=(16,), critic_ensemble_size=2)
+    _, free = SACAgent.create(0, spec, 4, small).update(batch)
+    _, bounded = SACAgent.create(0, spec, 4, dataclasses.replace(small, target_bounds=(0.0, 1.0))).update(batch)
+    assert float(free["target_q_mean"]) > 2.0
+    assert 0.5 < float(bounded["target_q_mean"]) <= 1.0 + 1e-6
+    with pytest.raises(ValueError, match="target_bounds"):
+        SACConfig(target_bounds=(1.0, 0.0))
