@@ -5,7 +5,6 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from robot_rl.sim import robot
 from robot_rl.sim.env import RobotEnv
 
 PICK_CUBE_MAX_EPISODE_STEPS = 50
