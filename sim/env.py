@@ -212,6 +212,14 @@ class RobotEnv(gym.Env):
         """Distance between the finger pads [m]."""
         return float(self.data.qpos[self._finger_qpos_adr].sum())
 
+    def set_target_pose(self, position: np.ndarray, quat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Set the controller target (base frame, quaternion wxyz), clipped into the workspace and rotation limits."""
+        self._target_position = np.clip(np.asarray(position, dtype=np.float64), self.workspace_low, self.workspace_high)
+        relative = _rotvec_from_quat(_quat_mul(np.asarray(quat, dtype=np.float64), _quat_conj(NOMINAL_TCP_QUAT)))
+        relative = np.clip(relative, self.rotation_low, self.rotation_high)
+        self._target_quat = _quat_mul(_quat_from_rotvec(relative), NOMINAL_TCP_QUAT)
+        return self.target_pose()
+
     @property
     def gripper_command(self) -> float:
         """Last gripper command (-1 open .. +1 closed)."""
@@ -281,14 +289,12 @@ class RobotEnv(gym.Env):
                 self._warned_bad_action = True
             return False
         action = np.clip(action, -1.0, 1.0)
-        self._target_position = np.clip(self._target_position + action[:3] * self.max_translation,
-                                        self.workspace_low, self.workspace_high)
+        position = self._target_position + action[:3] * self.max_translation
         if self.control_rotation:
-            delta = _quat_from_rotvec(action[3:6] * self.max_rotation)
-            quat = _quat_mul(delta, self._target_quat)
-            relative = _rotvec_from_quat(_quat_mul(quat, _quat_conj(NOMINAL_TCP_QUAT)))
-            relative = np.clip(relative, self.rotation_low, self.rotation_high)
-            self._target_quat = _quat_mul(_quat_from_rotvec(relative), NOMINAL_TCP_QUAT)
+            self.set_target_pose(position, _quat_mul(_quat_from_rotvec(action[3:6] * self.max_rotation),
+                                                     self._target_quat))
+        else:
+            self._target_position = np.clip(position, self.workspace_low, self.workspace_high)
         self._set_gripper(float(action[-1]))
         return True
 

@@ -75,8 +75,8 @@ def qos_profile(stream: str | StreamQos, depth: int | None = None):
 # ---------------------------------------------------------------------------------------------------- topic names
 # Robot-facing topics use standard messages so real drivers and the sim node are interchangeable.
 
-CAMERA_FRONT_IMAGE = "/camera/front/image_raw"  # sensor_msgs/Image, rgb8, frame camera_front
-CAMERA_WRIST_IMAGE = "/camera/wrist/image_raw"  # sensor_msgs/Image, rgb8, frame camera_wrist
+CAMERA_FRONT_IMAGE = "/camera/front/image_raw"  # sensor_msgs/Image, rgb8, frame front_camera
+CAMERA_WRIST_IMAGE = "/camera/wrist/image_raw"  # sensor_msgs/Image, rgb8, frame wrist_camera
 JOINT_STATES = "/joint_states"  # sensor_msgs/JointState, arm joints (+ gripper finger joints)
 TCP_POSE = "/tcp_pose"  # geometry_msgs/PoseStamped, tool centre point in the robot base frame
 GRIPPER_STATE = "/gripper/state"  # sensor_msgs/JointState, gripper opening (position) and effort
@@ -89,6 +89,7 @@ LEARNER_WEIGHTS = "/learner/weights"  # std_msgs/UInt8MultiArray, msgpack policy
 LEARNER_ACK = "/learner/ack"  # std_msgs/UInt8MultiArray, msgpack {actor id: last persisted sequence number}
 SAFETY_ESTOP = "/safety/estop"  # std_msgs/Bool, true = stop the robot now (latched)
 TASK_REWARD = "/task/reward"  # std_msgs/Float32, per-step reward from a classifier or the sim task
+TASK_SUCCESS = "/task/success"  # std_msgs/Bool, the task's success flag of the same step
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ TOPICS: dict[str, TopicSpec] = {
         TopicSpec(LEARNER_ACK, "std_msgs/msg/UInt8MultiArray", ACKS),
         TopicSpec(SAFETY_ESTOP, "std_msgs/msg/Bool", LATCHED_STATE),
         TopicSpec(TASK_REWARD, "std_msgs/msg/Float32", EVENTS),
+        TopicSpec(TASK_SUCCESS, "std_msgs/msg/Bool", EVENTS),
     )
 }
 
