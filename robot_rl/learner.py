@@ -72,12 +72,11 @@ class Learner:
                 f"demo dataset {dataset.path} lacks observation keys {missing} (it has {sorted(dataset.observation_spec)});"
                 " record demos with the same --obs-mode"
             )
-        observations = dataset.observations()
         added = 0
         for index in range(dataset.num_episodes):
             episode = dataset.episode(index)
             length = len(episode["action"])
-            obs = {k: observations[k][dataset.episode_starts[index] : dataset.episode_ends[index]] for k in self.observation_spec.keys}
+            obs = {k: episode["obs"][k] for k in self.observation_spec.keys}
             for t in range(length):
                 current = {k: v[t] for k, v in obs.items()}
                 following = {k: (obs[k][t + 1] if t + 1 < length else episode["final_obs"][k]) for k in obs}
