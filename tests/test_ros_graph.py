@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import signal
 import subprocess
 import sys
 import time
@@ -134,29 +133,14 @@ def _publish() -> int:
 
 
 def test_images_and_payload_cross_process_boundaries_intact():
-    from robot_rl.ros.env import private_network_command, ros_environment
+    from ros_harness import run_ros_script
 
     domain_id = 100 + os.getpid() % 100  # test-specific; isolated anyway inside a private network namespace
-    command = private_network_command([sys.executable, os.path.abspath(__file__), "publish"])
-    process = subprocess.Popen(command, env=ros_environment(domain_id=domain_id), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        stdout, stderr = process.communicate(timeout=DEADLINE_S + 5)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)  # the publisher and its subscriber child share this session
-        stdout, stderr = process.communicate()
-        pytest.fail(f"ROS graph test timed out; stdout={stdout!r} stderr={stderr[-2000:]!r}")
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    results = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
-    assert results, f"no result; rc={process.returncode} stdout={stdout!r} stderr={stderr[-2000:]!r}"
-    summary = json.loads(results[-1][len("RESULT "):])
+    summary, stderr, returncode = run_ros_script(__file__, "publish", domain_id, DEADLINE_S + 5)
     assert summary.get("images_received") == IMAGE_COUNT, (summary, stderr[-2000:])
     assert summary["images_correct"] == IMAGE_COUNT, summary
     assert summary["payload_ok"], summary
-    assert process.returncode == 0, stderr[-2000:]
+    assert returncode == 0, stderr[-2000:]
 
 
 if __name__ == "__main__":

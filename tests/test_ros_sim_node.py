@@ -201,28 +201,10 @@ def _client() -> int:
 
 def test_sim_node_lockstep_end_to_end():
     pytest.importorskip("rclpy")
-    from robot_rl.ros.env import private_network_command, ros_environment
+    from ros_harness import run_ros_script
 
     domain_id = 150 + os.getpid() % 50  # test-specific; isolated anyway inside a private network namespace
-    command = private_network_command([sys.executable, os.path.abspath(__file__), "client"])
-    env = ros_environment(domain_id=domain_id)
-    repo_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (repo_root, env.get("PYTHONPATH", "")) if p)
-    process = subprocess.Popen(command, env=env, cwd=repo_root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True)
-    try:
-        stdout, stderr = process.communicate(timeout=DEADLINE_S + 10)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)  # the client and the sim node share this session
-        stdout, stderr = process.communicate()
-        pytest.fail(f"sim node test timed out; stdout={stdout!r} stderr={stderr[-3000:]!r}")
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    results = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
-    assert results, f"no result; rc={process.returncode} stdout={stdout!r} stderr={stderr[-3000:]!r}"
-    summary = json.loads(results[-1][len("RESULT "):])
+    summary, stderr, returncode = run_ros_script(__file__, "client", domain_id, DEADLINE_S + 10)
     context = (summary, stderr[-3000:])
     assert "error" not in summary, context
     assert summary["reset"]["success"], context
@@ -241,7 +223,7 @@ def test_sim_node_lockstep_end_to_end():
     assert summary["after_nan_moved"] < 0.006, context  # the last target was held
     assert "rejected target pose command" in stderr, stderr[-3000:]
     assert summary["sim_exit_code"] == 0, context
-    assert process.returncode == 0, stderr[-3000:]
+    assert returncode == 0, stderr[-3000:]
 
 
 if __name__ == "__main__":
