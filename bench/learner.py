@@ -149,6 +149,8 @@ def main() -> None:
     for cameras, size in pixel_cases:
         for utd in (1, 4):
             results.append(bench_update(make_spec(cameras, size), utd, args.batch, repeats, 3 if size == 64 else 2, rng))
+    for utd in (1, 4):  # the CPU training preset (2 critics) on 2x64x64 pixels
+        results.append(bench_update(make_spec(2, 64), utd, args.batch, repeats, 3, rng, LIGHT_CONFIG))
 
     speedup = {"state": bench_scan_speedup(make_spec(0, 0), 4, args.batch, repeats, rng)}
     speedup["2x64px"] = bench_scan_speedup(make_spec(2, 64), 4, args.batch, repeats, rng)
@@ -158,6 +160,7 @@ def main() -> None:
     print(json.dumps({
         "bench": "learner",
         "backend": jax.default_backend(),
+        "device": jax.devices()[0].device_kind,
         "cpu_count": os.cpu_count(),
         "load_avg_1min": round(os.getloadavg()[0], 2),
         "config": "SACConfig() defaults (actor/critic 256x256, 10 LayerNorm critics, subset 2, patch-conv encoder) unless critics says otherwise",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 
 import jax
@@ -9,6 +10,8 @@ import numpy as np
 
 from robot_rl.agents.sac import SACAgent
 from robot_rl.core import InterventionSource, Observation
+from robot_rl.safety import SafeCommand, Safety
+from robot_rl.transport import Outbox, StampedTransition
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +51,7 @@ class Actor:
             self.human.reset()
 
     def policy_action(self, obs: Observation) -> np.ndarray:
+        obs = {k: obs[k] for k in self.agent.observation_spec.keys}
         if self.deterministic:
             return np.asarray(self.agent.eval_actions(obs), dtype=np.float32)
         self._key, key = jax.random.split(self._key)
@@ -64,3 +68,127 @@ class Actor:
     def act(self, obs: Observation) -> np.ndarray:
         """`Policy` interface: the action to execute."""
         return self.step(obs).action
+
+
+EPISODE_KEYS = ("success", "failure", "reset")
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionStep:
+    """One control step of an `ActorSession`: the command to send (None once the episode is over)."""
+
+    command: SafeCommand | None
+    transition: StampedTransition | None
+    episode_over: bool
+    intervention: bool = False
+    success: bool = False
+
+
+class ActorSession:
+    """The actor's control loop without transport: observation -> safe absolute command, transitions with sequence
+    numbers into an outbox, episodes ended by success, time limit or a human episode key.
+
+    Step t: the observation that arrived after command t-1 closes transition t-1 (with the reward and success the
+    robot or the sim task reported for that step), then command t is chosen (human if engaged, else the policy),
+    filtered by the safety layer and tracked as the new absolute target.
+    """
+
+    def __init__(self, safety: Safety, source: str, outbox: Outbox | None = None, *, max_episode_steps: int = 50,
+                 actor: Actor | None = None):
+        if max_episode_steps < 1:
+            raise ValueError(f"max_episode_steps={max_episode_steps} must be >= 1")
+        self.safety = safety
+        self.source = source
+        self.outbox = outbox if outbox is not None else Outbox()
+        self.actor = actor
+        self.max_episode_steps = int(max_episode_steps)
+        self.next_seq = 0
+        self.episode = -1
+        self.episode_step = 0
+        self.episode_over = True
+        self.episode_return = 0.0
+        self.episode_interventions = 0
+        self.counters: collections.Counter[str] = collections.Counter()
+        self._pending: tuple[dict, np.ndarray, bool] | None = None
+        self._target: tuple[np.ndarray, np.ndarray] | None = None
+        self._gripper = safety.config.initial_gripper
+
+    @property
+    def target(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The absolute target the last command asked for (position, quaternion wxyz)."""
+        return self._target
+
+    def start_episode(self, tcp_position, tcp_quat, gripper: float | None = None) -> int:
+        """Begin an episode at the robot's measured pose (the controller target after a reset); returns its index."""
+        self.episode += 1
+        self.episode_step = 0
+        self.episode_over = False
+        self.episode_return = 0.0
+        self.episode_interventions = 0
+        self._pending = None
+        self._target = (np.asarray(tcp_position, dtype=np.float64).copy(), np.asarray(tcp_quat, np.float64).copy())
+        self._gripper = self.safety.config.initial_gripper if gripper is None else float(gripper)
+        if self.actor is not None:
+            self.actor.reset()
+        return self.episode
+
+    def hold(self, now: float | None = None, sensor_stamps=None) -> SafeCommand | None:
+        """A command that keeps the current target (for a robot that needs a steady command stream)."""
+        if self._target is None:
+            return None
+        return self.safety.filter(self._hold_action(), *self._target, now, sensor_stamps,
+                                  current_gripper=self._gripper)
+
+    def _hold_action(self) -> np.ndarray:
+        """Zero motion; the gripper part of an action is absolute, so it repeats the current gripper."""
+        action = np.zeros(self.safety.config.action_dim, dtype=np.float32)
+        action[-1] = self._gripper
+        return action
+
+    def step(self, obs: Observation, *, reward: float = 0.0, success: bool = False, now: float | None = None,
+             sensor_stamps=None, human_action: np.ndarray | None = None, episode_key: str | None = None) -> SessionStep:
+        """Close the previous transition with `obs`, then choose, filter and track the next command."""
+        if self.episode_over or self._target is None:
+            raise RuntimeError("no episode is running: call start_episode() first")
+        if episode_key is not None and episode_key not in EPISODE_KEYS:
+            raise ValueError(f"episode key {episode_key!r} is not one of {EPISODE_KEYS}")
+        success = bool(success) or episode_key == "success"
+        reward = max(float(reward), 1.0) if episode_key == "success" else float(reward)
+        transition = None
+        if self._pending is not None:
+            previous_obs, action, intervention = self._pending
+            self.episode_step += 1
+            terminated = success
+            truncated = not terminated and (self.episode_step >= self.max_episode_steps or episode_key is not None)
+            transition = StampedTransition(
+                seq=self.next_seq, episode=self.episode, step=self.episode_step - 1, observation=previous_obs,
+                action=action, reward=reward, terminated=terminated, truncated=truncated, next_observation=obs,
+                intervention=intervention, success=success)
+            self.outbox.add(transition)
+            self.next_seq += 1
+            self.episode_return += reward
+            self.episode_interventions += int(intervention)
+            self._pending = None
+            if terminated or truncated:
+                self.episode_over = True
+                return SessionStep(None, transition, True, intervention, success)
+        elif episode_key is not None:
+            self.episode_over = True
+            return SessionStep(None, None, True, False, success)
+
+        intervention = human_action is not None
+        if intervention:
+            action = np.asarray(human_action, dtype=np.float32)
+        elif self.actor is not None:
+            action = self.actor.policy_action(obs)
+        else:  # no policy and no human: hold
+            action = self._hold_action()
+        command = self.safety.filter(action, *self._target, now, sensor_stamps, current_gripper=self._gripper)
+        self.counters["commands"] += 1
+        if command.held:
+            self.counters["held"] += 1
+        else:
+            self._target = (command.target_position, command.target_quat)
+            self._gripper = command.gripper
+            self._pending = (dict(obs), np.clip(action, -1.0, 1.0).astype(np.float32), intervention)
+        return SessionStep(command, transition, False, intervention, success)

@@ -17,14 +17,21 @@ ObsMode = Literal["state", "pixels", "state+pixels"]
 
 @dataclasses.dataclass(frozen=True)
 class Record:
-    """Record episodes from a policy in the sim mirror to a zarr dataset."""
+    """Record episodes to a zarr dataset: the scripted expert in the sim mirror, or teleoperation on a running graph."""
 
     out: Path
     """Dataset directory (created, or appended to if it exists)."""
     task: str = "PickCube-v0"
-    """Task name, e.g. PickCube-v0 or PegInsert-v0."""
+    """Task name, e.g. PickCube-v0 or PegInsert-v0 (with --source ros: its limits and episode length)."""
+    source: Literal["sim", "ros"] = "sim"
+    """`sim`: run the scripted expert in-process. `ros`: join a running ROS 2 graph (robot drivers or the sim node,
+    and a teleop node) and record what the human does; ends after --episodes or on Ctrl-C."""
+    namespace: str = "/"
+    """With --source ros: the robot's namespace, e.g. /robot1."""
+    mode: Literal["realtime", "lockstep"] = "realtime"
+    """With --source ros: realtime (a robot, or the sim node in real time) or lockstep (the sim node in lock-step)."""
     policy: Literal["scripted"] = "scripted"
-    """Who acts: `scripted` is the privileged scripted expert."""
+    """Who acts with --source sim: `scripted` is the privileged scripted expert."""
     episodes: int = 10
     """Number of episodes to keep."""
     obs_mode: ObsMode = "state+pixels"
@@ -72,15 +79,48 @@ class Train:
     """Resume the run in this folder from its last checkpoint (its saved config is used)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """Run a ROS 2 YAML launch file with the project's launcher (robot_rl.ros.launch)."""
+
+    file: Annotated[tyro.conf.Positional[Path], tyro.conf.arg(metavar="FILE")]
+    """Launch file (ROS 2 YAML launch format)."""
+    arguments: Annotated[tyro.conf.Positional[tuple[str, ...]], tyro.conf.arg(metavar="NAME:=VALUE")] = ()
+    """Launch arguments as name:=value."""
+    domain_id: int | None = None
+    """ROS_DOMAIN_ID of every process (default: $ROS_DOMAIN_ID, else 0)."""
+    grace_s: float = 10.0
+    """Seconds processes get to exit after SIGINT before SIGTERM, then SIGKILL."""
+    dry_run: bool = False
+    """Print the resolved command lines, one per process, and exit."""
+
+
 Command = (
     Annotated[Train, tyro.conf.subcommand("train")]
     | Annotated[Record, tyro.conf.subcommand("record")]
     | Annotated[Info, tyro.conf.subcommand("info")]
     | Annotated[Replay, tyro.conf.subcommand("replay")]
+    | Annotated[Launch, tyro.conf.subcommand("launch")]
 )
 
 
+def run_record_ros(cfg: Record) -> None:
+    """Run an actor node with no policy in the graph's namespace; it writes each finished episode to the dataset."""
+    from robot_rl.ros.actor_node import main as actor_main
+
+    obs_mode = {"state+pixels": "state+pixels", "pixels": "pixels", "state": "state"}[cfg.obs_mode]
+    status = actor_main([
+        "robot-rl record", "--ros-args", "-r", f"__ns:={cfg.namespace}", "-r", "__node:=recorder",
+        "-p", f"task:={cfg.task}", "-p", f"obs_mode:={obs_mode}", "-p", f"mode:={cfg.mode}", "-p", "policy:=none",
+        "-p", "stream_transitions:=false", "-p", f"record_path:={cfg.out}", "-p", f"episodes:={cfg.episodes}"])
+    if status:
+        raise SystemExit(status)
+
+
 def run_record(cfg: Record) -> None:
+    if cfg.source == "ros":
+        run_record_ros(cfg)
+        return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from robot_rl.loop import make_env, record_episodes, writer_for_env
@@ -176,6 +216,17 @@ def run_replay(cfg: Replay) -> None:
           f"success={episode['success']}")
 
 
+def run_launch(cfg: Launch) -> None:
+    from robot_rl.ros.launch import LaunchError, launch
+
+    try:
+        status = launch(cfg.file, cfg.arguments, domain_id=cfg.domain_id, grace_s=cfg.grace_s, dry_run=cfg.dry_run)
+    except LaunchError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    if status:
+        raise SystemExit(status)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the `robot-rl` console script."""
     cfg = tyro.cli(Command, args=argv, prog="robot-rl", description="robot_rl: real-robot RL with a MuJoCo mirror.")
@@ -193,6 +244,8 @@ def main(argv: list[str] | None = None) -> None:
                 run_info(cfg)
             case Replay():
                 run_replay(cfg)
+            case Launch():
+                run_launch(cfg)
     except (DatasetError, ValueError, IndexError) as exc:  # bad input: a clear one-line error, not a traceback
         raise SystemExit(f"error: {exc}") from None
 

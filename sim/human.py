@@ -1,4 +1,9 @@
-"""A simulated human supervisor: the scripted expert takes over when the policy is stuck or pushing out of bounds."""
+"""A simulated human supervisor: the scripted expert takes over when the policy is stuck or pushing out of bounds.
+
+:class:`InterventionRule` holds the when-and-how-long logic without any env access (fed the TCP position, the
+commanded target and the policy's push direction each step), so the in-process :class:`SimulatedHuman` and the
+ROS 2 scripted teleop node (robot_rl.sim.scripted_teleop) decide the same way.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +16,8 @@ from robot_rl.sim.expert import make_expert
 
 
 @dataclasses.dataclass(frozen=True)
-class SimulatedHumanConfig:
-    """When and for how long the simulated human intervenes."""
+class InterventionConfig:
+    """When and for how long a supervisor intervenes."""
 
     takeover_steps: int = 5
     """Steps the expert keeps control once it took over."""
@@ -28,12 +33,108 @@ class SimulatedHumanConfig:
     """The policy heads out of the workspace if the target is within this margin of a face and the action pushes
     further out, `boundary_steps` times in a row."""
     boundary_steps: int = 3
+
+    def __post_init__(self) -> None:
+        problems = [f"{name}={getattr(self, name)!r} must be >= {low}"
+                    for name, low in (("takeover_steps", 1), ("episode_budget", 0), ("stuck_window", 2),
+                                      ("boundary_steps", 1)) if getattr(self, name) < low]
+        if self.total_budget is not None and self.total_budget < 0:
+            problems.append(f"total_budget={self.total_budget!r} must be >= 0 or None (no limit)")
+        if problems:
+            raise ValueError(f"invalid {type(self).__name__}: {'; '.join(problems)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SimulatedHumanConfig(InterventionConfig):
+    """When and for how long the simulated human intervenes, and how noisy its hands are."""
+
     noise: float = 0.0
     """Action noise of the expert, to make it a less-than-perfect human."""
 
-    def __post_init__(self) -> None:
-        if self.takeover_steps < 1 or self.episode_budget < 0 or self.stuck_window < 2 or self.boundary_steps < 1:
-            raise ValueError(f"invalid SimulatedHumanConfig: {self}")
+
+TRIGGER_STUCK = "stuck"
+TRIGGER_PUSHING_OUT = "pushing_out"
+TRIGGER_NON_FINITE = "non_finite_action"
+
+
+class InterventionRule:
+    """Decides, one control step at a time, whether the supervisor takes over (pure: no env, no ROS).
+
+    Triggers (only when no takeover is running and budget is left): the TCP moved less than ``stuck_distance`` over
+    the last ``stuck_window`` steps; the commanded target was within ``boundary_margin`` of a workspace face with the
+    push direction beyond 0.5 towards that face ``boundary_steps`` steps in a row; a non-finite policy action. A
+    takeover lasts ``takeover_steps`` steps, cut short when the episode or total budget runs out.
+    """
+
+    def __init__(self, config: InterventionConfig, workspace_low, workspace_high):
+        self.config = config
+        self.workspace_low = np.asarray(workspace_low, dtype=np.float64).reshape(3)
+        self.workspace_high = np.asarray(workspace_high, dtype=np.float64).reshape(3)
+        self.total_steps = 0
+        self.last_trigger: str | None = None
+        """Why the latest takeover started (TRIGGER_*), None before the first one."""
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a new episode: clears the evidence and any running takeover, refills the episode budget."""
+        self.episode_steps = 0
+        self._remaining = 0
+        self._positions: collections.deque = collections.deque(maxlen=self.config.stuck_window)
+        self._pushing_out = 0
+
+    @property
+    def remaining(self) -> int:
+        """Steps left in the running takeover (0: the policy acts)."""
+        return self._remaining
+
+    def budget_left(self) -> bool:
+        total = self.config.total_budget
+        return self.episode_steps < self.config.episode_budget and (total is None or self.total_steps < total)
+
+    def _pushes_out(self, target_position, push) -> bool:
+        if target_position is None:
+            return False
+        target = np.asarray(target_position, dtype=np.float64)
+        margin = self.config.boundary_margin
+        action = np.nan_to_num(np.asarray(push, dtype=np.float64)[:3])
+        at_low = target <= self.workspace_low + margin
+        at_high = target >= self.workspace_high - margin
+        return bool(np.any(at_low & (action < -0.5)) or np.any(at_high & (action > 0.5)))
+
+    def _stuck(self) -> bool:
+        if len(self._positions) < self._positions.maxlen:
+            return False
+        return float(np.linalg.norm(self._positions[-1] - self._positions[0])) < self.config.stuck_distance
+
+    def step(self, tcp_position, target_position, push) -> bool:
+        """Feed one control step; True if the supervisor acts at this step (counted against the budgets).
+
+        `tcp_position`: measured TCP (3,) [m]; `target_position`: the commanded target (3,) [m] or None if unknown;
+        `push`: the policy's action (its first three entries are the translation direction in [-1, 1]).
+        """
+        config = self.config
+        self._positions.append(np.array(tcp_position, dtype=np.float64).reshape(3))
+        self._pushing_out = self._pushing_out + 1 if self._pushes_out(target_position, push) else 0
+        if self._remaining == 0 and self.budget_left():
+            trigger = None
+            if self._stuck():
+                trigger = TRIGGER_STUCK
+            elif self._pushing_out >= config.boundary_steps:
+                trigger = TRIGGER_PUSHING_OUT
+            elif not np.all(np.isfinite(push)):
+                trigger = TRIGGER_NON_FINITE
+            if trigger is not None:
+                self.last_trigger = trigger
+                self._remaining = config.takeover_steps
+                self._positions.clear()
+                self._pushing_out = 0
+        if self._remaining == 0 or not self.budget_left():
+            self._remaining = 0
+            return False
+        self._remaining -= 1
+        self.episode_steps += 1
+        self.total_steps += 1
+        return True
 
 
 class SimulatedHuman:
@@ -43,46 +144,27 @@ class SimulatedHuman:
         self.env = env.unwrapped
         self.config = config
         self.expert = make_expert(env, noise=config.noise, seed=seed)
-        self.total_steps = 0
+        self.rule = InterventionRule(config, self.env.workspace_low, self.env.workspace_high)
         self.reset()
 
     def reset(self) -> None:
         self.expert.reset()
-        self.episode_steps = 0
-        self._remaining = 0
-        self._positions: collections.deque = collections.deque(maxlen=self.config.stuck_window)
-        self._pushing_out = 0
+        self.rule.reset()
 
-    def _budget_left(self) -> bool:
-        total = self.config.total_budget
-        return self.episode_steps < self.config.episode_budget and (total is None or self.total_steps < total)
+    @property
+    def episode_steps(self) -> int:
+        return self.rule.episode_steps
 
-    def _pushes_out(self, policy_action: np.ndarray) -> bool:
-        target = self.env.target_pose()[0]
-        margin = self.config.boundary_margin
-        action = np.nan_to_num(np.asarray(policy_action, dtype=np.float64)[:3])
-        at_low = target <= self.env.workspace_low + margin
-        at_high = target >= self.env.workspace_high - margin
-        return bool(np.any(at_low & (action < -0.5)) or np.any(at_high & (action > 0.5)))
+    @property
+    def total_steps(self) -> int:
+        return self.rule.total_steps
 
-    def _stuck(self) -> bool:
-        if len(self._positions) < self._positions.maxlen:
-            return False
-        return float(np.linalg.norm(self._positions[-1] - self._positions[0])) < self.config.stuck_distance
+    @total_steps.setter
+    def total_steps(self, value: int) -> None:  # a resumed run restores the count of past interventions
+        self.rule.total_steps = int(value)
 
     def act(self, obs, policy_action: np.ndarray) -> np.ndarray | None:
         """The expert's action while intervening, else None (the policy acts)."""
-        self._positions.append(self.env.tcp_pose()[0])
-        self._pushing_out = self._pushing_out + 1 if self._pushes_out(policy_action) else 0
-        if self._remaining == 0 and self._budget_left():
-            if self._stuck() or self._pushing_out >= self.config.boundary_steps or not np.all(np.isfinite(policy_action)):
-                self._remaining = self.config.takeover_steps
-                self._positions.clear()
-                self._pushing_out = 0
-        if self._remaining == 0 or not self._budget_left():
-            self._remaining = 0
+        if not self.rule.step(self.env.tcp_pose()[0], self.env.target_pose()[0], policy_action):
             return None
-        self._remaining -= 1
-        self.episode_steps += 1
-        self.total_steps += 1
         return self.expert.act(obs)

@@ -10,10 +10,13 @@ Every name is relative, so a namespace remap moves the whole node. Topics (names
 ======================  =========================  ===  ==========================================================
 name                    type                       dir  content
 ======================  =========================  ===  ==========================================================
-camera/front/image_raw  sensor_msgs/Image          out  rgb8 (S, S, 3), frame ``front_camera``
+camera/front/image_raw  sensor_msgs/Image          out  rgb8 (S, S, 3), frame ``front_camera`` (not with obs_mode state)
 camera/wrist/image_raw  sensor_msgs/Image          out  rgb8 (S, S, 3), frame ``wrist_camera``
 joint_states            sensor_msgs/JointState     out  joint1..joint7: position [rad], velocity [rad/s]
 tcp_pose                geometry_msgs/PoseStamped  out  TCP in frame ``base``
+tcp_twist               geometry_msgs/TwistStamped out  TCP linear [m/s] / angular [rad/s] velocity, frame ``base``
+sim/object_state        std_msgs/Float32MultiArray out  privileged task state (sim only; for state-based sim runs)
+sim/expert_action       std_msgs/Float32MultiArray out  scripted expert's action now (sim only; scripted teleop)
 gripper/state           sensor_msgs/JointState     out  joint ``gripper``: opening [m], velocity [m/s], force [N]
 task/reward             std_msgs/Float32           out  the task's per-step reward (1.0 on success)
 task/success            std_msgs/Bool              out  the task's success flag of the same step
@@ -51,7 +54,6 @@ SIGINT / SIGTERM stop the node cleanly (exit status 0).
 from __future__ import annotations
 
 import argparse
-import logging
 import math
 import sys
 from dataclasses import dataclass
@@ -64,7 +66,7 @@ from robot_rl.ros.node_util import relative_name
 
 NODE_NAME = "sim"
 MODES = ("realtime", "lockstep")
-OBS_MODES = ("pixels", "state+pixels")
+OBS_MODES = ("pixels", "state+pixels", "state")
 BASE_FRAME = "base"
 CAMERA_FRAMES = {"front": "front_camera", "wrist": "wrist_camera"}
 CAMERA_TOPICS = {"front": qos.CAMERA_FRONT_IMAGE, "wrist": qos.CAMERA_WRIST_IMAGE}
@@ -89,7 +91,7 @@ class SimNodeConfig:
         if self.mode not in MODES:
             raise ValueError(f"mode={self.mode!r} must be one of {MODES}")
         if self.obs_mode not in OBS_MODES:
-            raise ValueError(f"obs_mode={self.obs_mode!r} must be one of {OBS_MODES} (the sim node publishes cameras)")
+            raise ValueError(f"obs_mode={self.obs_mode!r} must be one of {OBS_MODES}")
         if not isinstance(self.seed, int) or self.seed < -1:
             raise ValueError(f"seed={self.seed!r} must be an int >= 0, or -1 for unseeded")
 
@@ -117,6 +119,9 @@ class SimRobot:
         self.truncated = False
         self.episode = 0
         self.step_index = 0
+        from robot_rl.sim.expert import make_expert
+
+        self._expert = make_expert(self.env)
 
     # ----- episode ---------------------------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> None:
@@ -184,6 +189,19 @@ class SimRobot:
         effort = float(base.data.actuator_force[base._gripper_actuator_id])
         return base.gripper_width(), velocity, effort
 
+    def tcp_twist(self) -> tuple[np.ndarray, np.ndarray]:
+        """(linear [m/s], angular [rad/s]) TCP velocity in the base frame, as in the env's proprio state."""
+        state = self.obs["state"]
+        return state[7:10].astype(np.float64), state[10:13].astype(np.float64)
+
+    def object_state(self) -> np.ndarray:
+        """Privileged task state (sim only)."""
+        return np.asarray(self.base.object_state(), dtype=np.float32)
+
+    def expert_action(self) -> np.ndarray:
+        """The scripted expert's action for the current state (sim only: the scripted teleop's hands)."""
+        return np.asarray(self._expert.act(), dtype=np.float32)
+
     def image(self, camera: str) -> np.ndarray:
         return self.obs[f"images/{camera}"]
 
@@ -197,10 +215,10 @@ class SimNode:
     def __init__(self, config: SimNodeConfig = SimNodeConfig(), *, node_name: str = NODE_NAME, context=None,
                  cli_args: list[str] | None = None):
         import rclpy
-        from geometry_msgs.msg import PoseStamped
+        from geometry_msgs.msg import PoseStamped, TwistStamped
         from rcl_interfaces.msg import ParameterDescriptor
         from sensor_msgs.msg import Image, JointState
-        from std_msgs.msg import Bool, Float32, Float64
+        from std_msgs.msg import Bool, Float32, Float32MultiArray, Float64
         from std_srvs.srv import Trigger
 
         self._Float32, self._Bool = Float32, Bool
@@ -208,7 +226,7 @@ class SimNode:
         node = self.node
         for name, default, description in (
             ("task", config.task, "task id, e.g. PickCube-v0 (read at start-up)"),
-            ("obs_mode", config.obs_mode, "pixels | state+pixels (read at start-up)"),
+            ("obs_mode", config.obs_mode, "pixels | state+pixels | state (no cameras; read at start-up)"),
             ("image_size", config.image_size, "camera image side [px] (read at start-up)"),
             ("mode", config.mode, "realtime | lockstep (read at start-up)"),
             ("seed", config.seed, ">= 0 seeds the next reset (first one and after each change); -1 unseeded"),
@@ -223,11 +241,15 @@ class SimNode:
 
         self.robot = SimRobot(self.config.task, self.config.obs_mode, self.config.image_size)
         sensors = qos.qos_profile(qos.SENSORS)
+        cameras = CAMERA_TOPICS if "pixels" in self.config.obs_mode else {}
         self._image_pubs = {camera: node.create_publisher(Image, relative_name(topic), sensors)
-                            for camera, topic in CAMERA_TOPICS.items()}
+                            for camera, topic in cameras.items()}
         self._joint_pub = node.create_publisher(JointState, relative_name(qos.JOINT_STATES), sensors)
         self._gripper_pub = node.create_publisher(JointState, relative_name(qos.GRIPPER_STATE), sensors)
         self._tcp_pub = node.create_publisher(PoseStamped, relative_name(qos.TCP_POSE), sensors)
+        self._twist_pub = node.create_publisher(TwistStamped, relative_name(qos.TCP_TWIST), sensors)
+        self._object_pub = node.create_publisher(Float32MultiArray, relative_name(qos.SIM_OBJECT_STATE), sensors)
+        self._expert_pub = node.create_publisher(Float32MultiArray, relative_name(qos.SIM_EXPERT_ACTION), sensors)
         events = qos.qos_profile(qos.EVENTS)
         self._reward_pub = node.create_publisher(Float32, relative_name(qos.TASK_REWARD), events)
         self._success_pub = node.create_publisher(Bool, relative_name(qos.TASK_SUCCESS), events)
@@ -312,9 +334,11 @@ class SimNode:
         return stamp
 
     def _publish(self, with_task: bool) -> None:
-        from robot_rl.ros.convert import image_to_msg, joint_state_to_msg, pose_to_msg
+        from robot_rl.ros.convert import floats_to_msg, image_to_msg, joint_state_to_msg, pose_to_msg, twist_to_msg
 
         robot, stamp = self.robot, self._stamp()
+        self._object_pub.publish(floats_to_msg(robot.object_state()))
+        self._expert_pub.publish(floats_to_msg(robot.expert_action()))
         for camera, publisher in self._image_pubs.items():
             publisher.publish(image_to_msg(robot.image(camera), "rgb8", stamp=stamp, frame_id=CAMERA_FRAMES[camera]))
         self._joint_pub.publish(joint_state_to_msg(
@@ -325,6 +349,8 @@ class SimNode:
         if with_task:
             self._reward_pub.publish(self._Float32(data=float(robot.reward)))
             self._success_pub.publish(self._Bool(data=bool(robot.success)))
+        linear, angular = robot.tcp_twist()
+        self._twist_pub.publish(twist_to_msg(linear, angular, stamp=stamp, frame_id=BASE_FRAME))
         position, quat = robot.tcp_pose()
         self._tcp_pub.publish(pose_to_msg(position, quat, stamp=stamp, frame_id=BASE_FRAME))
 
@@ -356,35 +382,14 @@ def main(argv: list[str] | None = None) -> int:
     from robot_rl.ros.env import ensure_ros_environment
 
     ensure_ros_environment()
-    import rclpy
-    from rclpy.executors import SingleThreadedExecutor
-    from rclpy.signals import SignalHandlerOptions
     from rclpy.utilities import remove_ros_args
 
-    from robot_rl.ros.node_util import StopFlag, install_stop_signals, spin_until_stopped
+    from robot_rl.ros.node_util import run_node
 
     args = _parser().parse_args(remove_ros_args(argv)[1:])
     config = SimNodeConfig(task=args.task, obs_mode=args.obs_mode, image_size=args.image_size, mode=args.mode,
                            seed=args.seed)
-    logging.basicConfig(level=logging.INFO)
-    flag = StopFlag()
-    restore = install_stop_signals(flag)
-    rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
-    sim = None
-    try:
-        sim = SimNode(config, node_name=args.node_name)
-        executor = SingleThreadedExecutor()
-        executor.add_node(sim.node)
-        spin_until_stopped(executor, flag)
-        sim.node.get_logger().info(f"stopping (signal {flag.signal_number})")
-        executor.shutdown(timeout_sec=1.0)
-    finally:
-        if sim is not None:
-            sim.destroy()
-        rclpy.try_shutdown()
-        restore()
-    return 0
-
+    return run_node(lambda: SimNode(config, node_name=args.node_name), argv, args.node_name)
 
 if __name__ == "__main__":
     sys.exit(main())

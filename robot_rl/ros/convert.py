@@ -27,7 +27,7 @@ import numpy as np
 from builtin_interfaces.msg import Time
 from geometry_msgs.msg import PoseStamped, TwistStamped
 from sensor_msgs.msg import Image, JointState, Joy
-from std_msgs.msg import Header, UInt8MultiArray
+from std_msgs.msg import Float32MultiArray, Header, UInt8MultiArray
 
 _NANOSECONDS_PER_SECOND = 1_000_000_000
 _MAX_STAMP_SECONDS = 2**31 - 1
@@ -315,6 +315,26 @@ def joy_to_msg(axes, buttons, stamp: float = 0.0, frame_id: str = "") -> Joy:
 def joy_from_msg(msg: Joy) -> tuple[np.ndarray, np.ndarray]:
     """(axes float32, buttons int32) viewing the Joy message's arrays."""
     return _view(msg.axes, _FLOAT32), _view(msg.buttons, _INT32)
+
+
+# --------------------------------------------------------------------------------------------------- float vectors
+
+
+def floats_to_msg(values) -> Float32MultiArray:
+    """std_msgs/Float32MultiArray holding a 1-D float vector (layout left empty)."""
+    msg = Float32MultiArray(check_fields=True)
+    msg.data = _array_field("f", values, _FLOAT32, "float vector")
+    return msg
+
+
+def floats_from_msg(msg: Float32MultiArray, size: int | None = None) -> np.ndarray:
+    """The float32 vector of a Float32MultiArray (a view); rejects non-finite values and, if given, a wrong size."""
+    vector = _view(msg.data, _FLOAT32)
+    if size is not None and vector.shape != (size,):
+        raise MessageError(f"float vector must have shape ({size},), got {vector.shape}")
+    if not np.all(np.isfinite(vector)):
+        raise MessageError(f"float vector must be finite, got {vector.tolist()}")
+    return vector
 
 
 # --------------------------------------------------------------------------------------------------- bytes payloads

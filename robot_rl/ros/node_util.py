@@ -3,9 +3,9 @@
 - :func:`relative_name`: the project's topic constants are absolute (``/tcp_pose``); nodes create their publishers and
   subscriptions with the relative form so ``--ros-args -r __ns:=/robot1`` namespaces every stream of a node.
 - :func:`clock_seconds`: a node clock's "now" as float seconds (what robot_rl.ros.convert stamps take).
-- :func:`install_stop_signals` / :func:`spin_until_stopped`: SIGINT / SIGTERM set a flag and the spin loop, which
-  wakes at least every ``period_s``, returns; the caller then destroys its node and shuts rclpy down. Use with
-  ``rclpy.init(signal_handler_options=SignalHandlerOptions.NO)`` so rclpy does not install its own handlers.
+- :func:`run_node`: the main loop every node module uses: environment bootstrap, rclpy without its own signal
+  handlers, SIGINT / SIGTERM set a :class:`StopFlag`, the node object is spun until then (or until it is finished),
+  stopped, destroyed, and rclpy shut down.
 """
 
 from __future__ import annotations
@@ -64,3 +64,60 @@ def spin_until_stopped(executor, flag: StopFlag, period_s: float = 0.1) -> None:
     context = executor.context
     while not flag.is_set() and context.ok():
         executor.spin_once(timeout_sec=period_s)
+
+
+class NodeStartupError(RuntimeError):
+    """A node cannot start (missing device, bad parameters): logged as one line, and the process exits with `status`."""
+
+    def __init__(self, message: str, status: int = 2):
+        super().__init__(message)
+        self.status = status
+
+
+def run_node(build: Callable[[], object], argv: list[str], name: str) -> int:
+    """Run one node object until SIGINT / SIGTERM (or until it says it is finished); returns the exit status.
+
+    `build()` creates the object after rclpy is initialised (without rclpy's own signal handlers); the object has
+    ``node`` (the rclpy node) and ``destroy()``, and optionally: ``work() -> bool`` (called between callbacks; True
+    means it did work, so the loop does not sleep), ``finished`` (leave the loop), ``stop(executor, signal_number)``
+    (called once the loop ends, to hand control back, drain or checkpoint) and ``exit_status``.
+    A :class:`NodeStartupError` from `build()` is logged and its status returned.
+    """
+    from robot_rl.ros.env import ensure_ros_environment
+
+    ensure_ros_environment()
+    import logging
+
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.signals import SignalHandlerOptions
+
+    logging.basicConfig(level=logging.INFO)
+    flag = StopFlag()
+    restore = install_stop_signals(flag)
+    rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
+    host = None
+    try:
+        try:
+            host = build()
+        except NodeStartupError as error:
+            rclpy.logging.get_logger(name).error(str(error))
+            return error.status
+        executor = SingleThreadedExecutor()
+        executor.add_node(host.node)
+        work = getattr(host, "work", None)
+        while not flag.is_set() and executor.context.ok() and not getattr(host, "finished", False):
+            busy = work() if work is not None else False
+            executor.spin_once(timeout_sec=0.0 if busy else 0.05)
+        stop = getattr(host, "stop", None)
+        if stop is not None:
+            stop(executor, flag.signal_number)
+        elif flag.is_set():
+            host.node.get_logger().info(f"stopping (signal {flag.signal_number})")
+        executor.shutdown(timeout_sec=1.0)
+        return int(getattr(host, "exit_status", 0) or 0)
+    finally:
+        if host is not None:
+            host.destroy()
+        rclpy.try_shutdown()
+        restore()

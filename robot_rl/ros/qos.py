@@ -79,17 +79,25 @@ CAMERA_FRONT_IMAGE = "/camera/front/image_raw"  # sensor_msgs/Image, rgb8, frame
 CAMERA_WRIST_IMAGE = "/camera/wrist/image_raw"  # sensor_msgs/Image, rgb8, frame wrist_camera
 JOINT_STATES = "/joint_states"  # sensor_msgs/JointState, arm joints (+ gripper finger joints)
 TCP_POSE = "/tcp_pose"  # geometry_msgs/PoseStamped, tool centre point in the robot base frame
+TCP_TWIST = "/tcp_twist"  # geometry_msgs/TwistStamped, TCP linear [m/s] and angular [rad/s] velocity, base frame
 GRIPPER_STATE = "/gripper/state"  # sensor_msgs/JointState, gripper opening (position) and effort
 COMMAND_TARGET_POSE = "/command/target_pose"  # geometry_msgs/PoseStamped, absolute TCP target in the base frame
 COMMAND_GRIPPER = "/command/gripper"  # std_msgs/Float64, gripper target in [0 closed, 1 open]
 TELEOP_TWIST = "/teleop/twist"  # geometry_msgs/TwistStamped, human TCP velocity command
 TELEOP_ENGAGED = "/teleop/engaged"  # std_msgs/Bool, true while the human overrides the policy (latched)
+TELEOP_GRIPPER = "/teleop/gripper"  # std_msgs/Float64, human gripper target in [0 closed, 1 open]
+TELEOP_EPISODE = "/teleop/episode"  # std_msgs/String, episode key: "success" | "failure" | "reset"
+ACTOR_EPISODE = "/actor/episode"  # std_msgs/UInt32, index of the episode the actor (re)started (per namespace)
 ACTOR_TRANSITIONS = "/actor/transitions"  # std_msgs/UInt8MultiArray, msgpack batch with actor id + sequence numbers
 LEARNER_WEIGHTS = "/learner/weights"  # std_msgs/UInt8MultiArray, msgpack policy weights + version (latched)
 LEARNER_ACK = "/learner/ack"  # std_msgs/UInt8MultiArray, msgpack {actor id: last persisted sequence number}
 SAFETY_ESTOP = "/safety/estop"  # std_msgs/Bool, true = stop the robot now (latched)
 TASK_REWARD = "/task/reward"  # std_msgs/Float32, per-step reward from a classifier or the sim task
 TASK_SUCCESS = "/task/success"  # std_msgs/Bool, the task's success flag of the same step
+# Sim-only privileged streams (a real robot has none): task object state for state-based sim runs, and the scripted
+# expert's action for the current state (the "hands" of the scripted teleop node).
+SIM_OBJECT_STATE = "/sim/object_state"  # std_msgs/Float32MultiArray, the task's OBJECT_STATE_LAYOUT
+SIM_EXPERT_ACTION = "/sim/expert_action"  # std_msgs/Float32MultiArray, expert action in the env's action space
 
 
 @dataclass(frozen=True)
@@ -108,17 +116,23 @@ TOPICS: dict[str, TopicSpec] = {
         TopicSpec(CAMERA_WRIST_IMAGE, "sensor_msgs/msg/Image", SENSORS),
         TopicSpec(JOINT_STATES, "sensor_msgs/msg/JointState", SENSORS),
         TopicSpec(TCP_POSE, "geometry_msgs/msg/PoseStamped", SENSORS),
+        TopicSpec(TCP_TWIST, "geometry_msgs/msg/TwistStamped", SENSORS),
         TopicSpec(GRIPPER_STATE, "sensor_msgs/msg/JointState", SENSORS),
         TopicSpec(COMMAND_TARGET_POSE, "geometry_msgs/msg/PoseStamped", COMMANDS),
         TopicSpec(COMMAND_GRIPPER, "std_msgs/msg/Float64", COMMANDS),
         TopicSpec(TELEOP_TWIST, "geometry_msgs/msg/TwistStamped", COMMANDS),
         TopicSpec(TELEOP_ENGAGED, "std_msgs/msg/Bool", LATCHED_STATE),
+        TopicSpec(TELEOP_GRIPPER, "std_msgs/msg/Float64", COMMANDS),
+        TopicSpec(TELEOP_EPISODE, "std_msgs/msg/String", EVENTS),
+        TopicSpec(ACTOR_EPISODE, "std_msgs/msg/UInt32", EVENTS),
         TopicSpec(ACTOR_TRANSITIONS, "std_msgs/msg/UInt8MultiArray", TRANSITIONS),
         TopicSpec(LEARNER_WEIGHTS, "std_msgs/msg/UInt8MultiArray", WEIGHTS),
         TopicSpec(LEARNER_ACK, "std_msgs/msg/UInt8MultiArray", ACKS),
         TopicSpec(SAFETY_ESTOP, "std_msgs/msg/Bool", LATCHED_STATE),
         TopicSpec(TASK_REWARD, "std_msgs/msg/Float32", EVENTS),
         TopicSpec(TASK_SUCCESS, "std_msgs/msg/Bool", EVENTS),
+        TopicSpec(SIM_OBJECT_STATE, "std_msgs/msg/Float32MultiArray", SENSORS),
+        TopicSpec(SIM_EXPERT_ACTION, "std_msgs/msg/Float32MultiArray", SENSORS),
     )
 }
 

@@ -1,0 +1,876 @@
+"""ROS 2 transport benchmark of the actor / learner graph: prints ONE JSON line of figures.
+
+Usage::
+
+    python bench/ros.py            # full run (< 3 min on a loaded 2-core machine)
+    python bench/ros.py --quick    # fewer samples (smoke test)
+    python bench/ros.py --no-pixels-latency   # skip the 2x128x128 camera round trip
+
+What is measured (every figure has p50 / p99 / n; times in ms):
+
+1. ``obs_to_command_*``: observation -> command latency through a real lock-step actor node
+   (``python -m robot_rl.ros.actor_node -p mode:=lockstep -p weights_path:=FILE``, SAC policy on CPU). A separate
+   process plays the robot: it publishes one complete sensor frame (``/tcp_pose``, ``/tcp_twist``,
+   ``/gripper/state``, ``/sim/object_state`` or the two cameras, one header stamp; ``/task/reward`` +
+   ``/task/success`` before every frame after the first, as the sim node does) and times until the
+   ``/command/target_pose`` answer arrives, one frame at a time. ``policy_ms`` is ``Actor.policy_action`` timed
+   in-process on the same observation; ``rtt_minus_policy_*`` = round-trip percentile - policy median.
+   **Target: round trip p99 minus policy time <= 10 ms.** The actor runs with ``stream_transitions:=false`` (no
+   learner to acknowledge them here; see ``transitions_*`` for that path).
+   Baseline in the same run (``baseline_echo_rtt_ms``): the same robot process and frame against a bare rclpy echo
+   node that answers as soon as the frame is complete (no observation, policy or safety): the transport + Python
+   executor floor. ``actor_overhead_*`` = round trip - policy median - echo round trip (same percentile).
+2. ``transitions_pixels_2x128``: acknowledged transitions/s from a publisher process to a real learner node
+   (``-p obs_mode:=pixels -p image_size:=128 -p demos:=0 -p updates_per_transition:=0.0``: it decodes, fsyncs to
+   its transition log, stages into replay and acks, but does not train). Batches of 8 transitions (the actor node's
+   batch size with images), at most ``window`` unacknowledged transitions in flight. **Target: >= 10x the 10 Hz
+   control rate.**
+3. ``weights_broadcast``: policy weights of the pixel agent (2 cameras, 64x64 and 128x128, ``TrainConfig().sac``)
+   published on ``/learner/weights`` (transient-local) by one process; another decodes them (``decode_weights``)
+   and applies them (``SACAgent.with_policy_bytes``). Publish -> received (callback entry; both processes read
+   CLOCK_MONOTONIC; the subscriber reports back on ``/bench/weights_ack``), decode (``msg_to_bytes`` +
+   ``decode_weights``) and apply (``with_policy_bytes`` + ``block_until_ready``) times. The first broadcast of each
+   size is a warm-up and not counted.
+
+Network rule: the script re-executes itself inside a private network namespace (``unshare -n``, only ``lo``) when
+the kernel allows it, and every ROS process runs with ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` and its own
+``ROS_DOMAIN_ID`` (90-94, one per measurement) from ``robot_rl.ros.env.ros_environment``. Child processes run one
+measurement at a time and are stopped after it and at the end, also on errors or ``--timeout`` (partial figures are
+still printed, with ``errors``). Figures are percentiles on a shared machine (``loadavg_1m_*`` is recorded): compare
+ratios and baselines from the same run, not absolutes across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+INNER_FLAG = "ROBOT_RL_BENCH_ROS_INNER"
+NETNS_FLAG = "ROBOT_RL_BENCH_ROS_NETNS"
+OUTER_DOMAIN = 94  # the launcher itself creates no ROS participant
+DOMAINS = {"latency_state": 90, "latency_pixels": 91, "transitions": 92, "weights": 93, "echo_baseline": 94}
+CONTROL_HZ = 10.0
+ACTION_DIM = 4
+STATE_SIZE = 14
+TRANSITION_BATCH = 8  # the actor node's batch size when observations carry images
+WEIGHTS_ACK_TOPIC = "/bench/weights_ack"
+RESULT_PREFIX = "RESULT "
+
+
+# ----------------------------------------------------------------------------------------------------- helpers
+
+def stats_ms(seconds) -> dict:
+    """p50 / p99 / mean / max / n of durations given in seconds, in milliseconds."""
+    values = np.asarray(list(seconds), dtype=np.float64) * 1e3
+    if values.size == 0:
+        return {"n": 0}
+    return {"p50": round(float(np.percentile(values, 50)), 3), "p99": round(float(np.percentile(values, 99)), 3),
+            "mean": round(float(values.mean()), 3), "max": round(float(values.max()), 3), "n": int(values.size)}
+
+
+def emit(result: dict) -> None:
+    print(RESULT_PREFIX + json.dumps(result), flush=True)
+
+
+def log(message: str) -> None:
+    print(f"[bench/ros {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def pixel_spec(image_size: int):
+    from robot_rl.types import ObservationSpec
+
+    return ObservationSpec.from_shapes({
+        "state": ((STATE_SIZE,), np.float32),
+        "images/front": ((image_size, image_size, 3), np.uint8),
+        "images/wrist": ((image_size, image_size, 3), np.uint8),
+    })
+
+
+def weights_payload(spec, version: int = 1, seed: int = 0) -> bytes:
+    """encode_weights of a fresh SACAgent (TrainConfig().sac) for `spec`, as learner_server._weights_message does."""
+    from robot_rl.agents import SACAgent
+    from robot_rl.train import TrainConfig, config_to_json
+    from robot_rl.transport import WeightsMessage, encode_weights
+
+    sac = TrainConfig().sac
+    agent = SACAgent.create(seed, spec, ACTION_DIM, sac)
+    return encode_weights(WeightsMessage(version=version, policy=agent.policy_to_bytes(),
+                                         observation_spec=agent.observation_spec, action_dim=agent.action_dim,
+                                         sac_config=config_to_json(agent.config)))
+
+
+def start_rclpy(node_name: str):
+    """(rclpy, node, executor) in this process; the environment must come from ros_environment()."""
+    from robot_rl.ros.env import ensure_ros_environment
+
+    ensure_ros_environment()
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+
+    rclpy.init()
+    node = rclpy.create_node(node_name)
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    return rclpy, node, executor
+
+
+def spin_until(executor, predicate, timeout_s: float, step_s: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        executor.spin_once(timeout_sec=min(step_s, remaining))
+    return True
+
+
+# ----------------------------------------------------------------------------------------------------- role: robot
+
+def role_robot(args) -> None:
+    """Play the robot for a lock-step actor: one frame, wait for its command, repeat; then time the policy alone."""
+    rclpy, node, executor = start_rclpy("bench_robot")
+    from geometry_msgs.msg import PoseStamped, TwistStamped
+    from sensor_msgs.msg import Image, JointState
+    from std_msgs.msg import Bool, Float32, Float32MultiArray
+
+    from robot_rl.loop import make_env
+    from robot_rl.ros import qos
+    from robot_rl.ros.convert import (
+        floats_to_msg,
+        image_to_msg,
+        joint_state_to_msg,
+        pose_to_msg,
+        stamp_from_seconds,
+        twist_to_msg,
+    )
+
+    pixels = args.obs_mode == "pixels"
+    env = make_env("PickCube-v0", obs_mode="state")
+    obs, _ = env.reset(seed=0)
+    env.close()
+    state = np.asarray(obs["state"], dtype=np.float32)
+    object_state = np.asarray(obs["object_state"], dtype=np.float32)
+    rng = np.random.default_rng(0)
+    images = {cam: rng.integers(0, 256, (args.image_size, args.image_size, 3), dtype=np.uint8)
+              for cam in ("front", "wrist")} if pixels else {}
+
+    sensors = qos.qos_profile(qos.SENSORS)
+    events = qos.qos_profile(qos.EVENTS)
+    tcp_pub = node.create_publisher(PoseStamped, qos.TCP_POSE, sensors)
+    twist_pub = node.create_publisher(TwistStamped, qos.TCP_TWIST, sensors)
+    gripper_pub = node.create_publisher(JointState, qos.GRIPPER_STATE, sensors)
+    object_pub = node.create_publisher(Float32MultiArray, qos.SIM_OBJECT_STATE, sensors)
+    image_pubs = {cam: node.create_publisher(Image, topic, sensors)
+                  for cam, topic in (("front", qos.CAMERA_FRONT_IMAGE), ("wrist", qos.CAMERA_WRIST_IMAGE))
+                  if cam in images}
+    reward_pub = node.create_publisher(Float32, qos.TASK_REWARD, events)
+    success_pub = node.create_publisher(Bool, qos.TASK_SUCCESS, events)
+    arrivals: list[float] = []
+    node.create_subscription(PoseStamped, qos.COMMAND_TARGET_POSE, lambda _msg: arrivals.append(time.perf_counter()),
+                             qos.qos_profile(qos.COMMANDS))
+
+    # Messages built once; only the header stamps change per frame (the sim node builds them from arrays each step,
+    # which is the sim's cost, not the transport's).
+    tcp_msg = pose_to_msg(state[0:3], state[3:7], frame_id="base")
+    twist_msg = twist_to_msg(state[7:10], state[10:13], frame_id="base")
+    gripper_msg = joint_state_to_msg(("gripper",), [float(state[13])], [0.0], [0.0])
+    object_msg = floats_to_msg(object_state)
+    image_msgs = {cam: image_to_msg(img, "rgb8", frame_id=f"{cam}_camera") for cam, img in images.items()}
+    stamped = [tcp_msg, twist_msg, gripper_msg, *image_msgs.values()]
+    sensor_pubs = [tcp_pub, twist_pub, gripper_pub, *image_pubs.values()]
+    if not pixels:
+        sensor_pubs.append(object_pub)
+
+    # The policy alone (timed after the ROS loop so the two do not compete), built and compiled while the actor node
+    # starts up.
+    from robot_rl.actor import Actor
+    from robot_rl.agents.sac import SACAgent, SACConfig
+    from robot_rl.train import config_from_json
+    from robot_rl.transport import decode_weights
+
+    actor = None  # no weights: the baseline run against the echo node
+    policy_obs = {"state": state, **({"object_state": object_state} if not pixels else {}),
+                  **{f"images/{cam}": img for cam, img in images.items()}}
+    if args.weights:
+        weights = decode_weights(Path(args.weights).read_bytes())
+        agent = SACAgent.create(0, weights.observation_spec, weights.action_dim,
+                                config_from_json(SACConfig, weights.sac_config))
+        actor = Actor(agent, seed=0)
+        actor.update_weights(weights.policy, weights.version)
+        actor.policy_action(policy_obs)
+
+    matched = spin_until(executor, lambda: all(p.get_subscription_count() >= 1 for p in sensor_pubs)
+                         and node.count_publishers(qos.COMMAND_TARGET_POSE) >= 1, args.start_timeout)
+    if not matched:
+        emit({"error": "the actor node did not match the sensor / command topics within "
+                       f"{args.start_timeout:.0f}s"})
+        return
+    if not spin_until(executor, lambda: all(Path(f).exists() for f in args.go_file), args.start_timeout):
+        emit({"error": f"no go signal ({args.go_file}) within {args.start_timeout:.0f}s"})
+        return
+
+    reward_msg, success_msg = Float32(data=0.0), Bool(data=False)
+    rtts: list[float] = []
+    misses = 0
+    first_answer_s = None
+    last_stamp = 0.0
+    frames = args.warmup + args.frames
+    for i in range(frames):
+        stamp = max(time.time(), last_stamp + 1e-6)
+        last_stamp = stamp
+        ros_stamp = stamp_from_seconds(stamp)
+        for msg in stamped:
+            msg.header.stamp = ros_stamp
+        expected = len(arrivals) + 1
+        start = time.perf_counter()
+        if i > 0:  # the previous step's reward / success (the lock-step actor waits for them)
+            reward_pub.publish(reward_msg)
+            success_pub.publish(success_msg)
+        if not pixels:
+            object_pub.publish(object_msg)  # no header: belongs to the tcp_pose that follows
+        for cam, pub in image_pubs.items():
+            pub.publish(image_msgs[cam])
+        gripper_pub.publish(gripper_msg)
+        twist_pub.publish(twist_msg)
+        tcp_pub.publish(tcp_msg)  # last, as the sim node does
+        timeout = args.first_timeout if first_answer_s is None else args.frame_timeout
+        if spin_until(executor, lambda: len(arrivals) >= expected, timeout, step_s=timeout):
+            rtt = arrivals[expected - 1] - start
+            if first_answer_s is None:
+                first_answer_s = rtt
+            elif i >= args.warmup:
+                rtts.append(rtt)
+        else:
+            if first_answer_s is not None:
+                misses += 1
+            # drain a late answer so it is not taken for the next frame's
+            spin_until(executor, lambda: False, 0.2)
+            del arrivals[:]
+        if first_answer_s is None and i >= args.warmup - 1:
+            break
+
+    policy_times = []
+    for _ in range(5 if actor is not None else 0):
+        actor.policy_action(policy_obs)
+    for _ in range(args.policy_calls if actor is not None else 0):
+        t0 = time.perf_counter()
+        actor.policy_action(policy_obs)
+        policy_times.append(time.perf_counter() - t0)
+    emit({"rtt": rtts, "policy": policy_times, "misses": misses, "first_answer_s": first_answer_s,
+          "frames_sent": frames})
+    node.destroy_node()
+    rclpy.try_shutdown()
+
+
+def role_echo(args) -> None:
+    """Transport baseline: a bare rclpy node subscribed to the same frame that answers on command/target_pose as soon
+    as every sensor message of the frame has arrived (no observation, policy or safety)."""
+    rclpy, node, executor = start_rclpy("bench_echo")
+    from geometry_msgs.msg import PoseStamped, TwistStamped
+    from sensor_msgs.msg import Image, JointState
+    from std_msgs.msg import Bool, Float32, Float32MultiArray
+
+    from robot_rl.ros import qos
+
+    topics = [(PoseStamped, qos.TCP_POSE), (TwistStamped, qos.TCP_TWIST), (JointState, qos.GRIPPER_STATE)]
+    if args.obs_mode == "pixels":
+        topics += [(Image, qos.CAMERA_FRONT_IMAGE), (Image, qos.CAMERA_WRIST_IMAGE)]
+    else:
+        topics.append((Float32MultiArray, qos.SIM_OBJECT_STATE))
+    answer = PoseStamped()
+    answer.header.frame_id = "base"
+    answer.pose.orientation.w = 1.0
+    pub = node.create_publisher(PoseStamped, qos.COMMAND_TARGET_POSE, qos.qos_profile(qos.COMMANDS))
+    seen: set[str] = set()
+
+    def on_sensor(topic: str) -> None:
+        seen.add(topic)
+        if len(seen) == len(topics):
+            seen.clear()
+            pub.publish(answer)
+
+    sensors = qos.qos_profile(qos.SENSORS)
+    for msg_type, topic in topics:
+        node.create_subscription(msg_type, topic, lambda _msg, t=topic: on_sensor(t), sensors)
+    events = qos.qos_profile(qos.EVENTS)  # the actor subscribes to these too: same executor work
+    node.create_subscription(Float32, qos.TASK_REWARD, lambda _msg: None, events)
+    node.create_subscription(Bool, qos.TASK_SUCCESS, lambda _msg: None, events)
+    while rclpy.ok():
+        executor.spin_once(timeout_sec=0.1)
+
+
+# ----------------------------------------------------------------------------------------------------- role: feeder
+
+def role_feeder(args) -> None:
+    """Send pixel transitions to the learner as fast as its acks allow; report the acknowledged rate."""
+    rclpy, node, executor = start_rclpy("bench_feeder")
+    from std_msgs.msg import UInt8MultiArray
+
+    from robot_rl.ros import qos
+    from robot_rl.ros.convert import bytes_to_msg, msg_to_bytes
+    from robot_rl.transport import StampedTransition, decode_ack, encode_transitions, make_source
+
+    source = make_source("bench_feeder")
+    rng = np.random.default_rng(0)
+    size = args.image_size
+
+    def observation():
+        return {"state": rng.normal(size=STATE_SIZE).astype(np.float32),
+                "images/front": rng.integers(0, 256, (size, size, 3), dtype=np.uint8),
+                "images/wrist": rng.integers(0, 256, (size, size, 3), dtype=np.uint8)}
+
+    pool = [observation() for _ in range(4)]
+    action = np.zeros(ACTION_DIM, np.float32)
+    episode_len = 50
+
+    def transition(seq: int) -> StampedTransition:
+        step = seq % episode_len
+        return StampedTransition(seq=seq, episode=seq // episode_len, step=step, observation=pool[seq % 4],
+                                 action=action, reward=0.0, terminated=False, truncated=step == episode_len - 1,
+                                 next_observation=pool[(seq + 1) % 4])
+
+    one = len(encode_transitions(source, [transition(0)]))
+    batch_bytes = len(encode_transitions(source, [transition(s) for s in range(TRANSITION_BATCH)]))
+
+    acks: list[tuple[float, int]] = []
+
+    def on_ack(msg) -> None:
+        through = decode_ack(msg_to_bytes(msg)).get(source)
+        if through is not None:
+            acks.append((time.perf_counter(), through))
+
+    pub = node.create_publisher(UInt8MultiArray, qos.ACTOR_TRANSITIONS, qos.topic_qos(qos.ACTOR_TRANSITIONS))
+    node.create_subscription(UInt8MultiArray, qos.LEARNER_ACK, on_ack, qos.topic_qos(qos.LEARNER_ACK))
+    if not spin_until(executor, lambda: pub.get_subscription_count() >= 1
+                      and node.count_publishers(qos.LEARNER_ACK) >= 1, args.start_timeout):
+        emit({"error": f"the learner node did not match /actor/transitions + /learner/ack within "
+                       f"{args.start_timeout:.0f}s"})
+        return
+
+    next_seq = 0
+    encode_times = []
+    started = time.perf_counter()
+    deadline = started + args.warmup_s + args.duration
+    while time.perf_counter() < deadline:
+        acked = acks[-1][1] if acks else -1
+        while next_seq - (acked + 1) + TRANSITION_BATCH <= args.window:
+            t0 = time.perf_counter()
+            msg = bytes_to_msg(encode_transitions(source, [transition(s) for s in range(next_seq,
+                                                                                       next_seq + TRANSITION_BATCH)]))
+            encode_times.append(time.perf_counter() - t0)
+            pub.publish(msg)
+            next_seq += TRANSITION_BATCH
+        executor.spin_once(timeout_sec=0.02)
+    measured = [(t, a) for t, a in acks if t >= started + args.warmup_s]
+    rate = None
+    if len(measured) >= 2:
+        (t_a, a_a), (t_b, a_b) = measured[0], measured[-1]
+        rate = (a_b - a_a) / (t_b - t_a) if t_b > t_a else None
+    emit({"acked_per_s": rate, "acked_total": (acks[-1][1] + 1) if acks else 0, "sent": next_seq,
+          "measured_s": (measured[-1][0] - measured[0][0]) if len(measured) >= 2 else 0.0,
+          "bytes_per_transition_single": one, "bytes_per_transition_in_batch": batch_bytes / TRANSITION_BATCH,
+          "encode_batch_s": encode_times, "first_ack_s": (acks[0][0] - started) if acks else None})
+    node.destroy_node()
+    rclpy.try_shutdown()
+
+
+# ----------------------------------------------------------------------------------------------------- role: weights
+
+def role_weights_sub(args) -> None:
+    """Receive /learner/weights, decode and apply each like the actor node; ack each version on a bench topic."""
+    rclpy, node, executor = start_rclpy("bench_weights_sub")
+    import jax
+    from std_msgs.msg import String, UInt8MultiArray
+
+    from robot_rl.agents.sac import SACAgent, SACConfig
+    from robot_rl.ros import qos
+    from robot_rl.ros.convert import msg_to_bytes
+    from robot_rl.train import config_from_json
+    from robot_rl.transport import decode_weights
+
+    from robot_rl.train import TrainConfig
+
+    # An actor already has its agent when new weights arrive: build them up front (the spec comes with the weights).
+    agents = {pixel_spec(size): SACAgent.create(0, pixel_spec(size), ACTION_DIM, TrainConfig().sac)
+              for size in args.sizes}
+    ack_pub = node.create_publisher(String, WEIGHTS_ACK_TOPIC, qos.qos_profile(qos.EVENTS))
+    pending: list[str] = []
+
+    def on_weights(msg) -> None:
+        received = time.monotonic_ns()
+        payload = msg_to_bytes(msg)  # the actor node's copy
+        copied = time.monotonic_ns()
+        weights = decode_weights(payload)
+        decoded = time.monotonic_ns()
+        spec = weights.observation_spec
+        created = spec not in agents
+        if created:
+            agents[spec] = SACAgent.create(0, spec, weights.action_dim, config_from_json(SACConfig, weights.sac_config))
+        start_apply = time.monotonic_ns()
+        agent = agents[spec].with_policy_bytes(weights.policy)
+        jax.block_until_ready(agent.actor.params)
+        applied = time.monotonic_ns()
+        agents[spec] = agent
+        pending.append(json.dumps({
+            "version": weights.version, "received_ns": received, "bytes": len(payload),
+            "copy_s": (copied - received) * 1e-9, "decode_s": (decoded - copied) * 1e-9,
+            "apply_s": (applied - start_apply) * 1e-9, "created": created}))
+
+    node.create_subscription(UInt8MultiArray, qos.LEARNER_WEIGHTS, on_weights, qos.topic_qos(qos.LEARNER_WEIGHTS))
+    while rclpy.ok():
+        executor.spin_once(timeout_sec=0.05)
+        while pending and ack_pub.get_subscription_count() >= 1:
+            ack_pub.publish(String(data=pending.pop(0)))
+
+
+def role_weights_pub(args) -> None:
+    """Broadcast pixel-agent weights (each image size, `broadcasts` + 1 warm-up versions) and time their arrival."""
+    rclpy, node, executor = start_rclpy("bench_weights_pub")
+    from std_msgs.msg import String, UInt8MultiArray
+
+    from robot_rl.agents import SACAgent
+    from robot_rl.ros import qos
+    from robot_rl.ros.convert import bytes_to_msg
+    from robot_rl.train import TrainConfig, config_to_json
+    from robot_rl.transport import WeightsMessage, encode_weights
+
+    acks: dict[int, dict] = {}
+    node.create_subscription(String, WEIGHTS_ACK_TOPIC,
+                             lambda msg: acks.__setitem__(json.loads(msg.data)["version"], json.loads(msg.data)),
+                             qos.qos_profile(qos.EVENTS))
+    pub = node.create_publisher(UInt8MultiArray, qos.LEARNER_WEIGHTS, qos.topic_qos(qos.LEARNER_WEIGHTS))
+    sac = TrainConfig().sac
+    agents = {size: SACAgent.create(0, pixel_spec(size), ACTION_DIM, sac) for size in args.sizes}
+    if not spin_until(executor, lambda: pub.get_subscription_count() >= 1
+                      and node.count_publishers(WEIGHTS_ACK_TOPIC) >= 1, args.start_timeout):
+        emit({"error": f"the weights subscriber did not match within {args.start_timeout:.0f}s"})
+        return
+    out = {}
+    version = 0
+    for size in args.sizes:
+        agent = agents[size]
+        rows = {"latency": [], "serialize": [], "copy": [], "decode": [], "apply": [], "to_applied": []}
+        payload_bytes = 0
+        lost = 0
+        for i in range(args.broadcasts + 1):  # the first one is a warm-up (the subscriber builds its agent)
+            version += 1
+            t0 = time.perf_counter()
+            payload = encode_weights(WeightsMessage(
+                version=version, policy=agent.policy_to_bytes(), observation_spec=agent.observation_spec,
+                action_dim=agent.action_dim, sac_config=config_to_json(agent.config)))
+            serialize = time.perf_counter() - t0
+            payload_bytes = len(payload)
+            sent = time.monotonic_ns()
+            pub.publish(bytes_to_msg(payload))
+            if not spin_until(executor, lambda v=version: v in acks, args.frame_timeout):
+                lost += 1
+                continue
+            ack = acks[version]
+            if i == 0:
+                continue
+            latency = (ack["received_ns"] - sent) * 1e-9
+            rows["latency"].append(latency)
+            rows["serialize"].append(serialize)
+            rows["copy"].append(ack["copy_s"])
+            rows["decode"].append(ack["decode_s"])
+            rows["apply"].append(ack["apply_s"])
+            rows["to_applied"].append(latency + ack["copy_s"] + ack["decode_s"] + ack["apply_s"])
+            spin_until(executor, lambda: False, 0.05)  # a pause between broadcasts
+        out[str(size)] = {"payload_bytes": payload_bytes, "lost": lost, **rows}
+    emit(out)
+    node.destroy_node()
+    rclpy.try_shutdown()
+
+
+# ----------------------------------------------------------------------------------------------------- orchestration
+
+class Children:
+    """Child processes of the bench (all in the bench's process group, so the outer launcher can kill them too)."""
+
+    def __init__(self, log_dir: Path):
+        self.log_dir = log_dir
+        self.procs: list[tuple[str, subprocess.Popen]] = []
+
+    def start(self, name: str, argv: list[str], domain_id: int) -> subprocess.Popen:
+        from robot_rl.ros.env import ros_environment
+
+        env = ros_environment(domain_id=domain_id)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        out = open(self.log_dir / f"{name}.out", "wb")
+        err = open(self.log_dir / f"{name}.err", "wb")
+        try:
+            proc = subprocess.Popen(argv, env=env, cwd=REPO_ROOT, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        finally:
+            out.close()
+            err.close()
+        self.procs.append((name, proc))
+        return proc
+
+    def role(self, name: str, role: str, domain_id: int, *extra: str) -> subprocess.Popen:
+        return self.start(name, [sys.executable, "-m", "bench.ros", "--role", role, *extra], domain_id)
+
+    def result(self, name: str, proc: subprocess.Popen, timeout: float) -> dict:
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.stop(proc)
+            raise RuntimeError(f"{name} timed out after {timeout:.0f}s; stderr tail: {self.tail(name)}") from None
+        lines = [line for line in (self.log_dir / f"{name}.out").read_text(errors="replace").splitlines()
+                 if line.startswith(RESULT_PREFIX)]
+        if not lines:
+            raise RuntimeError(f"{name} exited {proc.returncode} without a result; stderr tail: {self.tail(name)}")
+        result = json.loads(lines[-1][len(RESULT_PREFIX):])
+        if "error" in result:
+            raise RuntimeError(f"{name}: {result['error']}")
+        return result
+
+    def tail(self, name: str, chars: int = 1500) -> str:
+        path = self.log_dir / f"{name}.err"
+        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+    @staticmethod
+    def stop(proc: subprocess.Popen, grace_s: float = 3.0) -> None:
+        if proc.poll() is not None:
+            return
+        try:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        except ProcessLookupError:
+            pass
+
+    def stop_all(self) -> None:
+        for _, proc in self.procs:
+            if proc.poll() is None:
+                try:
+                    proc.send_signal(signal.SIGINT)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 3.0
+        for _, proc in self.procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+class WeightFiles:
+    """Policy weight files for the two latency phases. The state one is written at once; the pixel one in a thread
+    while the state phase's processes start up (the state robot waits for `go` before measuring, so the two never
+    overlap a measurement)."""
+
+    def __init__(self, tmp: Path, args):
+        import threading
+
+        from robot_rl.loop import make_env
+        from robot_rl.types import ObservationSpec
+
+        env = make_env("PickCube-v0", obs_mode="state")
+        spec = ObservationSpec.from_space(env.observation_space)
+        env.close()
+        self.paths = {"state": tmp / "weights_state.msgpack", "pixels": tmp / "weights_pixels.msgpack"}
+        self.paths["state"].write_bytes(weights_payload(spec))
+        self.go = tmp / "go_state"
+        self.error: BaseException | None = None
+        self._thread = None
+        if args.no_pixels_latency:
+            self.go.touch()
+        else:
+            self._thread = threading.Thread(target=self._pixels, args=(args.image_size,), daemon=True)
+            self._thread.start()
+
+    def _pixels(self, image_size: int) -> None:
+        try:
+            self.paths["pixels"].write_bytes(weights_payload(pixel_spec(image_size)))
+        except BaseException as error:  # noqa: BLE001 - reported by the pixel phase
+            self.error = error
+        finally:
+            self.go.touch()
+
+    def path(self, obs_mode: str) -> Path:
+        if obs_mode == "pixels" and self._thread is not None:
+            self._thread.join()
+            if self.error is not None:
+                raise RuntimeError(f"could not make the pixel weights: {self.error!r}")
+        return self.paths[obs_mode]
+
+
+def echo_baseline(children: Children, args, obs_mode: str, frames: int) -> dict:
+    """Round trip of the same frame against the bare echo node (transport + rclpy floor), in its own domain."""
+    domain = DOMAINS["echo_baseline"]
+    echo = children.role(f"echo_{obs_mode}", "echo", domain, "--obs-mode", obs_mode)
+    robot = children.role(f"robot_echo_{obs_mode}", "robot", domain, "--obs-mode", obs_mode, "--frames", str(frames),
+                          "--warmup", str(args.warmup_frames), "--image-size", str(args.image_size))
+    try:
+        raw = children.result(f"robot_echo_{obs_mode}", robot, timeout=args.phase_timeout)
+    except RuntimeError as error:
+        raise RuntimeError(f"{error}; echo stderr tail: {children.tail(f'echo_{obs_mode}')}") from None
+    finally:
+        children.stop(echo)
+    return {**stats_ms(raw["rtt"]), "missed_frames": raw["misses"]}
+
+
+def bench_latency(children: Children, files: WeightFiles, args, obs_mode: str, baseline: dict) -> dict:
+    domain = DOMAINS["latency_state" if obs_mode == "state" else "latency_pixels"]
+    frames = args.frames if obs_mode == "state" else args.pixel_frames
+    weights = files.path(obs_mode)
+    actor = children.start(f"actor_{obs_mode}", [
+        sys.executable, "-m", "robot_rl.ros.actor_node", "--ros-args",
+        "-p", f"obs_mode:={obs_mode}", "-p", "mode:=lockstep", "-p", "reset_service:=''",
+        "-p", f"weights_path:={weights}", "-p", "stream_transitions:=false", "-p", "max_episode_steps:=1000000",
+        "-p", "actor_id:=bench"], domain)
+    robot = children.role(f"robot_{obs_mode}", "robot", domain, "--obs-mode", obs_mode, "--weights", str(weights),
+                          "--frames", str(frames), "--warmup", str(args.warmup_frames),
+                          "--image-size", str(args.image_size), "--policy-calls", str(args.policy_calls),
+                          *(["--go-file", str(files.go)] if obs_mode == "state" else []))
+    try:
+        raw = children.result(f"robot_{obs_mode}", robot, timeout=args.phase_timeout)
+    except RuntimeError as error:
+        raise RuntimeError(f"{error}; actor stderr tail: {children.tail(f'actor_{obs_mode}')}") from None
+    finally:
+        children.stop(actor)
+    if not raw["rtt"]:
+        raise RuntimeError(f"no command answered a frame (first answer: {raw['first_answer_s']}); actor stderr "
+                           f"tail: {children.tail(f'actor_{obs_mode}')}")
+    rtt, policy = stats_ms(raw["rtt"]), stats_ms(raw["policy"])
+    return {
+        "rtt_ms": rtt, "policy_ms": policy,
+        "rtt_minus_policy_p50_ms": round(rtt["p50"] - policy["p50"], 3),
+        "rtt_minus_policy_p99_ms": round(rtt["p99"] - policy["p50"], 3),
+        "target_rtt_minus_policy_p99_ms": 10.0,
+        "meets_target": bool(rtt["p99"] - policy["p50"] <= 10.0),
+        "baseline_echo_rtt_ms": baseline,
+        **({"actor_overhead_p50_ms": round(rtt["p50"] - policy["p50"] - baseline["p50"], 3),
+            "actor_overhead_p99_ms": round(rtt["p99"] - policy["p50"] - baseline["p99"], 3)}
+           if "p50" in baseline else {}),
+        "missed_frames": raw["misses"], "frames_sent": raw["frames_sent"],
+        "first_answer_s": round(raw["first_answer_s"], 2) if raw["first_answer_s"] is not None else None,
+        **({"image_size": args.image_size, "cameras": 2} if obs_mode == "pixels" else {}),
+    }
+
+
+def bench_transitions(children: Children, tmp: Path, args) -> dict:
+    domain = DOMAINS["transitions"]
+    run_dir = tmp / "learner_run"
+    learner = children.start("learner", [
+        sys.executable, "-m", "robot_rl.ros.learner_node", "--ros-args", "-p", f"run_dir:={run_dir}",
+        "-p", "obs_mode:=pixels", "-p", f"image_size:={args.image_size}", "-p", "demos:=0",
+        "-p", "updates_per_transition:=0.0"], domain)
+    feeder = children.role("feeder", "feeder", domain, "--duration", str(args.duration),
+                           "--window", str(args.window), "--image-size", str(args.image_size))
+    try:
+        raw = children.result("feeder", feeder, timeout=args.phase_timeout)
+    except RuntimeError as error:
+        raise RuntimeError(f"{error}; learner stderr tail: {children.tail('learner')}") from None
+    finally:
+        learner.kill()  # SIGINT would make it checkpoint its replay buffers first; nothing here needs that
+        learner.wait()
+        children.stop(feeder)
+    rate = raw["acked_per_s"]
+    if rate is None:
+        raise RuntimeError(f"no acknowledgements measured ({raw['acked_total']} acked of {raw['sent']} sent); "
+                           f"learner stderr tail: {children.tail('learner')}")
+    return {
+        "acked_transitions_per_s": round(rate, 1), "ratio_to_10hz": round(rate / CONTROL_HZ, 1),
+        "target_ratio": 10.0, "meets_target": bool(rate / CONTROL_HZ >= 10.0),
+        "payload_bytes_per_transition": int(raw["bytes_per_transition_in_batch"]),
+        "payload_bytes_single_transition_message": raw["bytes_per_transition_single"],
+        "payload_mb_per_s": round(rate * raw["bytes_per_transition_in_batch"] / 1e6, 1),
+        "batch": TRANSITION_BATCH, "window": args.window, "measured_s": round(raw["measured_s"], 2),
+        "acked_total": raw["acked_total"], "sent": raw["sent"],
+        "encode_batch_ms": stats_ms(raw["encode_batch_s"]),
+        "first_ack_s": round(raw["first_ack_s"], 2) if raw["first_ack_s"] is not None else None,
+        "image_size": args.image_size, "cameras": 2,
+    }
+
+
+def bench_weights(children: Children, args) -> dict:
+    domain = DOMAINS["weights"]
+    sizes = [str(s) for s in args.weight_sizes]
+    # Both build their agents at start-up (an actor has its agent before new weights arrive), in parallel.
+    sub = children.role("weights_sub", "weights_sub", domain, "--sizes", *sizes)
+    pub = children.role("weights_pub", "weights_pub", domain, "--broadcasts", str(args.broadcasts), "--sizes", *sizes)
+    try:
+        raw = children.result("weights_pub", pub, timeout=args.phase_timeout)
+    except RuntimeError as error:
+        raise RuntimeError(f"{error}; subscriber stderr tail: {children.tail('weights_sub')}") from None
+    finally:
+        children.stop(sub)
+    out = {}
+    for size, row in raw.items():
+        apply_stats = stats_ms(row["apply"])
+        decode = stats_ms(np.add(row["copy"], row["decode"]))
+        out[f"pixels_2x{size}"] = {
+            "payload_mb": round(row["payload_bytes"] / 1e6, 3), "publish_to_received_ms": stats_ms(row["latency"]),
+            "decode_ms": decode, "apply_ms": apply_stats,
+            "decode_plus_apply_p50_ms": round(decode["p50"] + apply_stats["p50"], 3),
+            "publish_to_applied_ms": stats_ms(row["to_applied"]), "serialize_ms": stats_ms(row["serialize"]),
+            "lost": row["lost"],
+        }
+    return out
+
+
+def run_inner(args) -> int:
+    started = time.monotonic()
+    tmp = Path(tempfile.mkdtemp(prefix="bench_ros_"))
+    children = Children(tmp)
+    result: dict = {"bench": "ros", "quick": bool(args.quick),
+                    "network": {"private_namespace": os.environ.get(NETNS_FLAG) == "1",
+                                "discovery_range": os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE"),
+                                "domain_ids": DOMAINS},
+                    "cpus": os.cpu_count(), "loadavg_1m_start": round(os.getloadavg()[0], 2)}
+    errors: dict[str, str] = {}
+    files: list[WeightFiles] = []
+
+    def latency(obs_mode: str) -> dict:
+        # The echo baseline first: the pixel weights are made in a thread while the state actor starts up.
+        try:
+            baseline = echo_baseline(children, args, obs_mode,
+                                     args.frames if obs_mode == "state" else args.pixel_frames)
+        except RuntimeError as error:
+            baseline = {"error": str(error)}
+        if not files:
+            files.append(WeightFiles(tmp, args))
+        return bench_latency(children, files[0], args, obs_mode, baseline)
+
+    phases = [("obs_to_command_state", lambda: latency("state"))]
+    if not args.no_pixels_latency:
+        phases.append((f"obs_to_command_pixels_2x{args.image_size}", lambda: latency("pixels")))
+    phases += [(f"transitions_pixels_2x{args.image_size}", lambda: bench_transitions(children, tmp, args)),
+               ("weights_broadcast", lambda: bench_weights(children, args))]
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM, like SIGINT: stop, report what we have
+    try:
+        for name, phase in phases:
+            phase_start = time.monotonic()
+            log(f"{name} ...")
+            try:
+                result[name] = phase()
+                result[name]["phase_s"] = round(time.monotonic() - phase_start, 1)
+            except Exception as error:  # noqa: BLE001 - one failed phase must not lose the others' figures
+                errors[name] = f"{type(error).__name__}: {error}"
+                log(f"{name} failed:\n{traceback.format_exc()}")
+            finally:
+                children.stop_all()  # nothing of one phase may run into the next
+    except KeyboardInterrupt:
+        errors["interrupted"] = f"stopped by a signal after {time.monotonic() - started:.0f}s (--timeout?)"
+    finally:
+        children.stop_all()
+        if args.keep_logs:
+            log(f"logs kept in {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if errors:
+        result["errors"] = errors
+    result["loadavg_1m_end"] = round(os.getloadavg()[0], 2)
+    result["wall_s"] = round(time.monotonic() - started, 1)
+    print(json.dumps(result), flush=True)
+    return 1 if errors else 0
+
+
+def run_outer(argv: list[str], timeout_s: float) -> int:
+    """Re-run this script inside a private network namespace with the ROS environment; kill its group at the end."""
+    from robot_rl.ros.env import private_network_command, ros_environment
+
+    env = ros_environment(domain_id=OUTER_DOMAIN)
+    env[INNER_FLAG] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    inner = [sys.executable, str(Path(__file__).resolve()), *argv]
+    command = private_network_command(inner)
+    env[NETNS_FLAG] = "1" if command != inner else "0"
+    if command == inner:
+        log("no private network namespace available here: running on loopback with LOCALHOST discovery only")
+    proc = subprocess.Popen(command, env=env, cwd=REPO_ROOT, start_new_session=True)
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        log(f"timed out after {timeout_s:.0f}s")
+        return 124
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        for sig, wait_s in ((signal.SIGINT, 5.0), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(proc.pid, sig)  # the inner bench and every child it started
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(timeout=wait_s)
+            except subprocess.TimeoutExpired:
+                pass
+            if sig == signal.SIGINT:
+                time.sleep(0.5)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer samples")
+    parser.add_argument("--no-pixels-latency", action="store_true", help="skip the camera round-trip measurement")
+    parser.add_argument("--keep-logs", action="store_true", help="keep the child processes' logs")
+    parser.add_argument("--timeout", type=float, default=240.0, help="kill everything after this many seconds")
+    parser.add_argument("--role", choices=("robot", "echo", "feeder", "weights_pub", "weights_sub"),
+                        help=argparse.SUPPRESS)
+    # role options
+    parser.add_argument("--obs-mode", default="state", help=argparse.SUPPRESS)
+    parser.add_argument("--weights", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--frames", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--warmup", type=int, default=20, help=argparse.SUPPRESS)
+    parser.add_argument("--image-size", type=int, default=128, help=argparse.SUPPRESS)
+    parser.add_argument("--policy-calls", type=int, default=200, help=argparse.SUPPRESS)
+    parser.add_argument("--go-file", nargs="*", default=[], help=argparse.SUPPRESS)
+    parser.add_argument("--duration", type=float, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--window", type=int, default=64, help=argparse.SUPPRESS)
+    parser.add_argument("--broadcasts", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[64, 128], help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    quick = args.quick
+    args.frames = args.frames if args.frames is not None else (100 if quick else 300)
+    args.pixel_frames = 60 if quick else 200
+    args.warmup_frames = args.warmup
+    args.duration = args.duration if args.duration is not None else (4.0 if quick else 10.0)
+    args.warmup_s = 1.0
+    args.broadcasts = args.broadcasts if args.broadcasts is not None else (5 if quick else 12)
+    args.weight_sizes = args.sizes
+    args.policy_calls = 50 if quick and args.role is None else args.policy_calls
+    args.start_timeout = 60.0
+    args.first_timeout = 30.0  # the actor's first step compiles the policy
+    args.frame_timeout = 5.0
+    args.phase_timeout = 120.0
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if args.role is not None:
+        roles = {"robot": role_robot, "echo": role_echo, "feeder": role_feeder, "weights_pub": role_weights_pub,
+                 "weights_sub": role_weights_sub}
+        signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        roles[args.role](args)
+        return 0
+    if not os.environ.get(INNER_FLAG):
+        return run_outer(argv, args.timeout)
+    return run_inner(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""The teleop node: a human input device (keyboard, gamepad, SpaceMouse) as ROS 2 teleop topics.
+
+Run::
+
+    python -m robot_rl.drivers.teleop_node --device keyboard|gamepad|spacemouse [--path /dev/input/js0] \
+        [--ros-args -r __ns:=/robot1 -p rate_hz:=50.0]
+
+Every name is relative, so a namespace remap moves the whole node. Topics (names and QoS from robot_rl.ros.qos):
+
+==============  ============================  ===================================================================
+name            type                          content
+==============  ============================  ===================================================================
+teleop/twist    geometry_msgs/TwistStamped    TCP linear [m/s] / angular [rad/s] velocity, frame ``base``, each poll
+teleop/gripper  std_msgs/Float64              gripper target in [0 closed, 1 open], each poll
+teleop/engaged  std_msgs/Bool (latched)       true while the human overrides the policy; at start and on change
+teleop/episode  std_msgs/String               "success" | "failure" | "reset" when the operator presses that key
+==============  ============================  ===================================================================
+
+Parameters (read at start-up): ``rate_hz`` (device poll and publish rate), ``max_linear_speed`` [m/s],
+``max_angular_speed`` [rad/s], ``deadzone`` (analog axes), ``key_hold_s`` (keyboard).
+
+Exit status: 0 after SIGINT / SIGTERM or the keyboard's quit key; 2 when the device is missing (one log line says
+what was looked for and how to fix it); 1 when an open device stops answering. On every exit the node first
+publishes engaged=false, so the policy gets control back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from robot_rl.drivers.teleop import DEVICES, DeviceNotFound, TeleopCommand, TeleopConfig, TeleopDeviceError, \
+    open_device
+from robot_rl.ros import qos
+from robot_rl.ros.node_util import relative_name
+
+NODE_NAME = "teleop"
+BASE_FRAME = "base"
+EXIT_OK = 0
+EXIT_DEVICE_LOST = 1
+EXIT_NO_DEVICE = 2
+
+
+class TeleopNode:
+    """One rclpy node that polls a teleop device at ``rate_hz`` and publishes its commands (see the module doc)."""
+
+    def __init__(self, device_name: str, *, path: str | None = None, node_name: str = NODE_NAME, context=None,
+                 cli_args: list[str] | None = None):
+        import rclpy
+        from geometry_msgs.msg import TwistStamped
+        from rcl_interfaces.msg import ParameterDescriptor
+        from std_msgs.msg import Bool, Float64, String
+
+        self._Bool, self._Float64, self._String = Bool, Float64, String
+        self.node = rclpy.create_node(node_name, context=context, cli_args=cli_args)
+        node = self.node
+        defaults = TeleopConfig()
+        for name, default, description in (
+            ("rate_hz", defaults.rate_hz, "device poll and publish rate [Hz] (read at start-up)"),
+            ("max_linear_speed", defaults.max_linear_speed, "TCP speed at full deflection [m/s] (read at start-up)"),
+            ("max_angular_speed", defaults.max_angular_speed,
+             "TCP angular speed at full deflection [rad/s] (read at start-up)"),
+            ("deadzone", defaults.deadzone, "fraction of an analog axis read as zero (read at start-up)"),
+            ("key_hold_s", defaults.key_hold_s, "keyboard: seconds one key press keeps moving (read at start-up)"),
+        ):
+            node.declare_parameter(name, default, ParameterDescriptor(description=description))
+        param = node.get_parameter
+        self.config = TeleopConfig(
+            max_linear_speed=float(param("max_linear_speed").value),
+            max_angular_speed=float(param("max_angular_speed").value),
+            deadzone=float(param("deadzone").value), rate_hz=float(param("rate_hz").value),
+            key_hold_s=float(param("key_hold_s").value))
+        self._log = node.get_logger()
+        self.exit_status: int | None = None
+        """Set when the node wants to stop by itself (quit key, lost device)."""
+        try:
+            self.device = open_device(device_name, self.config, path=path)
+        except DeviceNotFound:
+            node.destroy_node()
+            raise  # the caller logs it and exits with EXIT_NO_DEVICE
+
+        self._twist_pub = node.create_publisher(TwistStamped, relative_name(qos.TELEOP_TWIST),
+                                                qos.topic_qos(qos.TELEOP_TWIST))
+        self._gripper_pub = node.create_publisher(Float64, relative_name(qos.TELEOP_GRIPPER),
+                                                  qos.topic_qos(qos.TELEOP_GRIPPER))
+        self._engaged_pub = node.create_publisher(Bool, relative_name(qos.TELEOP_ENGAGED),
+                                                  qos.topic_qos(qos.TELEOP_ENGAGED))
+        self._episode_pub = node.create_publisher(String, relative_name(qos.TELEOP_EPISODE),
+                                                  qos.topic_qos(qos.TELEOP_EPISODE))
+        self.engaged = False
+        self._engaged_pub.publish(Bool(data=False))
+        node.create_timer(1.0 / self.config.rate_hz, self._on_timer)
+        self._log.info(f"teleop node up: device={device_name} ({getattr(self.device, 'path', 'stdin')}) "
+                       f"rate={self.config.rate_hz:g} Hz namespace={node.get_namespace()}")
+
+    def _on_timer(self) -> None:
+        if self.exit_status is not None:
+            return
+        try:
+            command = self.device.poll(time.monotonic())
+        except TeleopDeviceError as error:
+            self._log.error(f"teleop device lost: {error}; handing control back to the policy and stopping")
+            self.exit_status = EXIT_DEVICE_LOST
+            self.disengage()
+            return
+        self.publish(command)
+        if command.quit:
+            self._log.info("quit key pressed; handing control back to the policy and stopping")
+            self.exit_status = EXIT_OK
+            self.disengage()
+
+    def publish(self, command: TeleopCommand) -> None:
+        """Publish one command: twist and gripper always, engaged on change, the episode key if any."""
+        from robot_rl.ros.convert import twist_to_msg
+        from robot_rl.ros.node_util import clock_seconds
+
+        stamp = clock_seconds(self.node.get_clock())
+        self._twist_pub.publish(twist_to_msg(command.linear, command.angular, stamp=stamp, frame_id=BASE_FRAME))
+        self._gripper_pub.publish(self._Float64(data=float(command.gripper)))
+        if command.engaged != self.engaged:
+            self.engaged = bool(command.engaged)
+            self._engaged_pub.publish(self._Bool(data=self.engaged))
+            self._log.info("human engaged: overriding the policy" if self.engaged else "human released control")
+        if command.episode_event is not None:
+            self._episode_pub.publish(self._String(data=command.episode_event))
+            self._log.info(f"episode key: {command.episode_event}")
+
+    @property
+    def finished(self) -> bool:
+        return self.exit_status is not None
+
+    def stop(self, executor, signal_number: int | None) -> None:
+        if self.exit_status is None:
+            self._log.info(f"stopping (signal {signal_number})")
+            self.disengage()
+
+    def disengage(self, timeout_s: float = 0.5) -> None:
+        """Publish engaged=false and give the middleware a moment to deliver it."""
+        from rclpy.duration import Duration
+
+        self.engaged = False
+        self._engaged_pub.publish(self._Bool(data=False))
+        self._engaged_pub.wait_for_all_acked(Duration(seconds=timeout_s))
+
+    def destroy(self) -> None:
+        try:
+            if self.device is not None:
+                self.device.close()
+        finally:
+            self.node.destroy_node()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m robot_rl.drivers.teleop_node",
+        description="A human teleop device as ROS 2 teleop topics (twist, gripper, engaged, episode keys). "
+                    "ROS arguments go after --ros-args (e.g. -r __ns:=/robot1 -p rate_hz:=50.0).")
+    parser.add_argument("--device", required=True, choices=DEVICES)
+    parser.add_argument("--path", default=None, help="device file (/dev/input/jsN, /dev/hidrawN); default: search")
+    parser.add_argument("--node-name", default=NODE_NAME)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the teleop node until SIGINT / SIGTERM or the quit key; returns the exit status (see the module doc)."""
+    argv = list(sys.argv if argv is None else argv)
+    from robot_rl.ros.env import ensure_ros_environment
+
+    ensure_ros_environment()
+    from rclpy.utilities import remove_ros_args
+
+    from robot_rl.ros.node_util import NodeStartupError, run_node
+
+    args = _parser().parse_args(remove_ros_args(argv)[1:])
+
+    def build() -> TeleopNode:
+        try:
+            return TeleopNode(args.device, path=args.path, node_name=args.node_name)
+        except DeviceNotFound as error:
+            raise NodeStartupError(f"teleop device {args.device!r} not available: {error}", EXIT_NO_DEVICE) from None
+
+    return run_node(build, argv, args.node_name)
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,740 @@
+"""The project's ROS 2 launcher: the subset of ROS 2's YAML launch format we need. Importable without rclpy.
+
+There are no wheels for ``ros2launch`` / ``launch_ros``, so ``robot-rl launch FILE`` reads a YAML launch file, starts
+every process with the project's ROS environment (:func:`robot_rl.ros.env.ros_environment`: discovery on LOCALHOST,
+the domain id, the Fast DDS profile, the wheels' library paths), prefixes their output with their names and stops
+them all cleanly.
+
+Example (every key shown; ``$(...)`` substitutions work in any string value)::
+
+    launch:
+    - arg: {name: task, default: PickCube-v0, description: "task id"}  # override: robot-rl launch f.yaml task:=X
+    - arg: {name: ns}                                    # no default: must be given on the command line
+    - arg: {name: with_sim, default: "true"}
+    - node:
+        pkg: robot_rl                  # pkg + exec: one of the project's nodes (see EXECUTABLES)
+        exec: sim_node
+        name: sim                      # -> -r __node:=sim
+        namespace: /$(var ns)          # -> -r __ns:=/robot1
+        param:                         # -> -p name:=value, typed as written (a value containing a
+        - {name: task, value: $(var task)}           #    substitution is read as YAML once substituted)
+        - {name: rate_hz, value: 10.0}
+        - {name: cameras, value: [front, wrist]}
+        remap:                         # -> -r from:=to
+        - {from: command/target_pose, to: /other/target}
+        env:                           # added to this process's environment
+        - {name: MUJOCO_GL, value: $(env MUJOCO_GL egl)}
+        args: "--mode lockstep"        # split like a shell would, placed before --ros-args
+        respawn: false                 # true: restart it respawn_delay seconds after it exits
+        respawn_delay: 2.0
+        on_exit: shutdown              # when it exits, stop the rest (ROS 2's "required"; required: true works)
+        if: $(var with_sim)            # start it only if true (`unless:` the opposite)
+    - node: {module: robot_rl.ros.learner_node, name: learner}  # our extension: python -m MODULE
+    - executable: {cmd: "python3 $(dirname)/helper.py --flag", name: helper, env: [{name: X, value: "1"}]}
+
+Substitutions: ``$(var NAME)`` (a declared arg), ``$(env NAME)`` / ``$(env NAME default)``, ``$(dirname)`` (the
+launch file's folder). The whole file is validated before anything starts; every problem is a :class:`LaunchError`
+naming the file, the entry and the key.
+
+Lifecycle (:class:`Launcher`): processes start in file order, each in its own session (a terminal Ctrl-C reaches only
+the launcher). SIGINT/SIGTERM to the launcher, or the exit of an ``on_exit: shutdown`` process, stops every process:
+SIGINT, then SIGTERM after ``grace_s``, then SIGKILL. Exit status: 0 after a signal-triggered shutdown; the status of
+a required process that stopped the launch (1 if it died by a signal); otherwise, once every process has exited on its
+own, 0 if all exited 0, else 1. Children read stdin from /dev/null.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+# `pkg: robot_rl` + `exec:` -> module run with `python -m`. Never imported by the launcher.
+EXECUTABLES: dict[str, dict[str, str]] = {
+    "robot_rl": {
+        "sim_node": "robot_rl.sim.node",
+        "actor_node": "robot_rl.ros.actor_node",
+        "learner_node": "robot_rl.ros.learner_node",
+        "teleop_node": "robot_rl.drivers.teleop_node",
+        "scripted_teleop": "robot_rl.sim.scripted_teleop",
+    }
+}
+
+_COMMON_KEYS = {"name", "env", "respawn", "respawn_delay", "on_exit", "required", "args", "if", "unless"}
+_NODE_KEYS = _COMMON_KEYS | {"pkg", "exec", "module", "namespace", "param", "remap"}
+_EXECUTABLE_KEYS = _COMMON_KEYS | {"cmd"}
+_ARG_KEYS = {"name", "default", "description"}
+_ON_EXIT_ACTIONS = ("shutdown",)
+_SUBSTITUTION = re.compile(r"\$\(([^()]*)\)")
+_ROS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ROS_NAMESPACE = re.compile(r"/?([A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*)?")
+# Strings that rcl's YAML parser would read as something other than a string unless quoted.
+_RCL_SPECIAL_WORDS = {
+    "y", "yes", "n", "no", "true", "false", "on", "off", "null", "~", "nan", "inf", "infinity", ".nan", ".inf",
+}
+_PLAIN_STRING = re.compile(r"[A-Za-z_/][A-Za-z0-9_./\-]*")
+_COLOURS = ("36", "32", "33", "35", "34", "96", "92", "93", "95", "94")
+
+
+class LaunchError(Exception):
+    """A launch file is invalid or cannot be started; the message names the file, the entry and the key."""
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads YAML 1.2 floats such as ``1e-5`` (PyYAML's 1.1 rules need a dot)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchArgument:
+    """A declared launch argument and the value it resolved to."""
+
+    name: str
+    value: str
+    description: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessSpec:
+    """One process to run: its label, full argv, environment additions and lifecycle policy."""
+
+    name: str
+    argv: tuple[str, ...]
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    respawn: bool = False
+    respawn_delay: float = 0.0
+    required: bool = False
+
+    def command(self) -> str:
+        """The process as one shell-runnable line (environment additions first)."""
+        env = [f"{k}={shlex.quote(v)}" for k, v in self.env.items()]
+        return " ".join([*env, shlex.join(self.argv)])
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchDescription:
+    """A validated launch file with every substitution resolved."""
+
+    path: Path
+    arguments: tuple[LaunchArgument, ...]
+    processes: tuple[ProcessSpec, ...]
+
+    def commands(self) -> list[str]:
+        """One shell-runnable command line per process, in start order (for a dry run)."""
+        return [p.command() for p in self.processes]
+
+
+# ----------------------------------------------------------------------------------------------------------- parsing
+
+
+class _Context:
+    """Where we are in the file (for error messages) and what substitutions resolve to."""
+
+    def __init__(self, path: Path, variables: dict[str, str]):
+        self.path = path
+        self.variables = variables
+        self.where = str(path)
+
+    def error(self, message: str) -> LaunchError:
+        return LaunchError(f"{self.where}: {message}")
+
+    def substitute(self, text: str, key: str) -> str:
+        def replace(match: re.Match[str]) -> str:
+            return self._resolve(match.group(1), key)
+
+        if "$(" in _SUBSTITUTION.sub("", text):
+            raise self.error(f"key {key!r}: unterminated or nested substitution in {text!r}")
+        return _SUBSTITUTION.sub(replace, text)
+
+    def _resolve(self, body: str, key: str) -> str:
+        parts = body.split()
+        kind, rest = (parts[0], parts[1:]) if parts else ("", [])
+        if kind == "var" and len(rest) == 1:
+            if rest[0] not in self.variables:
+                known = ", ".join(sorted(self.variables)) or "none"
+                raise self.error(f"key {key!r}: $(var {rest[0]}) names an undeclared argument (declared: {known})")
+            return self.variables[rest[0]]
+        if kind == "env" and len(rest) >= 1:
+            name, default = rest[0], " ".join(rest[1:]) if len(rest) > 1 else None
+            value = os.environ.get(name, default)
+            if value is None:
+                raise self.error(
+                    f"key {key!r}: environment variable {name} is not set and $(env {name}) has no default"
+                )
+            return value
+        if kind == "dirname" and not rest:
+            return str(self.path.parent)
+        raise self.error(
+            f"key {key!r}: unknown substitution $({body}); supported: $(var NAME), $(env NAME [default]), $(dirname)"
+        )
+
+
+def load_launch_file(path: str | os.PathLike[str], arguments: Mapping[str, str] | None = None) -> LaunchDescription:
+    """Read, validate and resolve a YAML launch file; `arguments` override the declared args' defaults."""
+    path = Path(path).resolve()
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise LaunchError(f"cannot read launch file {path}: {exc.strerror or exc}") from None
+    try:
+        document = yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        raise LaunchError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(document, dict) or set(document) != {"launch"} or not isinstance(document["launch"], list):
+        raise LaunchError(f"{path}: expected a mapping with one key 'launch' holding a list of entries")
+    given = dict(arguments or {})
+    ctx = _Context(path, {})
+    declared: list[LaunchArgument] = []
+    processes: list[ProcessSpec] = []
+    for index, entry in enumerate(document["launch"]):
+        ctx.where = f"{path}: entry {index}"
+        if not isinstance(entry, dict) or len(entry) != 1:
+            raise ctx.error("expected a mapping with one key: arg, node or executable")
+        kind, body = next(iter(entry.items()))
+        ctx.where = f"{path}: entry {index} ({kind})"
+        if kind not in ("arg", "node", "executable"):
+            raise ctx.error(f"unknown entry kind {kind!r}; expected arg, node or executable")
+        if not isinstance(body, dict):
+            raise ctx.error(f"expected a mapping of keys, got {type(body).__name__}")
+        if kind == "arg":
+            declared.append(_parse_arg(body, ctx, given))
+        else:
+            process = _parse_process(kind, body, ctx)
+            wanted = all(_parse_bool(body[key], key, ctx) == (key == "if") for key in ("if", "unless") if key in body)
+            if wanted:
+                processes.append(process)
+    undeclared = sorted(set(given) - {a.name for a in declared})
+    if undeclared:
+        known = ", ".join(a.name for a in declared) or "none"
+        raise LaunchError(f"{path}: unknown launch argument(s) {', '.join(undeclared)} (declared: {known})")
+    labels = [p.name for p in processes]
+    duplicates = sorted({label for label in labels if labels.count(label) > 1})
+    if duplicates:
+        raise LaunchError(f"{path}: several processes are named {', '.join(duplicates)}; give each a unique name")
+    return LaunchDescription(path=path, arguments=tuple(declared), processes=tuple(processes))
+
+
+def _check_keys(body: dict[str, Any], allowed: set[str], required: Sequence[str], ctx: _Context) -> None:
+    unknown = sorted(str(k) for k in body if k not in allowed)
+    if unknown:
+        raise ctx.error(f"unknown key(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(sorted(allowed))}")
+    for key in required:
+        if key not in body:
+            raise ctx.error(f"missing required key {key!r}")
+
+
+def _scalar_text(value: Any, key: str, ctx: _Context) -> str:
+    """A scalar as the string it stands for (YAML may have typed it), substitutions resolved."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return ctx.substitute(value, key)
+    raise ctx.error(f"key {key!r}: expected a string or number, got {type(value).__name__}")
+
+
+def _parse_arg(body: dict[str, Any], ctx: _Context, given: Mapping[str, str]) -> LaunchArgument:
+    _check_keys(body, _ARG_KEYS, ["name"], ctx)
+    name = body["name"]
+    if not isinstance(name, str) or not _ROS_NAME.fullmatch(name):
+        raise ctx.error(f"key 'name': {name!r} is not a valid argument name")
+    if name in ctx.variables:
+        raise ctx.error(f"key 'name': argument {name!r} is declared twice")
+    if name in given:
+        value = str(given[name])
+    elif body.get("default") is not None:
+        value = _scalar_text(body["default"], "default", ctx)
+    else:
+        raise ctx.error(f"argument {name!r} has no default and was not given: pass {name}:=VALUE")
+    ctx.variables[name] = value
+    description = body.get("description", "")
+    return LaunchArgument(name=name, value=value, description=str(description))
+
+
+def _parse_bool(value: Any, key: str, ctx: _Context) -> bool:
+    if isinstance(value, str):
+        value = {"true": True, "false": False}.get(ctx.substitute(value, key).strip().lower(), value)
+    if not isinstance(value, bool):
+        raise ctx.error(f"key {key!r}: expected true or false, got {value!r}")
+    return value
+
+
+def _parse_delay(value: Any, ctx: _Context) -> float:
+    text = _scalar_text(value, "respawn_delay", ctx)
+    try:
+        delay = float(text)
+    except ValueError:
+        delay = math.nan
+    if not math.isfinite(delay) or delay < 0:
+        raise ctx.error(f"key 'respawn_delay': expected a number of seconds >= 0, got {value!r}")
+    return delay
+
+
+def _name_value_list(body: dict[str, Any], key: str, first: str, second: str, ctx: _Context) -> list[tuple[str, Any]]:
+    items = body.get(key, [])
+    if not isinstance(items, list):
+        raise ctx.error(f"key {key!r}: expected a list of {{{first}: ..., {second}: ...}} mappings")
+    pairs = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or set(item) != {first, second}:
+            got = sorted(item) if isinstance(item, dict) else type(item).__name__
+            raise ctx.error(f"key {key!r}, item {i}: expected exactly the keys {first!r} and {second!r}, got {got}")
+        name = _scalar_text(item[first], f"{key}[{i}].{first}", ctx)
+        pairs.append((name, item[second]))
+    return pairs
+
+
+def _split_command(text: str, key: str, ctx: _Context) -> list[str]:
+    """Split like a shell, then substitute each word, so a substituted value with spaces stays one word."""
+    found: list[str] = []
+
+    def hide(match: re.Match[str]) -> str:
+        found.append(match.group(0))
+        return f"\x00{len(found) - 1}\x00"
+
+    try:
+        words = shlex.split(_SUBSTITUTION.sub(hide, text))
+    except ValueError as exc:
+        raise ctx.error(f"key {key!r}: cannot split {text!r}: {exc}") from None
+    restore = re.compile("\x00([0-9]+)\x00")
+    return [ctx.substitute(restore.sub(lambda m: found[int(m.group(1))], word), key) for word in words]
+
+
+def _parse_process(kind: str, body: dict[str, Any], ctx: _Context) -> ProcessSpec:
+    if kind == "node":
+        _check_keys(body, _NODE_KEYS, [], ctx)
+    else:
+        _check_keys(body, _EXECUTABLE_KEYS, ["cmd"], ctx)
+    name = _scalar_text(body["name"], "name", ctx) if "name" in body else None
+    if name is not None and not _ROS_NAME.fullmatch(name):
+        raise ctx.error(f"key 'name': {name!r} is not a valid name (letters, digits and _, not starting with a digit)")
+    env = {k: _scalar_text(v, f"env {k}", ctx) for k, v in _name_value_list(body, "env", "name", "value", ctx)}
+    bad_names = [k for k in env if not _ROS_NAME.fullmatch(k)]
+    if bad_names:
+        raise ctx.error(f"key 'env': {bad_names[0]!r} is not a valid environment variable name")
+    env["PYTHONUNBUFFERED"] = env.get("PYTHONUNBUFFERED", "1")
+    extra = _split_command(body["args"], "args", ctx) if isinstance(body.get("args"), str) else []
+    if "args" in body and not isinstance(body["args"], str):
+        raise ctx.error(f"key 'args': expected a string, got {type(body['args']).__name__}")
+    required = _parse_bool(body.get("required", False), "required", ctx)
+    if "on_exit" in body:
+        action = _scalar_text(body["on_exit"], "on_exit", ctx)
+        if action not in _ON_EXIT_ACTIONS:
+            raise ctx.error(f"key 'on_exit': unknown action {action!r}; supported: {', '.join(_ON_EXIT_ACTIONS)}")
+        required = True
+    respawn = _parse_bool(body.get("respawn", False), "respawn", ctx)
+    delay = _parse_delay(body.get("respawn_delay", 0.0), ctx)
+
+    if kind == "executable":
+        if not isinstance(body["cmd"], str):
+            raise ctx.error(f"key 'cmd': expected a string, got {type(body['cmd']).__name__}")
+        argv = _split_command(body["cmd"], "cmd", ctx) + extra
+        if not argv:
+            raise ctx.error("key 'cmd': the command is empty")
+        label = name or re.sub(r"\W", "_", Path(argv[0]).name)
+    else:
+        module = _node_module(body, ctx)
+        namespace = _scalar_text(body["namespace"], "namespace", ctx) if "namespace" in body else None
+        if namespace is not None:
+            namespace = "/" + namespace.strip("/")
+            if not _ROS_NAMESPACE.fullmatch(namespace):
+                raise ctx.error(f"key 'namespace': {namespace!r} is not a valid ROS namespace")
+        ros_args: list[str] = []
+        if name is not None:
+            ros_args += ["-r", f"__node:={name}"]
+        if namespace is not None:
+            ros_args += ["-r", f"__ns:={namespace}"]
+        params = _name_value_list(body, "param", "name", "value", ctx)
+        for i, (pname, value) in enumerate(params):
+            ctx_key = f"param[{i}] ({pname})"
+            for flat_name, rendered in _flatten_param(pname, value, ctx_key, ctx):
+                ros_args += ["-p", f"{flat_name}:={rendered}"]
+        for i, (source, target) in enumerate(_name_value_list(body, "remap", "from", "to", ctx)):
+            ros_args += ["-r", f"{source}:={_scalar_text(target, f'remap[{i}].to', ctx)}"]
+        argv = [sys.executable, "-m", module, *extra]
+        if ros_args:
+            argv += ["--ros-args", *ros_args]
+        base = name or (body.get("exec") or module.rsplit(".", 1)[-1])
+        label = f"{namespace.strip('/')}/{base}" if namespace and namespace != "/" else base
+    return ProcessSpec(
+        name=label, argv=tuple(argv), env=env, respawn=respawn, respawn_delay=delay, required=required,
+    )
+
+
+def _node_module(body: dict[str, Any], ctx: _Context) -> str:
+    if "module" in body:
+        if "pkg" in body or "exec" in body:
+            raise ctx.error("give either 'module' or 'pkg' + 'exec', not both")
+        module = _scalar_text(body["module"], "module", ctx)
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", module):
+            raise ctx.error(f"key 'module': {module!r} is not a Python module name")
+        return module
+    for key in ("pkg", "exec"):
+        if key not in body:
+            raise ctx.error(f"missing required key {key!r} (or give 'module: some.python.module')")
+    pkg, exe = _scalar_text(body["pkg"], "pkg", ctx), _scalar_text(body["exec"], "exec", ctx)
+    if pkg not in EXECUTABLES:
+        raise ctx.error(f"key 'pkg': unknown package {pkg!r}; known: {', '.join(sorted(EXECUTABLES))}")
+    if exe not in EXECUTABLES[pkg]:
+        known = ", ".join(sorted(EXECUTABLES[pkg]))
+        raise ctx.error(f"key 'exec': unknown executable {exe!r} in {pkg}; known: {known}")
+    return EXECUTABLES[pkg][exe]
+
+
+# --------------------------------------------------------------------------------------------- parameter rendering
+
+
+def _flatten_param(name: str, value: Any, key: str, ctx: _Context) -> list[tuple[str, str]]:
+    """Render one parameter as `-p` values; a mapping becomes dotted names, as in a ROS 2 params file."""
+    if isinstance(value, dict):
+        out: list[tuple[str, str]] = []
+        for sub, subvalue in value.items():
+            out += _flatten_param(f"{name}.{sub}", subvalue, f"{key}.{sub}", ctx)
+        return out
+    if isinstance(value, str) and _SUBSTITUTION.search(value):
+        # A substitution yields text; read it as YAML (as launch_ros does) so $(var rate) can be a number.
+        text = ctx.substitute(value, key)
+        try:
+            parsed = yaml.load(text, Loader=_Loader)
+        except yaml.YAMLError:
+            parsed = text
+        value = parsed if _is_param_value(parsed) else text
+    elif isinstance(value, str):
+        value = ctx.substitute(value, key)
+    try:
+        return [(name, render_param_value(value))]
+    except ValueError as exc:
+        raise ctx.error(f"key {key!r}: {exc}") from None
+
+
+def _is_param_value(value: Any) -> bool:
+    scalar = (bool, int, float, str)
+    if isinstance(value, list):
+        return bool(value) and all(isinstance(v, scalar) for v in value)
+    return isinstance(value, scalar)
+
+
+def render_param_value(value: Any) -> str:
+    """Render a parameter value as rcl's ``-p name:=value`` parser reads it back with the same type."""
+    if isinstance(value, list):
+        if not value:
+            raise ValueError("an empty list has no parameter type; give at least one element")
+        kinds = {_kind(v) for v in value}
+        if kinds == {"int", "float"}:
+            value, kinds = [float(v) for v in value], {"float"}
+        if len(kinds) != 1 or "list" in kinds:
+            raise ValueError(f"a list parameter needs elements of one scalar type, got {value!r}")
+        return "[" + ", ".join(render_param_value(v) for v in value) + "]"
+    kind = _kind(value)
+    if kind == "bool":
+        return "true" if value else "false"
+    if kind == "int":
+        return str(value)
+    if kind == "float":
+        if math.isnan(value):
+            return ".nan"
+        if math.isinf(value):
+            return ".inf" if value > 0 else "-.inf"
+        return repr(value)
+    if kind == "str":
+        plain = (
+            _PLAIN_STRING.fullmatch(value) is not None
+            and value.lower() not in _RCL_SPECIAL_WORDS
+            and yaml.load(value, Loader=_Loader) == value
+        )
+        return value if plain else "'" + value.replace("'", "''") + "'"
+    raise ValueError(f"unsupported parameter value {value!r} ({type(value).__name__})")
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, list):
+        return "list"
+    return type(value).__name__
+
+
+# --------------------------------------------------------------------------------------------------------- running
+
+
+@dataclasses.dataclass
+class _Running:
+    spec: ProcessSpec
+    colour: str
+    process: subprocess.Popen[bytes] | None = None
+    readers: list[threading.Thread] = dataclasses.field(default_factory=list)
+    restart_at: float | None = None  # pending respawn
+    restarts: int = 0
+    returncode: int | None = None
+    stray_group: bool = False  # the leader exited but others in its process group still run
+
+
+class Launcher:
+    """Runs a LaunchDescription: starts, prefixes output, respawns and stops its processes."""
+
+    def __init__(
+        self,
+        description: LaunchDescription,
+        domain_id: int | None = None,
+        grace_s: float = 10.0,
+        term_timeout_s: float | None = None,
+        stdout: IO[str] | None = None,
+        stderr: IO[str] | None = None,
+    ):
+        from robot_rl.ros.env import RosEnvironmentError, ros_environment
+
+        if grace_s < 0:
+            raise LaunchError(f"grace period must be >= 0 s, got {grace_s}")
+        self.description = description
+        self.grace_s = grace_s
+        self.term_timeout_s = min(grace_s, 5.0) if term_timeout_s is None else term_timeout_s
+        try:
+            self.base_env = ros_environment(domain_id=domain_id)
+        except RosEnvironmentError as exc:
+            raise LaunchError(f"cannot set up the ROS environment: {exc}") from None
+        self.stdout = stdout or sys.stdout
+        self.stderr = stderr or sys.stderr
+        self._lock = threading.Lock()
+        self._colour = self.stdout.isatty()
+        self._signals: list[int] = []
+        self._nodes = [
+            _Running(spec, _COLOURS[i % len(_COLOURS)]) for i, spec in enumerate(description.processes)
+        ]
+
+    # -- output
+    def _emit(self, stream: IO[str], label: str, colour: str, line: str) -> None:
+        prefix = f"\x1b[{colour}m[{label}]\x1b[0m " if self._colour else f"[{label}] "
+        with self._lock:
+            try:
+                stream.write(prefix + line + "\n")
+                stream.flush()
+            except (OSError, ValueError):  # our own output was closed: keep the children running regardless
+                pass
+
+    def log(self, message: str) -> None:
+        """Print one of the launcher's own lines, prefixed ``[launch]``."""
+        self._emit(self.stdout, "launch", "1", message)
+
+    def _pump(self, pipe: IO[bytes], stream: IO[str], label: str, colour: str) -> None:
+        with pipe:
+            for raw in iter(pipe.readline, b""):
+                self._emit(stream, label, colour, raw.decode(errors="replace").rstrip("\r\n"))
+
+    # -- processes
+    def _start(self, node: _Running) -> None:
+        spec = node.spec
+        env = {**self.base_env, **spec.env}
+        try:
+            process = subprocess.Popen(
+                spec.argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True,  # own process group: a terminal Ctrl-C reaches only the launcher
+            )
+        except OSError as exc:
+            raise LaunchError(f"cannot start {spec.name} ({shlex.join(spec.argv)}): {exc.strerror or exc}") from None
+        node.process, node.returncode, node.restart_at, node.stray_group = process, None, None, False
+        node.readers = [
+            threading.Thread(target=self._pump, args=(pipe, stream, spec.name, node.colour), daemon=True)
+            for pipe, stream in ((process.stdout, self.stdout), (process.stderr, self.stderr))
+        ]
+        for reader in node.readers:
+            reader.start()
+        self.log(f"started {spec.name} (pid {process.pid})")
+
+    def _signal_group(self, node: _Running, sig: int) -> None:
+        if node.process is None:
+            return
+        try:
+            os.killpg(node.process.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _alive(self, node: _Running) -> bool:
+        return node.process is not None and (node.process.poll() is None or node.stray_group)
+
+    def _reap(self, node: _Running) -> int | None:
+        """Return the exit status if the process just exited (once), else None."""
+        if node.process is None or node.returncode is not None:
+            if node.stray_group and node.process is not None:
+                node.stray_group = _group_exists(node.process.pid)
+            return None
+        code = node.process.poll()
+        if code is None:
+            return None
+        node.returncode = code
+        node.stray_group = _group_exists(node.process.pid)
+        for reader in node.readers:
+            reader.join(timeout=0.2)  # its last lines before our "exited" line
+        return code
+
+    def _handle_signal(self, signum: int, frame: Any) -> None:
+        self._signals.append(signum)
+
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, self._handle_signal)
+        return previous
+
+    def run(self) -> int:
+        """Start every process, supervise them until the launch ends and return the launcher's exit status."""
+        previous = self._install_signal_handlers()
+        try:
+            return self._run()
+        finally:
+            # Whatever happened (an exception included), leave no child behind.
+            for node in self._nodes:
+                if self._alive(node):
+                    self._signal_group(node, signal.SIGKILL)
+                    if node.process is not None:
+                        node.process.wait()
+            for node in self._nodes:
+                for reader in node.readers:
+                    reader.join(timeout=1.0)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _run(self) -> int:
+        domain = self.base_env.get("ROS_DOMAIN_ID")
+        self.log(f"{self.description.path} on ROS domain {domain}, {len(self._nodes)} process(es)")
+        for node in self._nodes:
+            if self._signals:
+                break
+            self._start(node)
+        while True:
+            if self._signals:
+                self.log(f"received {signal.Signals(self._signals[0]).name}, shutting down")
+                self._shutdown()
+                return 0
+            now = time.monotonic()
+            for node in self._nodes:
+                code = self._reap(node)
+                if code is not None:
+                    status = _describe(code)
+                    if node.spec.required:
+                        self.log(f"{node.spec.name} {status}; it is required (on_exit: shutdown), shutting down")
+                        self._shutdown()
+                        return 0 if code == 0 else (code if code > 0 else 1)
+                    if node.spec.respawn:
+                        node.restarts += 1
+                        node.restart_at = now + node.spec.respawn_delay
+                        self.log(f"{node.spec.name} {status}; respawning in {node.spec.respawn_delay:g} s "
+                                 f"(restart {node.restarts})")
+                    else:
+                        self.log(f"{node.spec.name} {status}")
+                if node.restart_at is not None and now >= node.restart_at and not self._signals:
+                    if node.stray_group and node.process is not None:
+                        self.log(f"killing what {node.spec.name} left running before respawning it")
+                        self._signal_group(node, signal.SIGKILL)
+                    self._start(node)
+            if all(n.returncode is not None and n.restart_at is None and not n.stray_group for n in self._nodes):
+                failed = [n.spec.name for n in self._nodes if n.returncode != 0]
+                self.log("all processes exited" + (f"; failed: {', '.join(failed)}" if failed else ""))
+                return 1 if failed else 0
+            time.sleep(0.05)
+
+    def _shutdown(self) -> None:
+        """SIGINT every process group, then SIGTERM after the grace period, then SIGKILL; each stage ends early
+        when everything is gone, and a further SIGINT/SIGTERM to the launcher skips to the next stage."""
+        for node in self._nodes:
+            node.restart_at = None
+        signals_seen = len(self._signals)
+        stages = ((signal.SIGINT, self.grace_s), (signal.SIGTERM, self.term_timeout_s), (signal.SIGKILL, 5.0))
+        for sig, timeout in stages:
+            running = [n for n in self._nodes if self._alive(n)]
+            if not running:
+                return
+            if sig != signal.SIGINT:
+                self.log(f"{', '.join(n.spec.name for n in running)} still running: sending {sig.name}")
+            for node in running:
+                self._signal_group(node, sig)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and len(self._signals) == signals_seen:
+                for node in self._nodes:
+                    code = self._reap(node)
+                    if code is not None:
+                        self.log(f"{node.spec.name} {_describe(code)}")
+                if not any(self._alive(n) for n in self._nodes):
+                    return
+                time.sleep(0.02)
+            signals_seen = len(self._signals)
+
+
+def _group_exists(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _describe(code: int) -> str:
+    if code < 0:
+        try:
+            return f"died by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"died by signal {-code}"
+    return f"exited with code {code}"
+
+
+def parse_cli_arguments(items: Sequence[str]) -> dict[str, str]:
+    """Parse ``name:=value`` words from the command line into a dict; raise LaunchError on anything else."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition(":=")
+        if not sep or not _ROS_NAME.fullmatch(name):
+            raise LaunchError(f"launch arguments are written name:=value, got {item!r}")
+        out[name] = value
+    return out
+
+
+def launch(
+    path: str | os.PathLike[str],
+    arguments: Sequence[str] = (),
+    domain_id: int | None = None,
+    grace_s: float = 10.0,
+    dry_run: bool = False,
+    print_fn: Callable[[str], None] = print,
+) -> int:
+    """What ``robot-rl launch`` does: load, then print the commands (dry run) or run them; return the exit status."""
+    description = load_launch_file(path, parse_cli_arguments(arguments))
+    if dry_run:
+        for spec in description.processes:
+            print_fn(f"[{spec.name}] {spec.command()}")
+        return 0
+    return Launcher(description, domain_id=domain_id, grace_s=grace_s).run()

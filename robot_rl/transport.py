@@ -1,0 +1,400 @@
+"""Actor <-> learner payloads and delivery bookkeeping, without any transport: transitions carry an actor id and a
+sequence number, the actor keeps them in a bounded `Outbox` until the learner acknowledges them, the learner drops
+duplicates with an `Inbox`, logs what it accepted in a `TransitionLog` (so an acknowledged transition survives a
+crash), and broadcasts versioned weights. Payloads are msgpack (robot_rl.codec); nothing here is pickled.
+
+A *source* is one run of one actor: ``"<actor id>/<incarnation>"``. The incarnation changes each time an actor
+process starts, so a restarted actor's sequence numbers (which start again at 0) are never mistaken for duplicates.
+Acknowledgements are cumulative per source: "every sequence number <= N is persisted".
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import re
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from robot_rl.codec import CodecError, pack, unpack
+from robot_rl.types import ObservationSpec
+
+PROTOCOL_VERSION = 1
+_SOURCE_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,64}/[A-Za-z0-9_.\-]{1,64}")
+
+
+class TransportError(ValueError):
+    """A payload is malformed or from another protocol version; the message names the problem."""
+
+
+def make_source(actor_id: str, incarnation: str | None = None) -> str:
+    """`actor_id/incarnation` (a fresh random incarnation unless one is given)."""
+    source = f"{actor_id}/{incarnation or uuid.uuid4().hex[:12]}"
+    if not _SOURCE_PATTERN.fullmatch(source):
+        raise ValueError(f"actor id {actor_id!r} must be 1-64 letters, digits, '_', '.' or '-'")
+    return source
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class StampedTransition:
+    """One step an actor took, with its place in the actor's stream (sequence number, episode, step)."""
+
+    seq: int
+    episode: int
+    step: int
+    observation: Mapping[str, np.ndarray]
+    action: np.ndarray
+    reward: float
+    terminated: bool
+    truncated: bool
+    next_observation: Mapping[str, np.ndarray]
+    intervention: bool = False
+    success: bool = False
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "seq": int(self.seq), "episode": int(self.episode), "step": int(self.step),
+            "obs": {k: np.asarray(v) for k, v in self.observation.items()},
+            "action": np.asarray(self.action, dtype=np.float32), "reward": float(self.reward),
+            "terminated": bool(self.terminated), "truncated": bool(self.truncated),
+            "next_obs": {k: np.asarray(v) for k, v in self.next_observation.items()},
+            "intervention": bool(self.intervention), "success": bool(self.success),
+        }
+
+    @classmethod
+    def from_wire(cls, item: Any, index: int) -> StampedTransition:
+        where = f"transition {index}"
+        if not isinstance(item, dict):
+            raise TransportError(f"{where} is a {type(item).__name__}, not a map")
+        try:
+            values = dict(
+                seq=_integer(item["seq"], f"{where} seq"), episode=_integer(item["episode"], f"{where} episode"),
+                step=_integer(item["step"], f"{where} step"), observation=_observation(item["obs"], f"{where} obs"),
+                action=_array(item["action"], f"{where} action"), reward=_number(item["reward"], f"{where} reward"),
+                terminated=_boolean(item["terminated"], f"{where} terminated"),
+                truncated=_boolean(item["truncated"], f"{where} truncated"),
+                next_observation=_observation(item["next_obs"], f"{where} next_obs"),
+                intervention=_boolean(item.get("intervention", False), f"{where} intervention"),
+                success=_boolean(item.get("success", False), f"{where} success"),
+            )
+        except KeyError as missing:
+            raise TransportError(f"{where} lacks field {missing}") from None
+        if values["seq"] < 0:
+            raise TransportError(f"{where} has a negative sequence number {values['seq']}")
+        if not np.all(np.isfinite(values["action"])) or not np.isfinite(values["reward"]):
+            raise TransportError(f"{where} (seq {values['seq']}) has a non-finite action or reward")
+        return cls(**values)
+
+
+def _integer(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TransportError(f"{what} must be an integer, got {type(value).__name__}")
+    return int(value)
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TransportError(f"{what} must be a number, got {type(value).__name__}")
+    return float(value)
+
+
+def _boolean(value: Any, what: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TransportError(f"{what} must be a bool, got {type(value).__name__}")
+    return bool(value)
+
+
+def _array(value: Any, what: str) -> np.ndarray:
+    if not isinstance(value, np.ndarray):
+        raise TransportError(f"{what} must be an array, got {type(value).__name__}")
+    return value
+
+
+def _observation(value: Any, what: str) -> dict[str, np.ndarray]:
+    if not isinstance(value, dict) or not value:
+        raise TransportError(f"{what} must be a non-empty map of arrays")
+    return {str(k): _array(v, f"{what}[{k!r}]") for k, v in value.items()}
+
+
+def _decode(payload: bytes | bytearray | memoryview, kind: str) -> dict[str, Any]:
+    try:
+        message = unpack(payload)
+    except CodecError as error:
+        raise TransportError(f"undecodable {kind} payload: {error}") from None
+    if not isinstance(message, dict):
+        raise TransportError(f"{kind} payload is a {type(message).__name__}, not a map")
+    if message.get("kind") != kind:
+        raise TransportError(f"expected a {kind!r} payload, got kind {message.get('kind')!r}")
+    if message.get("protocol") != PROTOCOL_VERSION:
+        raise TransportError(f"{kind} payload has protocol {message.get('protocol')!r}, this side speaks "
+                             f"{PROTOCOL_VERSION}")
+    return message
+
+
+def _source(value: Any) -> str:
+    if not isinstance(value, str) or not _SOURCE_PATTERN.fullmatch(value):
+        raise TransportError(f"invalid source {value!r}: expected 'actor_id/incarnation'")
+    return value
+
+
+# ----- transitions ----------------------------------------------------------------------------------------------
+
+def encode_transitions(source: str, items: Sequence[StampedTransition]) -> bytes:
+    return pack({"kind": "transitions", "protocol": PROTOCOL_VERSION, "source": source,
+                 "items": [item.to_wire() for item in items]})
+
+
+def decode_transitions(payload: bytes | bytearray | memoryview) -> tuple[str, list[StampedTransition]]:
+    """(source, transitions) of a payload from `encode_transitions`; TransportError names what is wrong."""
+    message = _decode(payload, "transitions")
+    items = message.get("items")
+    if not isinstance(items, list):
+        raise TransportError("transitions payload has no list of items")
+    return _source(message.get("source")), [StampedTransition.from_wire(item, i) for i, item in enumerate(items)]
+
+
+# ----- acknowledgements -----------------------------------------------------------------------------------------
+
+def encode_ack(acks: Mapping[str, int]) -> bytes:
+    return pack({"kind": "ack", "protocol": PROTOCOL_VERSION, "acks": {k: int(v) for k, v in acks.items()}})
+
+
+def decode_ack(payload: bytes | bytearray | memoryview) -> dict[str, int]:
+    acks = _decode(payload, "ack").get("acks")
+    if not isinstance(acks, dict):
+        raise TransportError("ack payload has no map of acks")
+    return {_source(k): _integer(v, f"ack of {k}") for k, v in acks.items()}
+
+
+# ----- weights --------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class WeightsMessage:
+    """A learner's policy weights with what an actor needs to build the policy from scratch."""
+
+    version: int
+    policy: bytes
+    observation_spec: ObservationSpec
+    action_dim: int
+    sac_config: dict[str, Any]
+    transitions: int = 0
+    """Transitions the learner had received when it produced these weights."""
+    updates: int = 0
+
+
+def encode_weights(message: WeightsMessage) -> bytes:
+    return pack({
+        "kind": "weights", "protocol": PROTOCOL_VERSION, "version": int(message.version), "policy": message.policy,
+        "observation_spec": {k: v.to_json() for k, v in message.observation_spec.entries},
+        "action_dim": int(message.action_dim), "sac_config": message.sac_config,
+        "transitions": int(message.transitions), "updates": int(message.updates),
+    })
+
+
+def decode_weights(payload: bytes | bytearray | memoryview) -> WeightsMessage:
+    from robot_rl.types import ArraySpec
+
+    message = _decode(payload, "weights")
+    try:
+        spec = message["observation_spec"]
+        if not isinstance(spec, dict) or not isinstance(message["policy"], bytes) \
+                or not isinstance(message["sac_config"], dict):
+            raise TransportError("weights payload has a malformed observation_spec, policy or sac_config")
+        return WeightsMessage(
+            version=_integer(message["version"], "weights version"), policy=message["policy"],
+            observation_spec=ObservationSpec.from_shapes({k: ArraySpec.from_json(v) for k, v in spec.items()}),
+            action_dim=_integer(message["action_dim"], "weights action_dim"), sac_config=message["sac_config"],
+            transitions=_integer(message.get("transitions", 0), "weights transitions"),
+            updates=_integer(message.get("updates", 0), "weights updates"))
+    except KeyError as missing:
+        raise TransportError(f"weights payload lacks field {missing}") from None
+    except (TypeError, ValueError) as error:
+        if isinstance(error, TransportError):
+            raise
+        raise TransportError(f"weights payload is malformed: {error}") from None
+
+
+# ----- actor side -----------------------------------------------------------------------------------------------
+
+class Outbox:
+    """Bounded FIFO of transitions the learner has not acknowledged yet; re-sends what stays unacknowledged.
+
+    When full, the oldest transition is dropped (the robot keeps acting) and counted in `dropped`.
+    """
+
+    def __init__(self, capacity: int = 3000, resend_after_s: float = 2.0):
+        if capacity < 1 or resend_after_s <= 0:
+            raise ValueError("outbox capacity must be >= 1 and resend_after_s > 0")
+        self.capacity = int(capacity)
+        self.resend_after_s = float(resend_after_s)
+        self._items: collections.OrderedDict[int, StampedTransition] = collections.OrderedDict()
+        self._sent_at: dict[int, float] = {}
+        self.dropped = 0
+        self.acknowledged_through = -1
+        self.resent = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def add(self, item: StampedTransition) -> None:
+        if item.seq <= self.acknowledged_through or item.seq in self._items:
+            raise ValueError(f"sequence number {item.seq} was already used")
+        self._items[item.seq] = item
+        while len(self._items) > self.capacity:
+            seq, _ = self._items.popitem(last=False)
+            self._sent_at.pop(seq, None)
+            self.dropped += 1
+
+    def due(self, now: float, max_items: int = 64) -> list[StampedTransition]:
+        """Oldest first: transitions never sent, or sent more than `resend_after_s` ago without an ack."""
+        out = []
+        for seq, item in self._items.items():
+            sent = self._sent_at.get(seq)
+            if sent is None or now - sent >= self.resend_after_s:
+                out.append(item)
+                if len(out) >= max_items:
+                    break
+        return out
+
+    def mark_sent(self, items: Sequence[StampedTransition], now: float) -> None:
+        for item in items:
+            if item.seq in self._sent_at:
+                self.resent += 1
+            self._sent_at[item.seq] = now
+
+    def acknowledge(self, through: int) -> int:
+        """Forget every transition with seq <= `through`; returns how many were removed."""
+        if through <= self.acknowledged_through:
+            return 0
+        self.acknowledged_through = int(through)
+        removed = 0
+        while self._items:
+            seq = next(iter(self._items))
+            if seq > through:
+                break
+            del self._items[seq]
+            self._sent_at.pop(seq, None)
+            removed += 1
+        return removed
+
+
+# ----- learner side ---------------------------------------------------------------------------------------------
+
+class SequenceTracker:
+    """Which sequence numbers of one source were accepted: a contiguous prefix plus a sparse set above it."""
+
+    def __init__(self, through: int = -1, above: Sequence[int] = ()):
+        self.through = int(through)
+        self.above: set[int] = {int(s) for s in above if s > through}
+        self._advance()
+
+    def _advance(self) -> None:
+        while self.through + 1 in self.above:
+            self.through += 1
+            self.above.remove(self.through)
+
+    def seen(self, seq: int) -> bool:
+        return seq <= self.through or seq in self.above
+
+    def add(self, seq: int) -> bool:
+        """Record `seq`; False if it was already seen (a duplicate)."""
+        if self.seen(seq):
+            return False
+        self.above.add(int(seq))
+        self._advance()
+        return True
+
+    def to_json(self) -> dict[str, Any]:
+        return {"through": self.through, "above": sorted(self.above)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SequenceTracker:
+        return cls(int(data["through"]), [int(s) for s in data.get("above", ())])
+
+
+class Inbox:
+    """Learner-side de-duplication by (source, sequence number) and the cumulative acks to send back."""
+
+    def __init__(self, trackers: Mapping[str, SequenceTracker] | None = None):
+        self.trackers: dict[str, SequenceTracker] = dict(trackers or {})
+        self.duplicates = 0
+
+    def accept(self, source: str, items: Sequence[StampedTransition]) -> list[StampedTransition]:
+        """The items of `items` not seen before (also de-duplicated within the batch), in order."""
+        tracker = self.trackers.setdefault(source, SequenceTracker())
+        fresh = [item for item in items if tracker.add(item.seq)]
+        self.duplicates += len(items) - len(fresh)
+        return fresh
+
+    def acks(self) -> dict[str, int]:
+        return {source: tracker.through for source, tracker in self.trackers.items()}
+
+    def to_json(self) -> dict[str, Any]:
+        return {source: tracker.to_json() for source, tracker in self.trackers.items()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Inbox:
+        return cls({source: SequenceTracker.from_json(value) for source, value in data.items()})
+
+
+class TransitionLog:
+    """Write-ahead log of accepted transition batches: one msgpack file per batch, fsynced before it is acknowledged.
+
+    A checkpoint records the index of the last batch it contains; after a crash the learner restores the checkpoint
+    and replays the batches after that index, so nothing it acknowledged is lost.
+    """
+
+    SUFFIX = ".msgpack"
+
+    def __init__(self, directory: str | Path):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        indices = self.indices()
+        self.next_index = (indices[-1] + 1) if indices else 0
+
+    def continue_after(self, index: int) -> None:
+        """Number new batches after `index` (a checkpoint's last batch), even if the log was emptied since."""
+        self.next_index = max(self.next_index, int(index) + 1)
+
+    def indices(self) -> list[int]:
+        return sorted(int(p.stem) for p in self.directory.glob(f"*{self.SUFFIX}") if p.stem.isdigit())
+
+    def _path(self, index: int) -> Path:
+        return self.directory / f"{index:012d}{self.SUFFIX}"
+
+    def append(self, source: str, items: Sequence[StampedTransition]) -> int:
+        """Persist one batch (atomically: temp file, fsync, rename); returns its index."""
+        index = self.next_index
+        path = self._path(index)
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "wb") as file:
+            file.write(encode_transitions(source, items))
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+        self.next_index = index + 1
+        return index
+
+    def replay(self, after: int = -1) -> Iterator[tuple[int, str, list[StampedTransition]]]:
+        """(index, source, transitions) of every logged batch with index > `after`, in order."""
+        for index in self.indices():
+            if index > after:
+                try:
+                    source, items = decode_transitions(self._path(index).read_bytes())
+                except TransportError as error:
+                    raise TransportError(f"transition log {self._path(index)} is corrupt: {error}") from None
+                yield index, source, items
+
+    def truncate(self, through: int) -> int:
+        """Delete the batches with index <= `through` (they are in a checkpoint); returns how many."""
+        removed = 0
+        for index in self.indices():
+            if index <= through:
+                self._path(index).unlink(missing_ok=True)
+                removed += 1
+        return removed

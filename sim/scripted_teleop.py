@@ -1,0 +1,364 @@
+"""The scripted teleop node: plays the human supervisor of a sim run over ROS 2, with the scripted expert's hands.
+
+Run::
+
+    python -m robot_rl.sim.scripted_teleop [--ros-args -r __ns:=/robot1 -p task:=PickCube-v0 -p takeover_steps:=5]
+
+It decides like the in-process simulated human (the same :class:`robot_rl.sim.human.InterventionRule`): it takes over
+when the TCP is stuck or the actor keeps pushing its target against a workspace face, for ``takeover_steps`` steps
+within a per-episode and a total budget. While engaged it drives the robot with the sim node's expert action
+(``sim/expert_action``) turned into a teleop twist, exactly as a human on a teleop device would.
+
+Topics (names and QoS from robot_rl.ros.qos; every name relative, so a namespace remap moves the whole node):
+
+===================  ===========================  ===  ===============================================================
+name                 type                         dir  use
+===================  ===========================  ===  ===============================================================
+tcp_pose             geometry_msgs/PoseStamped    in   one message = one control step (stuck detection)
+command/target_pose  geometry_msgs/PoseStamped    in   the actor's absolute target (pushing against the workspace)
+sim/expert_action    std_msgs/Float32MultiArray   in   the expert's action for the current state (the human's hands)
+actor/episode        std_msgs/UInt32              in   a new episode: resets the per-episode evidence and budget
+teleop/engaged       std_msgs/Bool (latched)      out  false at start; true while taking over
+teleop/twist         geometry_msgs/TwistStamped   out  on each engaged step: action_to_twist(latest expert action),
+                                                       frame ``base``, stamped with the tcp_pose step it answers
+teleop/gripper       std_msgs/Float64             out  while engaged: the expert's gripper opening in [0 closed, 1 open]
+===================  ===========================  ===  ===============================================================
+
+The sim node publishes ``sim/expert_action`` before ``tcp_pose`` in each step, and this node subscribes to the expert
+action first, so when both wait at once the expert action of the step is taken before the step is answered.
+
+Over ROS the policy's action is not visible, so the push direction is inferred from the commanded targets
+(:func:`inferred_push`): an axis pushes out when the target moved towards a face by more than half a step, or sits
+on the face itself (within 0.1 mm: the actor's safety layer clipped it there, so the policy asked for more).
+
+Parameters (read at start-up): ``task`` (its env gives the workspace box and the defaults of ``max_translation``,
+``max_rotation`` and ``control_dt``), ``takeover_steps``, ``episode_budget``, ``total_budget`` (-1: none),
+``stuck_window``, ``stuck_distance``, ``boundary_margin``, ``boundary_steps``, ``max_translation``, ``max_rotation``,
+``control_dt``. Invalid parameters: one log line, exit status 2. SIGINT / SIGTERM: clean exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+import numpy as np
+
+from robot_rl.drivers.teleop import action_to_twist
+from robot_rl.ros import qos
+from robot_rl.ros.node_util import relative_name
+from robot_rl.sim.human import InterventionConfig, InterventionRule
+
+NODE_NAME = "scripted_teleop"
+BASE_FRAME = "base"
+ON_FACE_TOLERANCE = 1e-4  # [m]
+EXIT_BAD_PARAMETERS = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class ScriptedTeleopConfig:
+    """The scripted teleop's rule, budgets and action scaling."""
+
+    task: str = "PickCube-v0"
+    takeover_steps: int = InterventionConfig.takeover_steps
+    episode_budget: int = InterventionConfig.episode_budget
+    total_budget: int = -1
+    """-1: no total budget."""
+    stuck_window: int = InterventionConfig.stuck_window
+    stuck_distance: float = InterventionConfig.stuck_distance
+    boundary_margin: float = InterventionConfig.boundary_margin
+    boundary_steps: int = InterventionConfig.boundary_steps
+    max_translation: float = 0.03
+    """[m] per control step at action 1 (the env's max_translation)."""
+    max_rotation: float = 0.15
+    """[rad] per control step at action 1 (the env's max_rotation)."""
+    control_dt: float = 0.1
+    """[s] control period (the env's control_dt)."""
+
+    def __post_init__(self) -> None:
+        if self.total_budget < -1:
+            raise ValueError(f"total_budget={self.total_budget} must be >= 0, or -1 for no total budget")
+        for name in ("max_translation", "max_rotation", "control_dt"):
+            value = getattr(self, name)
+            if not (np.isfinite(value) and value > 0):
+                raise ValueError(f"{name}={value!r} must be a finite number > 0")
+        self.intervention_config()  # validates the rule's fields
+
+    def intervention_config(self) -> InterventionConfig:
+        return InterventionConfig(
+            takeover_steps=self.takeover_steps, episode_budget=self.episode_budget,
+            total_budget=None if self.total_budget == -1 else self.total_budget, stuck_window=self.stuck_window,
+            stuck_distance=self.stuck_distance, boundary_margin=self.boundary_margin,
+            boundary_steps=self.boundary_steps)
+
+
+def inferred_push(previous_target, target, workspace_low, workspace_high, max_translation: float,
+                  tolerance: float = ON_FACE_TOLERANCE) -> np.ndarray:
+    """The policy's push direction (3,) in action units, inferred from two consecutive commanded targets.
+
+    The step between the targets over `max_translation` (clipped to [-1, 1]); an axis whose target sits on a workspace
+    face (within `tolerance`) reads as a full push towards that face. Without a previous target only the faces count.
+    """
+    target = np.asarray(target, dtype=np.float64).reshape(3)
+    if previous_target is None:
+        push = np.zeros(3)
+    else:
+        push = np.clip((target - np.asarray(previous_target, dtype=np.float64).reshape(3)) / max_translation,
+                       -1.0, 1.0)
+    push = np.where(target <= np.asarray(workspace_low) + tolerance, np.minimum(push, -1.0), push)
+    return np.where(target >= np.asarray(workspace_high) - tolerance, np.maximum(push, 1.0), push)
+
+
+class ScriptedSupervisor:
+    """The scripted teleop's decisions without ROS: feed targets, expert actions and steps; read the command."""
+
+    def __init__(self, config: ScriptedTeleopConfig, workspace_low, workspace_high):
+        self.config = config
+        self.workspace_low = np.asarray(workspace_low, dtype=np.float64).reshape(3)
+        self.workspace_high = np.asarray(workspace_high, dtype=np.float64).reshape(3)
+        self.rule = InterventionRule(config.intervention_config(), self.workspace_low, self.workspace_high)
+        self.engaged = False
+        self.expert_action: np.ndarray | None = None
+        self._target: np.ndarray | None = None
+        self._target_at_last_step: np.ndarray | None = None
+
+    def reset(self) -> None:
+        """A new episode: the evidence, the running takeover and the episode budget start over."""
+        self.rule.reset()
+        self.engaged = False
+        self._target = self._target_at_last_step = None
+
+    def on_target(self, position) -> None:
+        self._target = np.array(position, dtype=np.float64).reshape(3)
+
+    def on_expert_action(self, action) -> None:
+        action = np.array(action, dtype=np.float64).reshape(-1)
+        if action.shape[0] not in (4, 7):
+            raise ValueError(f"expert action must have 4 or 7 entries, got {action.shape[0]}")
+        self.expert_action = action
+
+    def step(self, tcp_position) -> bool:
+        """One control step (a new TCP measurement); returns whether the supervisor is engaged for it."""
+        if self._target is None:
+            target, push = None, np.zeros(3)
+        else:
+            target = self._target
+            push = inferred_push(self._target_at_last_step, target, self.workspace_low, self.workspace_high,
+                                 self.config.max_translation)
+        self._target_at_last_step = self._target
+        self.engaged = self.rule.step(tcp_position, target, push)
+        return self.engaged
+
+    def command(self) -> tuple[np.ndarray, np.ndarray, float | None]:
+        """(linear [m/s], angular [rad/s], gripper opening or None) from the latest expert action; zero velocity and
+        no gripper target before the first expert action."""
+        if self.expert_action is None:
+            return np.zeros(3), np.zeros(3), None
+        c = self.config
+        return action_to_twist(self.expert_action, control_dt=c.control_dt, max_translation=c.max_translation,
+                               max_rotation=c.max_rotation)
+
+
+def task_limits(task: str) -> dict[str, object]:
+    """The task env's workspace box and action scaling (builds the env once and closes it)."""
+    from robot_rl.loop import make_env
+
+    env = make_env(task)
+    try:
+        base = env.unwrapped
+        return {"workspace_low": np.array(base.workspace_low, dtype=np.float64),
+                "workspace_high": np.array(base.workspace_high, dtype=np.float64),
+                "max_translation": float(base.max_translation), "max_rotation": float(base.max_rotation),
+                "control_dt": float(base.control_dt)}
+    finally:
+        env.close()
+
+
+_PARAMETERS = (
+    ("takeover_steps", "steps the expert keeps control once it took over"),
+    ("episode_budget", "at most this many intervention steps per episode"),
+    ("total_budget", "at most this many intervention steps over the whole run; -1: no limit"),
+    ("stuck_window", "stuck: the TCP moved less than stuck_distance over this many steps"),
+    ("stuck_distance", "stuck: distance threshold [m]"),
+    ("boundary_margin", "pushing out: target within this margin [m] of a workspace face..."),
+    ("boundary_steps", "...while pushing further out this many steps in a row"),
+    ("max_translation", "[m] per control step at action 1 (default: the task env's)"),
+    ("max_rotation", "[rad] per control step at action 1 (default: the task env's)"),
+    ("control_dt", "[s] control period (default: the task env's)"),
+)
+
+
+class ScriptedTeleopNode:
+    """One rclpy node around a :class:`ScriptedSupervisor` (see the module doc for topics and parameters)."""
+
+    def __init__(self, *, node_name: str = NODE_NAME, context=None, cli_args: list[str] | None = None):
+        import rclpy
+        from geometry_msgs.msg import PoseStamped, TwistStamped
+        from rcl_interfaces.msg import ParameterDescriptor
+        from std_msgs.msg import Bool, Float32MultiArray, Float64, UInt32
+
+        self._Bool, self._Float64 = Bool, Float64
+        self.node = rclpy.create_node(node_name, context=context, cli_args=cli_args)
+        node = self.node
+        self._log = node.get_logger()
+        try:
+            defaults = ScriptedTeleopConfig()
+            node.declare_parameter("task", defaults.task, ParameterDescriptor(
+                description="task id, e.g. PickCube-v0: its env gives the workspace box (read at start-up)"))
+            task = str(node.get_parameter("task").value)
+            limits = task_limits(task)
+            env_defaults = {k: limits[k] for k in ("max_translation", "max_rotation", "control_dt")}
+            values = {}
+            for name, description in _PARAMETERS:
+                default = env_defaults.get(name, getattr(defaults, name))
+                node.declare_parameter(name, default,
+                                       ParameterDescriptor(description=f"{description} (read at start-up)"))
+                values[name] = type(default)(node.get_parameter(name).value)
+            self.config = ScriptedTeleopConfig(task=task, **values)
+        except Exception:
+            node.destroy_node()
+            raise
+        self.supervisor = ScriptedSupervisor(self.config, limits["workspace_low"], limits["workspace_high"])
+        self._last_tcp_stamp = 0.0
+
+        self._twist_pub = node.create_publisher(TwistStamped, relative_name(qos.TELEOP_TWIST),
+                                                qos.topic_qos(qos.TELEOP_TWIST))
+        self._gripper_pub = node.create_publisher(Float64, relative_name(qos.TELEOP_GRIPPER),
+                                                  qos.topic_qos(qos.TELEOP_GRIPPER))
+        self._engaged_pub = node.create_publisher(Bool, relative_name(qos.TELEOP_ENGAGED),
+                                                  qos.topic_qos(qos.TELEOP_ENGAGED))
+        # Creation order is the executor's order among callbacks ready at once: step inputs before the step itself.
+        for msg_type, topic, callback in (
+            (Float32MultiArray, qos.SIM_EXPERT_ACTION, self._on_expert_action),
+            (PoseStamped, qos.COMMAND_TARGET_POSE, self._on_target_pose),
+            (UInt32, qos.ACTOR_EPISODE, self._on_episode),
+            (PoseStamped, qos.TCP_POSE, self._on_tcp_pose),
+        ):
+            node.create_subscription(msg_type, relative_name(topic), callback, qos.topic_qos(topic))
+        self._engaged_pub.publish(Bool(data=False))
+        c = self.config
+        self._log.info(
+            f"scripted teleop up: task={c.task} takeover_steps={c.takeover_steps} episode_budget={c.episode_budget} "
+            f"total_budget={c.total_budget} stuck={c.stuck_window} steps < {c.stuck_distance} m "
+            f"workspace={self.supervisor.workspace_low.tolist()}..{self.supervisor.workspace_high.tolist()} "
+            f"namespace={node.get_namespace()}")
+
+    # ----- callbacks -------------------------------------------------------------------------------------------
+    def _on_tcp_pose(self, msg) -> None:
+        from robot_rl.ros.convert import MessageError, pose_from_msg, stamp_to_seconds
+
+        try:
+            position, _ = pose_from_msg(msg)
+        except MessageError as error:
+            self._log.warning(f"ignored tcp_pose ({error})", throttle_duration_sec=1.0)
+            return
+        self._last_tcp_stamp = stamp_to_seconds(msg.header.stamp)
+        rule = self.supervisor.rule
+        was_engaged = self.supervisor.engaged
+        engaged = self.supervisor.step(position)
+        if engaged and not was_engaged:
+            total = "none" if self.config.total_budget == -1 else self.config.total_budget
+            self._log.info(
+                f"taking over ({rule.last_trigger}) for up to {self.config.takeover_steps} steps; "
+                f"episode budget used {rule.episode_steps}/{self.config.episode_budget}, "
+                f"total {rule.total_steps}/{total}")
+        if engaged != was_engaged:
+            self._engaged_pub.publish(self._Bool(data=engaged))
+        if not engaged and was_engaged:
+            self._log.info(f"handing control back to the policy after {rule.episode_steps} intervention steps "
+                           "this episode")
+        if engaged:
+            self._publish_command()
+
+    def _on_target_pose(self, msg) -> None:
+        from robot_rl.ros.convert import MessageError, pose_from_msg
+
+        try:
+            position, _ = pose_from_msg(msg)
+        except MessageError as error:
+            self._log.warning(f"ignored command/target_pose ({error})", throttle_duration_sec=1.0)
+            return
+        self.supervisor.on_target(position)
+
+    def _on_expert_action(self, msg) -> None:
+        try:
+            self.supervisor.on_expert_action(np.asarray(msg.data, dtype=np.float64))
+        except ValueError as error:
+            self._log.warning(f"ignored sim/expert_action ({error})", throttle_duration_sec=1.0)
+
+    def _on_episode(self, msg) -> None:
+        was_engaged = self.supervisor.engaged
+        self.supervisor.reset()
+        if was_engaged:
+            self._engaged_pub.publish(self._Bool(data=False))
+        self._log.info(f"actor episode {msg.data}: evidence and episode budget reset"
+                       + (" (handed control back)" if was_engaged else ""))
+
+    # ----- internals -------------------------------------------------------------------------------------------
+    def _publish_command(self) -> None:
+        from robot_rl.ros.convert import twist_to_msg
+
+        if self.supervisor.expert_action is None:
+            self._log.warning("engaged but no sim/expert_action received yet: commanding zero velocity "
+                              "(is the sim node publishing it?)", throttle_duration_sec=2.0)
+        try:
+            linear, angular, opening = self.supervisor.command()
+        except ValueError as error:  # a non-finite expert action: hold still rather than pass it on
+            self._log.warning(f"expert action unusable ({error}); commanding zero velocity",
+                              throttle_duration_sec=1.0)
+            linear, angular, opening = np.zeros(3), np.zeros(3), None
+        self._twist_pub.publish(twist_to_msg(linear, angular, stamp=self._last_tcp_stamp, frame_id=BASE_FRAME))
+        if opening is not None:
+            self._gripper_pub.publish(self._Float64(data=float(opening)))
+
+    def stop(self, executor, signal_number: int | None) -> None:
+        self._log.info(f"stopping (signal {signal_number})")
+        self.release()
+
+    def release(self, timeout_s: float = 0.5) -> None:
+        """On shutdown: hand control back (engaged=false) if taking over, and give the middleware time to deliver."""
+        from rclpy.duration import Duration
+
+        if self.supervisor.engaged:
+            self.supervisor.engaged = False
+            self._engaged_pub.publish(self._Bool(data=False))
+            self._engaged_pub.wait_for_all_acked(Duration(seconds=timeout_s))
+
+    def destroy(self) -> None:
+        self.node.destroy_node()
+
+
+def _parser() -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(
+        prog="python -m robot_rl.sim.scripted_teleop",
+        description="Scripted human supervisor for the sim mirror over ROS 2 (takes over with the expert's action). "
+                    "Configure it with ROS parameters after --ros-args, e.g. -p task:=PickCube-v0 "
+                    "-p takeover_steps:=5 -r __ns:=/robot1.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the scripted teleop node until SIGINT / SIGTERM; returns the exit status."""
+    argv = list(sys.argv if argv is None else argv)
+    from robot_rl.ros.env import ensure_ros_environment
+
+    ensure_ros_environment()
+    from rclpy.exceptions import ParameterException
+    from rclpy.utilities import remove_ros_args
+
+    from robot_rl.ros.node_util import NodeStartupError, run_node
+
+    parser = _parser()
+    parser.add_argument("--node-name", default=NODE_NAME)
+    args = parser.parse_args(remove_ros_args(argv)[1:])
+
+    def build() -> ScriptedTeleopNode:
+        try:
+            return ScriptedTeleopNode(node_name=args.node_name)
+        except (ValueError, TypeError, ParameterException) as error:
+            raise NodeStartupError(f"invalid scripted teleop configuration: {error}", EXIT_BAD_PARAMETERS) from None
+
+    return run_node(build, argv, args.node_name)
+
+if __name__ == "__main__":
+    sys.exit(main())

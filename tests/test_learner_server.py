@@ -1,0 +1,562 @@
+"""LearnerServer without transport: ingest from several actors, episode-wise insertion, de-duplication, acks,
+rejections, training schedule, weights, and crash recovery from checkpoint + transition log."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from robot_rl.agents.sac import SACConfig
+from robot_rl.learner import Learner, LearnerConfig
+from robot_rl.learner_server import CHECKPOINT_DIR, LOG_DIR, POLICY_FILE, LearnerServer
+from robot_rl.transport import StampedTransition, TransportError, decode_weights, encode_transitions, make_source
+
+SPEC = {"state": ((14,), np.float32), "object_state": ((10,), np.float32)}
+ACTION_DIM = 4
+SMALL_SAC = SACConfig(actor_hidden_dims=(16, 16), critic_hidden_dims=(16, 16), critic_ensemble_size=2)
+SMALL_LEARNER = LearnerConfig(batch_size=8, utd=1, online_capacity=400, demo_capacity=400, seed=1)
+
+SOURCE_A = make_source("arm-a", "inc0")
+SOURCE_B = make_source("arm-b", "inc0")
+SOURCE_ID = {SOURCE_A: 1, SOURCE_B: 2}
+
+
+def new_learner() -> Learner:
+    return Learner(SPEC, ACTION_DIM, SMALL_SAC, SMALL_LEARNER)
+
+
+def new_server(run_dir, **kwargs) -> LearnerServer:
+    return LearnerServer(new_learner(), run_dir, **kwargs)
+
+
+def observation(source: str, episode: int, step: int) -> dict[str, np.ndarray]:
+    """An observation that encodes (source, episode, step) so replay contents can be checked exactly."""
+    state = np.zeros(14, np.float32)
+    state[:3] = (SOURCE_ID[source], episode, step)
+    return {"state": state, "object_state": np.full(10, step, np.float32)}
+
+
+class Stream:
+    """One actor run: consecutive sequence numbers over its episodes (what ActorSession produces)."""
+
+    def __init__(self, source: str):
+        self.source = source
+        self.next_seq = 0
+
+    def episode(self, episode: int, length: int, end: str = "terminated", interventions=()) -> list[StampedTransition]:
+        items = []
+        for step in range(length):
+            last = step == length - 1
+            items.append(StampedTransition(
+                seq=self.next_seq, episode=episode, step=step, observation=observation(self.source, episode, step),
+                action=np.array([SOURCE_ID[self.source], episode, step, 0], np.float32),
+                reward=1.0 if last and end == "terminated" else 0.0,
+                terminated=last and end == "terminated", truncated=last and end == "truncated",
+                next_observation=observation(self.source, episode, step + 1),
+                intervention=step in interventions, success=last and end == "terminated"))
+            self.next_seq += 1
+        return items
+
+
+def payload(source: str, items) -> bytes:
+    return encode_transitions(source, list(items))
+
+
+def contents(buffer) -> Counter:
+    """Multiset of (source id, episode, step) of the transitions in a replay buffer."""
+    return Counter(tuple(int(v) for v in row[:3]) for row in buffer.actions[buffer.valid])
+
+
+def expected(source: str, items) -> Counter:
+    return Counter((SOURCE_ID[source], t.episode, t.step) for t in items)
+
+
+def check_next_observations(buffer) -> None:
+    """Every stored transition's next observation is the step after it (episodes were not mixed up)."""
+    batch = buffer.gather(np.flatnonzero(buffer.valid))
+    np.testing.assert_array_equal(batch.observations["state"][:, :3], batch.actions[:, :3])
+    np.testing.assert_array_equal(batch.next_observations["state"][:, :2], batch.actions[:, :2])
+    np.testing.assert_array_equal(batch.next_observations["state"][:, 2], batch.actions[:, 2] + 1)
+
+
+# ----- ingest -----------------------------------------------------------------------------------------------------
+
+def test_interleaved_episodes_are_inserted_when_they_end(tmp_path):
+    server = new_server(tmp_path)
+    message = server.start(demos=None)
+    assert "started" in message
+    assert Learner.checkpoint_path(tmp_path / CHECKPOINT_DIR) is not None  # the initial checkpoint
+    a, b = Stream(SOURCE_A), Stream(SOURCE_B)
+    a0 = a.episode(0, 3, "terminated")
+    b0 = b.episode(0, 4, "truncated")
+    a1 = a.episode(1, 2, "truncated")
+    b1 = b.episode(1, 3, "terminated")
+    online = server.learner.online
+
+    server.ingest(payload(SOURCE_A, a0[:2]))
+    server.ingest(payload(SOURCE_B, b0[:1]))
+    assert len(online) == 0 and server.received == 3  # nothing ended yet
+    server.ingest(payload(SOURCE_A, a0[2:]))
+    assert len(online) == 3 and server.learner.transitions == 3
+    assert contents(online) == expected(SOURCE_A, a0)
+    server.ingest(payload(SOURCE_B, b0[1:3]))
+    server.ingest(payload(SOURCE_A, a1[:1]))
+    assert len(online) == 3
+    acks = server.ingest(payload(SOURCE_B, b0[3:] + b1[:2]))
+    assert len(online) == 7
+    assert acks == {SOURCE_A: a1[0].seq, SOURCE_B: b1[1].seq}
+    server.ingest(payload(SOURCE_A, a1[1:]))
+    server.ingest(payload(SOURCE_B, b1[2:]))
+
+    everything = a0 + b0 + a1 + b1
+    assert len(online) == len(everything) == server.received == server.learner.transitions == 12
+    assert contents(online) == expected(SOURCE_A, a0 + a1) + expected(SOURCE_B, b0 + b1)
+    check_next_observations(online)
+    assert server.episodes == 4 and server.successes == 2
+    assert int(online.terminated[online.valid].sum()) == 2
+    assert int(online.truncated[online.valid].sum()) == 2
+    assert len(server.learner.demo) == 0
+    assert server.rejected == 0 and server.inbox.duplicates == 0
+
+
+def test_steps_of_an_episode_arriving_out_of_order_before_its_end_are_inserted_in_order(tmp_path):
+    server = new_server(tmp_path)
+    server.start()
+    items = Stream(SOURCE_A).episode(0, 4, "terminated")
+    assert server.ingest(payload(SOURCE_A, [items[2], items[0]])) == {SOURCE_A: 0}
+    assert server.ingest(payload(SOURCE_A, [items[1]])) == {SOURCE_A: 2}
+    assert len(server.learner.online) == 0
+    assert server.ingest(payload(SOURCE_A, [items[3]])) == {SOURCE_A: 3}
+    assert contents(server.learner.online) == expected(SOURCE_A, items)
+    check_next_observations(server.learner.online)
+
+
+def test_step_arriving_after_its_episode_end_is_still_inserted(tmp_path):
+    server = new_server(tmp_path)
+    server.start()
+    items = Stream(SOURCE_A).episode(0, 4, "terminated")
+    server.ingest(payload(SOURCE_A, [items[0]]))
+    server.ingest(payload(SOURCE_A, items[2:]))  # the batch with step 1 was lost
+    assert server.ingest(payload(SOURCE_A, [items[1]])) == {SOURCE_A: 3}  # re-sent
+    assert server.received == 4
+    assert contents(server.learner.online) == expected(SOURCE_A, items)
+    server.checkpoint()
+    assert server.log.indices() == []
+
+
+def test_interventions_also_go_to_the_demo_buffer(tmp_path):
+    server = new_server(tmp_path)
+    server.start()
+    items = Stream(SOURCE_A).episode(0, 6, "terminated", interventions=(1, 2, 4))
+    server.ingest(payload(SOURCE_A, items))
+    learner = server.learner
+    assert len(learner.online) == 6
+    assert len(learner.demo) == 3 == learner.interventions
+    assert contents(learner.demo) == expected(SOURCE_A, [items[1], items[2], items[4]])
+    assert learner.demo.intervention[learner.demo.valid].all()
+    assert int(learner.online.intervention[learner.online.valid].sum()) == 3
+
+
+def test_duplicates_are_not_inserted_twice_but_acknowledged(tmp_path):
+    server = new_server(tmp_path)
+    server.start()
+    stream = Stream(SOURCE_A)
+    items = stream.episode(0, 3) + stream.episode(1, 2, "truncated")
+    first = server.ingest(payload(SOURCE_A, items))
+    counts = (server.received, len(server.learner.online), server.learner.transitions, server.episodes)
+    assert counts == (5, 5, 5, 2)
+    again = server.ingest(payload(SOURCE_A, items))  # the ack was lost: the actor re-sends everything
+    assert again == first == {SOURCE_A: 4}
+    assert (server.received, len(server.learner.online), server.learner.transitions, server.episodes) == counts
+    assert server.inbox.duplicates == 5
+    server.ingest(payload(SOURCE_A, [items[0], items[0], items[3]]))
+    assert server.inbox.duplicates == 8
+    assert contents(server.learner.online) == expected(SOURCE_A, items)
+    assert server.status()["duplicates"] == 8
+
+
+def test_acks_are_the_highest_contiguous_sequence_number_per_source(tmp_path):
+    server = new_server(tmp_path)
+    server.start()
+    a, b = Stream(SOURCE_A), Stream(SOURCE_B)
+    items_a, items_b = a.episode(0, 5), b.episode(0, 3)
+    assert server.ingest(payload(SOURCE_A, [items_a[0], items_a[1], items_a[3]])) == {SOURCE_A: 1}
+    assert server.ingest(payload(SOURCE_B, [items_b[1]])) == {SOURCE_A: 1, SOURCE_B: -1}
+    assert server.ingest(payload(SOURCE_A, [items_a[4]])) == {SOURCE_A: 1, SOURCE_B: -1}
+    assert server.ingest(payload(SOURCE_A, [items_a[2]])) == {SOURCE_A: 4, SOURCE_B: -1}
+    assert server.ingest(payload(SOURCE_B, [items_b[0]])) == {SOURCE_A: 4, SOURCE_B: 1}
+    assert server.inbox.acks() == {SOURCE_A: 4, SOURCE_B: 1}
+
+
+def test_malformed_payload_raises_and_changes_nothing(tmp_path):
+    server = new_server(tmp_path)
+    server.start()
+    with pytest.raises(TransportError):
+        server.ingest(b"\x00not msgpack at all\xc1")
+    assert server.received == 0 and server.inbox.acks() == {}
+
+
+@pytest.mark.parametrize("breakage, words", [
+    (lambda t: {**t.observation, "state": np.zeros(13, np.float32)}, ["obs", "state", "(13,)"]),
+    (lambda t: {**t.observation, "state": np.zeros(14, np.float64)}, ["obs", "state", "float64"]),
+    (lambda t: {"state": t.observation["state"]}, ["obs", "lacks", "object_state"]),
+    (lambda t: {**t.observation, "object_state": np.full(10, np.nan, np.float32)}, ["obs", "not finite"]),
+])
+def test_wrong_observations_are_rejected_counted_and_acknowledged(tmp_path, breakage, words):
+    server = new_server(tmp_path)
+    server.start()
+    items = Stream(SOURCE_A).episode(0, 4, "terminated")
+    bad = StampedTransition(**{**items[1].__dict__, "observation": breakage(items[1])})
+    acks = server.ingest(payload(SOURCE_A, [items[0], bad, items[2], items[3]]))
+    assert acks == {SOURCE_A: 3}  # the actor can forget it: it will never be accepted
+    assert server.rejected == 1 and server.received == 3
+    assert len(server.rejections) == 1
+    reason = server.rejections[0]
+    assert SOURCE_A in reason and "seq 1" in reason
+    for word in words:
+        assert word in reason, reason
+    # the episode is still inserted (cut at the gap), without the rejected step
+    assert contents(server.learner.online) == expected(SOURCE_A, [items[0], items[2], items[3]])
+    assert server.learner.transitions == 3
+    # a re-send of the rejected transition is a duplicate, not another rejection
+    server.ingest(payload(SOURCE_A, [bad]))
+    assert server.rejected == 1 and len(server.rejections) == 1 and server.inbox.duplicates == 1
+    assert server.status()["rejected"] == 1
+
+
+def test_wrong_next_observation_and_action_shapes_are_rejected(tmp_path):
+    server = new_server(tmp_path)
+    server.start()
+    items = Stream(SOURCE_A).episode(0, 3, "terminated")
+    bad_next = StampedTransition(**{**items[0].__dict__,
+                                    "next_observation": {**items[0].next_observation,
+                                                         "object_state": np.zeros((2, 5), np.float32)}})
+    bad_action = StampedTransition(**{**items[1].__dict__, "action": np.zeros(7, np.float32)})
+    assert server.ingest(payload(SOURCE_A, [bad_next, bad_action, items[2]])) == {SOURCE_A: 2}
+    assert server.rejected == 2 and server.received == 1
+    assert "next_obs" in server.rejections[0] and "object_state" in server.rejections[0]
+    assert "action" in server.rejections[1] and "(7,)" in server.rejections[1]
+    assert len(server.learner.online) == 1
+
+
+# ----- training schedule and weights ------------------------------------------------------------------------------
+
+def stub_learner_step(learner: Learner) -> list[int]:
+    """Replace the (jitted, slow to compile) gradient step: the schedule around it is what is tested here
+    (tests/test_learner.py covers Learner.step itself)."""
+    calls = []
+
+    def step():
+        calls.append(len(learner.online))
+        learner.updates += learner.config.utd
+        return {"critic_loss": 0.0}
+
+    learner.step = step
+    return calls
+
+
+def test_pending_steps_budget_train_step_and_weights(tmp_path):
+    server = new_server(tmp_path, updates_per_transition=2.0, weights_every=3)
+    server.start()
+    calls = stub_learner_step(server.learner)
+    assert server.pending_steps == 0  # nothing to train on yet
+    stream = Stream(SOURCE_A)
+    server.ingest(payload(SOURCE_A, stream.episode(0, 3) + stream.episode(1, 2, "truncated")))
+    assert server.received == 5
+    assert server.pending_steps == 10
+
+    dues = []
+    for _ in range(4):
+        info, due = server.train_step()
+        dues.append(due)
+        assert isinstance(info, dict) and info
+    assert dues == [False, False, True, False]
+    assert len(calls) == 4  # one learner step per train_step
+    assert server.steps == 4 and server.learner.updates == 4 * SMALL_LEARNER.utd
+    assert server.pending_steps == 10 - 4
+    assert server.trained_on == 2  # 4 steps at 2 updates per transition
+
+    first = server.weights()
+    second = server.weights()
+    assert (first.version, second.version) == (1, 2)
+    assert second.transitions == 2 and second.updates == server.learner.updates
+    assert second.action_dim == ACTION_DIM
+    assert second.observation_spec == server.learner.observation_spec
+    assert second.policy == server.learner.policy_bytes()
+    assert second.sac_config["actor_hidden_dims"] in ([16, 16], (16, 16))
+
+    server.budget = 3  # only 3 transitions' worth of training: 6 steps
+    assert server.pending_steps == 2
+    assert not server.budget_done
+    server.train_step()
+    server.train_step()
+    assert server.pending_steps == 0 and server.budget_done
+    server.ingest(payload(SOURCE_A, stream.episode(2, 2)))  # still logged, inserted and acknowledged
+    assert server.received == 7 and len(server.learner.online) == 7
+    assert server.pending_steps == 0 and server.inbox.acks() == {SOURCE_A: 6}
+
+    server.checkpoint()
+    restored = new_server(tmp_path, updates_per_transition=2.0, weights_every=3)
+    restored.start()
+    assert restored.steps == 6 and restored.weights_version >= 2
+    resumed = restored.weights()
+    assert resumed.version > second.version  # versions keep increasing across restarts
+    assert resumed.transitions == 3 == restored.trained_on and resumed.updates == 6 * SMALL_LEARNER.utd
+    policy = decode_weights((tmp_path / POLICY_FILE).read_bytes())
+    assert policy.observation_spec == server.learner.observation_spec
+
+
+@pytest.mark.parametrize("upt, received, steps, budget, pending", [
+    (1.0, 5, 0, 0, 5), (1.0, 5, 3, 0, 2), (0.5, 5, 0, 0, 2), (2.0, 5, 1, 0, 9), (1.0, 5, 0, 2, 2),
+    (1.0, 5, 7, 0, 0), (0.0, 5, 0, 0, 0),
+])
+def test_pending_steps_formula(tmp_path, upt, received, steps, budget, pending):
+    server = new_server(tmp_path, updates_per_transition=upt, budget=budget)
+    server.start()
+    server.ingest(payload(SOURCE_A, Stream(SOURCE_A).episode(0, received)))
+    assert server.received == received
+    server.steps = steps  # without running the (jitted) learner
+    assert server.pending_steps == pending
+
+
+def test_bad_settings_are_rejected(tmp_path):
+    with pytest.raises(ValueError):
+        new_server(tmp_path, updates_per_transition=-1.0)
+    with pytest.raises(ValueError):
+        new_server(tmp_path, weights_every=0)
+
+
+def test_status_and_policy_file(tmp_path):
+    server = new_server(tmp_path)
+    server.start()
+    server.ingest(payload(SOURCE_A, Stream(SOURCE_A).episode(0, 2, interventions=(0,))))
+    server.write_status(tmp_path / "status.json", phase="test")
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert status["received"] == 2 and status["online"] == 2 and status["demo"] == 1
+    assert status["acks"] == {SOURCE_A: 1} and status["phase"] == "test"
+    assert status["sources"][SOURCE_A] == {"through": 1, "above": []}
+    weights = decode_weights(server.write_policy().read_bytes())
+    assert weights.version >= 1 and weights.policy == server.learner.policy_bytes()
+
+
+# ----- crash recovery ---------------------------------------------------------------------------------------------
+
+def test_crash_after_checkpoint_loses_nothing_acknowledged_and_doubles_nothing(tmp_path):
+    a_stream, b_stream = Stream(SOURCE_A), Stream(SOURCE_B)
+    a0, a1, a2 = a_stream.episode(0, 3), a_stream.episode(1, 4, "truncated"), a_stream.episode(2, 5)
+    b0, b1 = b_stream.episode(0, 2, interventions=(1,)), b_stream.episode(1, 6)
+
+    first = new_server(tmp_path)
+    first.start()
+    first.ingest(payload(SOURCE_A, a0))
+    first.ingest(payload(SOURCE_B, b0))
+    first.ingest(payload(SOURCE_A, a1[:2]))  # a1 spans the checkpoint
+    first.checkpoint()
+    first.ingest(payload(SOURCE_A, a1[2:]))
+    first.ingest(payload(SOURCE_B, b1[:3]))  # b1 starts after the checkpoint and is not over at the crash
+    first.ingest(payload(SOURCE_A, a2[:2]))
+    first.ingest(payload(SOURCE_A, a2[2:3]))
+    acked_a, acked_b = first.inbox.acks()[SOURCE_A], first.inbox.acks()[SOURCE_B]
+    assert (acked_a, acked_b) == (a2[2].seq, b1[2].seq)
+    online_before = contents(first.learner.online)
+    assert online_before == expected(SOURCE_A, a0 + a1) + expected(SOURCE_B, b0)
+    # kill -9: `first` is abandoned without a checkpoint
+
+    second = new_server(tmp_path)
+    message = second.start()
+    assert "resumed" in message
+    assert second.received == first.received == 3 + 2 + 4 + 3 + 3
+    assert second.inbox.acks() == first.inbox.acks()
+    assert second.learner.transitions == first.learner.transitions
+    assert contents(second.learner.online) == online_before
+    assert len(second.learner.demo) == len(first.learner.demo) == 1
+    assert second.episodes == first.episodes
+
+    # the actors re-send what was not acknowledged (and, after a lost ack, a bit more), then carry on
+    second.ingest(payload(SOURCE_A, a2[2:]))
+    second.ingest(payload(SOURCE_B, b1[2:]))
+    everything = expected(SOURCE_A, a0 + a1 + a2) + expected(SOURCE_B, b0 + b1)
+    assert contents(second.learner.online) == everything
+    assert len(second.learner.online) == sum(everything.values()) == second.received
+    assert second.learner.transitions == second.received
+    assert second.inbox.acks() == {SOURCE_A: a2[-1].seq, SOURCE_B: b1[-1].seq}
+    check_next_observations(second.learner.online)
+
+
+def test_partial_episode_at_checkpoint_survives_two_restarts(tmp_path):
+    stream = Stream(SOURCE_A)
+    e0, e1 = stream.episode(0, 2), stream.episode(1, 6)
+    first = new_server(tmp_path)
+    first.start()
+    first.ingest(payload(SOURCE_A, e0 + e1[:2]))  # one batch with a finished and a running episode
+    first.checkpoint()
+    first.ingest(payload(SOURCE_A, e1[2:4]))
+    first.checkpoint()  # e1 is still running at this checkpoint too
+
+    second = new_server(tmp_path)
+    second.start()
+    assert second.received == 6 and len(second.learner.online) == 2
+    second.ingest(payload(SOURCE_A, e1[4:5]))
+    # crash again without a checkpoint
+    third = new_server(tmp_path)
+    third.start()
+    assert third.received == 7 and third.inbox.acks() == {SOURCE_A: e1[4].seq}
+    third.ingest(payload(SOURCE_A, e1[3:]))  # overlap with what was acknowledged
+    assert contents(third.learner.online) == expected(SOURCE_A, e0 + e1)
+    assert len(third.learner.online) == 8 == third.received
+    check_next_observations(third.learner.online)
+
+
+def test_crash_before_any_checkpoint_but_the_initial_one(tmp_path):
+    a_stream, b_stream = Stream(SOURCE_A), Stream(SOURCE_B)
+    a0, a1 = a_stream.episode(0, 3), a_stream.episode(1, 4)
+    b0 = b_stream.episode(0, 5, interventions=(0, 1))
+    first = new_server(tmp_path)
+    first.start()
+    first.ingest(payload(SOURCE_A, a0))
+    first.ingest(payload(SOURCE_B, b0[:3]))
+    first.ingest(payload(SOURCE_A, a1[:2]))
+    first.ingest(payload(SOURCE_B, b0[3:]))
+    first.ingest(payload(SOURCE_A, a0))  # a duplicate batch is not logged twice
+    assert len(list(first.log.replay())) == 4
+
+    second = new_server(tmp_path)
+    second.start()
+    assert second.received == first.received == 10
+    assert second.inbox.acks() == first.inbox.acks() == {SOURCE_A: a1[1].seq, SOURCE_B: b0[-1].seq}
+    assert contents(second.learner.online) == contents(first.learner.online) == expected(SOURCE_A, a0) + expected(
+        SOURCE_B, b0)
+    assert len(second.learner.demo) == 2
+    second.ingest(payload(SOURCE_A, a1[1:]))
+    assert contents(second.learner.online) == expected(SOURCE_A, a0 + a1) + expected(SOURCE_B, b0)
+    assert second.learner.transitions == second.received == 12
+
+
+def test_resume_does_not_add_demos_again(tmp_path):
+    first = new_server(tmp_path)
+    first.start()
+    first.ingest(payload(SOURCE_A, Stream(SOURCE_A).episode(0, 2)))
+    first.checkpoint()
+    second = new_server(tmp_path)
+    # a resume ignores `demos` (they are in the checkpoint's demo buffer already); an object that would fail if used
+    second.start(demos=object())
+    assert second.received == 2 and len(second.learner.online) == 2
+
+
+def test_rejected_transition_after_checkpoint_stays_acknowledged_after_a_crash(tmp_path):
+    items = Stream(SOURCE_A).episode(0, 5)
+    first = new_server(tmp_path)
+    first.start()
+    first.ingest(payload(SOURCE_A, items[:2]))
+    first.checkpoint()
+    bad = StampedTransition(**{**items[2].__dict__,
+                               "observation": {**items[2].observation, "state": np.zeros(3, np.float32)}})
+    assert first.ingest(payload(SOURCE_A, [bad, items[3]])) == {SOURCE_A: 3}
+    # crash
+    second = new_server(tmp_path)
+    second.start()
+    assert second.inbox.acks() == first.inbox.acks() == {SOURCE_A: 3}
+    assert second.ingest(payload(SOURCE_A, items[4:])) == {SOURCE_A: 4}
+
+
+def test_second_crash_after_a_checkpoint_that_emptied_the_log(tmp_path):
+    stream = Stream(SOURCE_A)
+    e0, e1 = stream.episode(0, 2), stream.episode(1, 3)
+    first = new_server(tmp_path)
+    first.start()
+    first.ingest(payload(SOURCE_A, e0[:1]))
+    first.ingest(payload(SOURCE_A, e0[1:]))
+    first.checkpoint()
+    assert first.log.indices() == []  # everything is in the checkpoint
+
+    second = new_server(tmp_path)
+    second.start()
+    second.ingest(payload(SOURCE_A, e1))
+    assert second.inbox.acks() == {SOURCE_A: e1[-1].seq}
+    # crash again, before the next checkpoint
+    third = new_server(tmp_path)
+    third.start()
+    assert third.received == second.received == 5
+    assert third.inbox.acks() == {SOURCE_A: e1[-1].seq}
+    assert contents(third.learner.online) == expected(SOURCE_A, e0 + e1)
+
+
+def test_checkpoint_keeps_only_needed_log_batches(tmp_path):
+    stream = Stream(SOURCE_A)
+    e0, e1 = stream.episode(0, 2), stream.episode(1, 3)
+    server = new_server(tmp_path)
+    server.start()
+    server.ingest(payload(SOURCE_A, e0))
+    server.ingest(payload(SOURCE_A, e1[:1]))
+    server.ingest(payload(SOURCE_A, e1[1:2]))
+    server.checkpoint()
+    assert server.log.indices() == [1, 2]  # the running episode's batches stay until it is inserted
+    server.ingest(payload(SOURCE_A, e1[2:]))
+    server.checkpoint()
+    assert server.log.indices() == []
+    assert (tmp_path / LOG_DIR).is_dir()
+
+
+@pytest.mark.parametrize("lost_send", [
+    None,
+    7,  # seq 6, the last step of episode 1: it arrives with the re-send
+    2,
+])
+def test_actor_session_to_server_end_to_end(tmp_path, lost_send):
+    """ActorSession -> Outbox -> payload (maybe one lost) -> LearnerServer -> acks -> Outbox, over two episodes."""
+    from robot_rl.actor import ActorSession
+    from robot_rl.safety import Safety, SafetyConfig
+    from robot_rl.transport import Outbox, decode_ack, encode_ack
+
+    class Policy:
+        def policy_action(self, obs):
+            return np.array([0.5, -0.5, 0.0, 1.0], np.float32)
+
+        def reset(self):
+            pass
+
+    outbox = Outbox(capacity=100, resend_after_s=1.0)
+    session = ActorSession(Safety(SafetyConfig()), SOURCE_A, outbox, max_episode_steps=4, actor=Policy())
+    server = new_server(tmp_path)
+    server.start()
+    now, sends = 0.0, 0
+    for episode in range(2):
+        session.start_episode([0.5, 0.0, 0.15], [0.0, 1.0, 0.0, 0.0])
+        t = 0
+        while True:
+            result = session.step(observation(SOURCE_A, episode, t), reward=0.0, success=(episode == 1 and t == 3))
+            t += 1
+            now += 0.1
+            due = outbox.due(now, max_items=2)
+            outbox.mark_sent(due, now)
+            if due:
+                sends += 1
+                if sends != lost_send:  # that payload is lost on the way
+                    acks = decode_ack(encode_ack(server.ingest(payload(SOURCE_A, due))))
+                    outbox.acknowledge(acks.get(SOURCE_A, -1))
+            if result.episode_over:
+                break
+    for _ in range(10):  # keep the loop going until the lost batch was re-sent
+        now += 0.5
+        due = outbox.due(now)
+        outbox.mark_sent(due, now)
+        if due:
+            outbox.acknowledge(server.ingest(payload(SOURCE_A, due))[SOURCE_A])
+    assert len(outbox) == 0 and outbox.resent >= int(lost_send is not None)
+    assert server.received == 7 == len(server.learner.online)  # 4 (time limit) + 3 (success)
+    assert server.episodes == 2 and server.successes == 1
+    assert server.inbox.acks() == {SOURCE_A: 6}
+    online = server.learner.online
+    batch = online.gather(np.flatnonzero(online.valid))
+    state, next_state = batch.observations["state"], batch.next_observations["state"]
+    np.testing.assert_array_equal(next_state[:, :2], state[:, :2])
+    np.testing.assert_array_equal(next_state[:, 2], state[:, 2] + 1)
+    assert sorted(map(tuple, state[:, 1:3].astype(int).tolist())) == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1),
+                                                                      (1, 2)]
+    np.testing.assert_allclose(batch.actions, np.tile([0.5, -0.5, 0.0, 1.0], (7, 1)))
+    assert int(online.terminated[online.valid].sum()) == 1
+    # the time-limit end, plus (when a step came late) the cut before the gap and the end of the late fragment
+    assert int(online.truncated[online.valid].sum()) == (1 if lost_send in (None, 7) else 3)

@@ -1,0 +1,183 @@
+"""Malformed messages are dropped with a clear log line and never kill the actor or learner node: garbage and
+mismatched transition payloads, corrupt weights, a NaN pose, an unknown episode key. After
+all that the actor still answers a valid sensor frame with a command. Runs in a private network namespace with its
+own ROS_DOMAIN_ID (tests/ros_harness.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+DOMAIN_ID = 73
+DEADLINE_S = 120.0
+
+
+def _weights_file(path: Path) -> None:
+    from robot_rl.agents.sac import SACAgent
+    from robot_rl.loop import make_env
+    from robot_rl.train import TrainConfig, config_to_json
+    from robot_rl.transport import WeightsMessage, encode_weights
+    from robot_rl.types import ObservationSpec
+
+    env = make_env("PickCube-v0", obs_mode="state")
+    spec = ObservationSpec.from_space(env.observation_space)
+    env.close()
+    sac = TrainConfig().sac
+    agent = SACAgent.create(0, spec, 4, sac)
+    path.write_bytes(encode_weights(WeightsMessage(1, agent.policy_to_bytes(), spec, 4, config_to_json(sac))))
+
+
+def client() -> dict:
+    from robot_rl.ros.env import ensure_ros_environment
+
+    ensure_ros_environment()
+    import rclpy
+    from geometry_msgs.msg import PoseStamped, TwistStamped
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Bool, Float32, Float32MultiArray, String, UInt8MultiArray
+
+    from robot_rl.ros import qos
+    from robot_rl.ros.convert import (
+        bytes_to_msg,
+        floats_to_msg,
+        joint_state_to_msg,
+        pose_to_msg,
+        twist_to_msg,
+    )
+    from robot_rl.transport import StampedTransition, encode_transitions
+
+    run_dir = Path(tempfile.mkdtemp(prefix="ros-malformed-"))
+    weights = run_dir / "policy.msgpack"
+    _weights_file(weights)
+    python = sys.executable
+    logs = {name: open(run_dir / f"{name}.log", "w+") for name in ("actor", "learner")}
+    nodes = {
+        "actor": subprocess.Popen(
+            [python, "-m", "robot_rl.ros.actor_node", "--ros-args", "-p", "obs_mode:=state", "-p", "mode:=lockstep",
+             "-p", "reset_service:=''", "-p", f"weights_path:={weights}", "-p", "stream_transitions:=false"],
+            stdout=logs["actor"], stderr=subprocess.STDOUT, start_new_session=True),
+        "learner": subprocess.Popen(
+            [python, "-m", "robot_rl.ros.learner_node", "--ros-args", "-p", f"run_dir:={run_dir / 'learner'}",
+             "-p", "obs_mode:=state", "-p", "demos:=0"],
+            stdout=logs["learner"], stderr=subprocess.STDOUT, start_new_session=True),
+    }
+    rclpy.init()
+    node = rclpy.create_node("malformed_client")
+    sensors = qos.qos_profile(qos.SENSORS)
+    pub = {
+        "pose": node.create_publisher(PoseStamped, "tcp_pose", sensors),
+        "twist": node.create_publisher(TwistStamped, "tcp_twist", sensors),
+        "gripper": node.create_publisher(JointState, "gripper/state", sensors),
+        "object": node.create_publisher(Float32MultiArray, "sim/object_state", sensors),
+        "episode": node.create_publisher(String, "teleop/episode", qos.topic_qos(qos.TELEOP_EPISODE)),
+        "transitions": node.create_publisher(UInt8MultiArray, qos.ACTOR_TRANSITIONS,
+                                             qos.topic_qos(qos.ACTOR_TRANSITIONS)),
+        "weights": node.create_publisher(UInt8MultiArray, qos.LEARNER_WEIGHTS, qos.topic_qos(qos.LEARNER_WEIGHTS)),
+        "reward": node.create_publisher(Float32, "task/reward", qos.qos_profile(qos.EVENTS)),
+        "success": node.create_publisher(Bool, "task/success", qos.qos_profile(qos.EVENTS)),
+    }
+    commands: list[float] = []
+    node.create_subscription(PoseStamped, "command/target_pose", lambda msg: commands.append(time.monotonic()),
+                             qos.qos_profile(qos.COMMANDS))
+
+    def spin(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            rclpy.spin_once(node, timeout_sec=0.02)
+
+    def frame(stamp: float, position=(0.45, 0.0, 0.2)) -> None:
+        pub["object"].publish(floats_to_msg(np.zeros(10, np.float32)))
+        pub["gripper"].publish(joint_state_to_msg(("gripper",), [0.08], [0.0], stamp=stamp))
+        pub["twist"].publish(twist_to_msg(np.zeros(3), np.zeros(3), stamp=stamp, frame_id="base"))
+        pub["pose"].publish(pose_to_msg(position, (0.0, 1.0, 0.0, 0.0), stamp=stamp, frame_id="base"))
+
+    def wait_for(predicate, seconds: float) -> bool:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if predicate():
+                return True
+            spin(0.2)
+        return False
+
+    summary: dict = {}
+    try:
+        ready = wait_for(lambda: node.count_subscribers(qos.ACTOR_TRANSITIONS) >= 1
+                         and node.count_subscribers("tcp_pose") >= 1 and node.count_publishers(qos.LEARNER_ACK) >= 1,
+                         DEADLINE_S / 2)
+        summary["ready"] = ready
+        spin(1.0)
+        # a first valid frame: the actor starts its episode and answers with a command
+        frame(100.0)
+        summary["first_command"] = wait_for(lambda: len(commands) >= 1, 20.0)
+        # now the bad ones
+        pub["transitions"].publish(bytes_to_msg(b"\x00garbage\xff"))
+        pub["transitions"].publish(bytes_to_msg(json.dumps({"kind": "transitions"}).encode()))
+        bad_obs = {"state": np.zeros(3, np.float32)}  # wrong shape, and object_state missing
+        item = StampedTransition(0, 0, 0, bad_obs, np.zeros(4, np.float32), 0.0, False, True, bad_obs)
+        pub["transitions"].publish(bytes_to_msg(encode_transitions("evil/run1", [item])))
+        pub["weights"].publish(bytes_to_msg(b"not weights"))
+        pub["episode"].publish(String(data="bogus"))
+        bad_pose = pose_to_msg((0.45, 0.0, 0.2), (0.0, 1.0, 0.0, 0.0), stamp=101.0, frame_id="base")
+        bad_pose.pose.position.x = float("nan")
+        pub["pose"].publish(bad_pose)
+        spin(3.0)
+        summary["alive"] = {name: process.poll() is None for name, process in nodes.items()}
+        # still working: the next valid frame (with the step's reward / success) gets a command
+        before = len(commands)
+        pub["reward"].publish(Float32(data=0.0))
+        pub["success"].publish(Bool(data=False))
+        frame(102.0, position=(0.46, 0.0, 0.2))
+        summary["command_after"] = wait_for(lambda: len(commands) > before, 20.0)
+        status = run_dir / "learner" / "learner_status.json"
+        wait_for(status.exists, 5.0)
+        summary["learner_status"] = json.loads(status.read_text()) if status.exists() else None
+    finally:
+        for process in nodes.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGINT)
+        summary["exit"] = {}
+        for name, process in nodes.items():
+            try:
+                summary["exit"][name] = process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                summary["exit"][name] = "killed"
+        node.destroy_node()
+        rclpy.try_shutdown()
+        for name, log in logs.items():
+            log.seek(0)
+            summary[f"{name}_log"] = log.read()[-4000:]
+            log.close()
+    return summary
+
+
+def test_malformed_messages_are_dropped_and_the_nodes_keep_working():
+    from ros_harness import run_ros_script
+
+    summary, stderr, _ = run_ros_script(__file__, "client", DOMAIN_ID, DEADLINE_S + 30)
+    assert summary["ready"] and summary["first_command"], summary
+    assert summary["alive"] == {"actor": True, "learner": True}, summary
+    assert summary["command_after"], summary
+    assert summary["exit"] == {"actor": 0, "learner": 0}, summary
+    learner_log, actor_log = summary["learner_log"], summary["actor_log"]
+    assert learner_log.count("dropped a malformed transitions message") >= 1, learner_log
+    assert "lacks keys ['object_state']" in learner_log or "evil/run1 seq 0" in learner_log, learner_log
+    assert summary["learner_status"]["rejected"] == 1, summary["learner_status"]
+    assert "rejected weights from learner" in actor_log, actor_log
+    assert "dropped malformed tcp_pose" in actor_log, actor_log
+    assert "dropped malformed teleop/episode" in actor_log, actor_log
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["client"]:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        print("RESULT " + json.dumps(client()))

@@ -1,0 +1,467 @@
+"""Actor <-> learner payloads and delivery bookkeeping: round trips, rejected payloads, outbox, inbox, log."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from robot_rl.agents.sac import SACConfig
+from robot_rl.codec import pack, unpack
+from robot_rl.train import config_to_json
+from robot_rl.transport import (
+    PROTOCOL_VERSION,
+    Inbox,
+    Outbox,
+    SequenceTracker,
+    StampedTransition,
+    TransitionLog,
+    TransportError,
+    WeightsMessage,
+    decode_ack,
+    decode_transitions,
+    decode_weights,
+    encode_ack,
+    encode_transitions,
+    encode_weights,
+    make_source,
+)
+from robot_rl.types import ObservationSpec
+
+SOURCE = "arm-1/abc123"
+
+
+def obs(value: float) -> dict[str, np.ndarray]:
+    return {
+        "state": np.full(14, value, np.float32),
+        "images/wrist": np.full((6, 5, 3), int(value) % 256, np.uint8),
+    }
+
+
+def stamped(seq: int, episode: int = 0, step: int | None = None, **overrides) -> StampedTransition:
+    values = dict(
+        seq=seq, episode=episode, step=seq if step is None else step, observation=obs(seq),
+        action=np.array([0.1, -0.2, 0.3, -1.0], np.float32) + seq, reward=0.5 * seq, terminated=False,
+        truncated=False, next_observation=obs(seq + 1), intervention=False, success=False)
+    values.update(overrides)
+    return StampedTransition(**values)
+
+
+def wire_payload(items, **overrides) -> bytes:
+    """A transitions payload with message fields overridden (to build malformed ones)."""
+    message = {"kind": "transitions", "protocol": PROTOCOL_VERSION, "source": SOURCE, "items": items}
+    message.update(overrides)
+    return pack(message)
+
+
+def wire_item(base_seq: int = 0, /, **overrides) -> dict:
+    item = stamped(base_seq).to_wire()
+    item.update(overrides)
+    return item
+
+
+# ----- transitions ------------------------------------------------------------------------------------------------
+
+def test_transitions_round_trip_keeps_arrays_dtypes_and_flags():
+    items = [
+        stamped(0),
+        stamped(1, terminated=True, success=True, reward=1.0),
+        stamped(2, episode=1, step=0, truncated=True, intervention=True),
+    ]
+    source, decoded = decode_transitions(encode_transitions(SOURCE, items))
+    assert source == SOURCE
+    assert len(decoded) == 3
+    for original, back in zip(items, decoded):
+        assert isinstance(back, StampedTransition)
+        assert (back.seq, back.episode, back.step) == (original.seq, original.episode, original.step)
+        assert back.reward == pytest.approx(original.reward)
+        assert (back.terminated, back.truncated, back.intervention, back.success) == (
+            original.terminated, original.truncated, original.intervention, original.success)
+        assert back.action.dtype == np.float32
+        np.testing.assert_array_equal(back.action, original.action)
+        for name in ("observation", "next_observation"):
+            a, b = getattr(original, name), getattr(back, name)
+            assert set(a) == set(b) == {"state", "images/wrist"}
+            for key in a:
+                assert b[key].dtype == a[key].dtype
+                assert b[key].shape == a[key].shape
+                np.testing.assert_array_equal(b[key], a[key])
+    assert decoded[1].terminated and decoded[1].success and not decoded[1].truncated
+    assert decoded[2].truncated and decoded[2].intervention and not decoded[2].terminated
+    assert decoded[0].observation["images/wrist"].dtype == np.uint8
+
+
+def test_transitions_round_trip_empty_batch():
+    assert decode_transitions(encode_transitions(SOURCE, [])) == (SOURCE, [])
+
+
+def test_action_is_sent_as_float32():
+    item = stamped(0, action=np.array([0.25, 0.5, -0.5, 1.0], np.float64))
+    _, (back,) = decode_transitions(encode_transitions(SOURCE, [item]))
+    assert back.action.dtype == np.float32
+    np.testing.assert_array_equal(back.action, np.array([0.25, 0.5, -0.5, 1.0], np.float32))
+
+
+@pytest.mark.parametrize("payload, words", [
+    (b"\xc1garbage\xff\x00", ["undecodable"]),
+    (b"", ["undecodable"]),
+    (pack([1, 2, 3]), ["not a map"]),
+    (pack({"kind": "ack", "protocol": PROTOCOL_VERSION, "acks": {}}), ["expected", "transitions", "ack"]),
+    (wire_payload([], protocol=PROTOCOL_VERSION + 1), ["protocol", str(PROTOCOL_VERSION + 1)]),
+    (wire_payload([], protocol=None), ["protocol"]),
+    (wire_payload([], source="no-slash"), ["source", "no-slash"]),
+    (wire_payload([], source="a/b/c"), ["source"]),
+    (wire_payload([], source=42), ["source"]),
+    (wire_payload({"not": "a list"}), ["list of items"]),
+    (wire_payload(["not a map"]), ["transition 0", "not a map"]),
+])
+def test_decode_rejects_malformed_payloads(payload, words):
+    with pytest.raises(TransportError) as error:
+        decode_transitions(payload)
+    message = str(error.value)
+    for word in words:
+        assert word in message, message
+
+
+@pytest.mark.parametrize("field", ["seq", "episode", "step", "obs", "action", "reward", "terminated", "truncated",
+                                   "next_obs"])
+def test_decode_names_a_missing_field(field):
+    item = wire_item(0)
+    del item[field]
+    with pytest.raises(TransportError, match=f"transition 1 lacks field '{field}'"):
+        decode_transitions(wire_payload([wire_item(5), item]))
+
+
+def test_optional_flags_default_to_false():
+    item = wire_item(0)
+    del item["intervention"], item["success"]
+    _, (back,) = decode_transitions(wire_payload([item]))
+    assert back.intervention is False and back.success is False
+
+
+@pytest.mark.parametrize("bad_action", [
+    np.array([0.0, math.nan, 0.0, 0.0], np.float32),
+    np.array([0.0, 0.0, math.inf, 0.0], np.float32),
+    np.array([-math.inf, 0.0, 0.0, 0.0], np.float32),
+])
+def test_decode_rejects_non_finite_actions(bad_action):
+    with pytest.raises(TransportError, match="seq 3.*non-finite action"):
+        decode_transitions(wire_payload([wire_item(3, action=bad_action)]))
+
+
+@pytest.mark.parametrize("bad_reward", [math.nan, math.inf, -math.inf])
+def test_decode_rejects_non_finite_rewards(bad_reward):
+    with pytest.raises(TransportError, match="non-finite action or reward"):
+        decode_transitions(wire_payload([wire_item(3, reward=bad_reward)]))
+
+
+def test_decode_rejects_negative_sequence_numbers():
+    with pytest.raises(TransportError, match="negative sequence number -1"):
+        decode_transitions(wire_payload([wire_item(0, seq=-1)]))
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("obs", [1.0, 2.0], ["obs", "map"]),
+    ("obs", {}, ["obs", "non-empty map"]),
+    ("next_obs", np.zeros(3, np.float32), ["next_obs", "map"]),
+    ("obs", {"state": [1.0, 2.0]}, ["obs['state']", "array"]),
+    ("action", [0.0, 0.0, 0.0, 0.0], ["action", "array"]),
+    ("seq", 1.5, ["seq", "integer"]),
+    ("seq", True, ["seq", "integer"]),
+    ("reward", "high", ["reward", "number"]),
+    ("terminated", 1, ["terminated", "bool"]),
+    ("intervention", "yes", ["intervention", "bool"]),
+])
+def test_decode_rejects_wrongly_typed_fields(field, value, words):
+    with pytest.raises(TransportError) as error:
+        decode_transitions(wire_payload([wire_item(0, **{field: value})]))
+    for word in words:
+        assert word in str(error.value), str(error.value)
+
+
+def test_transport_error_is_a_value_error():
+    assert issubclass(TransportError, ValueError)
+
+
+# ----- acks -------------------------------------------------------------------------------------------------------
+
+def test_ack_round_trip():
+    acks = {"arm-1/aaa": 17, "arm-2/bbb": -1, "arm-3/c.c_c": 0}
+    assert decode_ack(encode_ack(acks)) == acks
+    assert decode_ack(encode_ack({})) == {}
+
+
+def test_decode_ack_rejects_malformed_acks():
+    with pytest.raises(TransportError, match="ack"):
+        decode_ack(encode_transitions(SOURCE, []))  # a transitions payload is not an ack
+    with pytest.raises(TransportError, match="source"):
+        decode_ack(pack({"kind": "ack", "protocol": PROTOCOL_VERSION, "acks": {"bad source": 3}}))
+    with pytest.raises(TransportError, match="integer"):
+        decode_ack(pack({"kind": "ack", "protocol": PROTOCOL_VERSION, "acks": {SOURCE: "3"}}))
+    with pytest.raises(TransportError, match="map of acks"):
+        decode_ack(pack({"kind": "ack", "protocol": PROTOCOL_VERSION, "acks": [1]}))
+    with pytest.raises(TransportError, match="protocol"):
+        decode_ack(pack({"kind": "ack", "protocol": 0, "acks": {}}))
+
+
+# ----- weights ----------------------------------------------------------------------------------------------------
+
+def test_weights_round_trip_with_spec_and_sac_config():
+    spec = ObservationSpec.from_shapes({"state": ((14,), np.float32), "object_state": ((10,), np.float32),
+                                        "images/wrist": ((64, 64, 3), np.uint8)})
+    sac = config_to_json(SACConfig(actor_hidden_dims=(16, 16), critic_hidden_dims=(8,), discount=0.9))
+    message = WeightsMessage(version=7, policy=b"\x00\x01policy-bytes\xff", observation_spec=spec, action_dim=4,
+                             sac_config=sac, transitions=123, updates=456)
+    back = decode_weights(encode_weights(message))
+    assert back.version == 7
+    assert back.policy == message.policy and isinstance(back.policy, bytes)
+    assert back.observation_spec == spec
+    assert back.observation_spec.keys == spec.keys
+    assert back.observation_spec["images/wrist"].shape == (64, 64, 3)
+    assert back.observation_spec["images/wrist"].dtype == "uint8"
+    assert back.action_dim == 4
+    assert back.sac_config == unpack(pack(sac))
+    assert back.sac_config["discount"] == pytest.approx(0.9)
+    assert list(back.sac_config["actor_hidden_dims"]) == [16, 16]
+    assert (back.transitions, back.updates) == (123, 456)
+
+
+def test_decode_weights_rejects_malformed_payloads():
+    spec = ObservationSpec.from_shapes({"state": ((14,), np.float32)})
+    good = unpack(encode_weights(WeightsMessage(1, b"p", spec, 4, {})))
+    for field in ("version", "policy", "observation_spec", "action_dim", "sac_config"):
+        broken = dict(good)
+        del broken[field]
+        with pytest.raises(TransportError, match="weights payload"):
+            decode_weights(pack(broken))
+    with pytest.raises(TransportError, match="malformed"):
+        decode_weights(pack({**good, "policy": "not bytes"}))
+    with pytest.raises(TransportError, match="expected a 'weights' payload"):
+        decode_weights(encode_ack({}))
+    with pytest.raises(TransportError, match="undecodable"):
+        decode_weights(b"\xc1")
+
+
+# ----- outbox -----------------------------------------------------------------------------------------------------
+
+def test_outbox_sends_once_then_resends_after_timeout():
+    outbox = Outbox(capacity=10, resend_after_s=2.0)
+    for seq in range(3):
+        outbox.add(stamped(seq))
+    due = outbox.due(now=100.0)
+    assert [t.seq for t in due] == [0, 1, 2]
+    outbox.mark_sent(due, now=100.0)
+    assert outbox.due(now=100.0) == []
+    assert outbox.due(now=101.9) == []
+    outbox.add(stamped(3))
+    assert [t.seq for t in outbox.due(now=101.9)] == [3]  # only the never-sent one
+    outbox.mark_sent(outbox.due(now=101.9), now=101.9)
+    assert [t.seq for t in outbox.due(now=102.0)] == [0, 1, 2]  # resend after resend_after_s
+    outbox.mark_sent(outbox.due(now=102.0), now=102.0)
+    assert outbox.resent == 3
+    assert [t.seq for t in outbox.due(now=103.9)] == [3]
+    assert len(outbox) == 4
+
+
+def test_outbox_due_respects_max_items_oldest_first():
+    outbox = Outbox(capacity=100)
+    for seq in range(10):
+        outbox.add(stamped(seq))
+    assert [t.seq for t in outbox.due(now=0.0, max_items=4)] == [0, 1, 2, 3]
+
+
+def test_outbox_acknowledge_removes_only_through():
+    outbox = Outbox(capacity=10, resend_after_s=1.0)
+    for seq in range(6):
+        outbox.add(stamped(seq))
+    outbox.mark_sent(outbox.due(0.0), 0.0)
+    assert outbox.acknowledge(2) == 3
+    assert len(outbox) == 3
+    assert outbox.acknowledged_through == 2
+    assert [t.seq for t in outbox.due(now=5.0)] == [3, 4, 5]
+    assert outbox.acknowledge(1) == 0  # older ack: nothing changes
+    assert outbox.acknowledged_through == 2 and len(outbox) == 3
+    assert outbox.acknowledge(2) == 0
+    assert outbox.acknowledge(5) == 3
+    assert len(outbox) == 0 and outbox.due(now=100.0) == []
+
+
+def test_outbox_drops_oldest_when_full():
+    outbox = Outbox(capacity=3)
+    for seq in range(5):
+        outbox.add(stamped(seq))
+    assert len(outbox) == 3
+    assert outbox.dropped == 2
+    assert [t.seq for t in outbox.due(now=0.0)] == [2, 3, 4]
+
+
+def test_outbox_rejects_reused_sequence_numbers():
+    outbox = Outbox(capacity=10)
+    outbox.add(stamped(0))
+    outbox.add(stamped(1))
+    with pytest.raises(ValueError, match="already used"):
+        outbox.add(stamped(1))
+    outbox.acknowledge(1)
+    with pytest.raises(ValueError, match="already used"):
+        outbox.add(stamped(0))  # acknowledged and removed, still used
+    outbox.add(stamped(2))
+
+
+@pytest.mark.parametrize("capacity, resend", [(0, 1.0), (5, 0.0), (5, -1.0)])
+def test_outbox_rejects_bad_settings(capacity, resend):
+    with pytest.raises(ValueError):
+        Outbox(capacity=capacity, resend_after_s=resend)
+
+
+# ----- sequence tracker -------------------------------------------------------------------------------------------
+
+def test_sequence_tracker_out_of_order_duplicates_and_gaps():
+    tracker = SequenceTracker()
+    assert tracker.through == -1
+    assert tracker.add(0) and tracker.through == 0
+    assert tracker.add(2) and tracker.through == 0
+    assert tracker.add(4) and tracker.through == 0
+    assert tracker.above == {2, 4}
+    assert not tracker.add(2)  # duplicate above the prefix
+    assert not tracker.add(0)  # duplicate in the prefix
+    assert tracker.seen(4) and not tracker.seen(3) and not tracker.seen(1)
+    assert tracker.add(1)  # fills the gap: through advances over 2
+    assert tracker.through == 2 and tracker.above == {4}
+    assert tracker.add(3)
+    assert tracker.through == 4 and tracker.above == set()
+    assert not tracker.add(4)
+
+
+def test_sequence_tracker_json_round_trip():
+    tracker = SequenceTracker()
+    for seq in (0, 1, 5, 7, 3):
+        tracker.add(seq)
+    data = tracker.to_json()
+    assert data == {"through": 1, "above": [3, 5, 7]}
+    back = SequenceTracker.from_json(data)
+    assert back.through == 1 and back.above == {3, 5, 7}
+    assert not back.add(5) and back.add(2)
+    assert back.through == 3
+
+
+def test_sequence_tracker_constructor_normalises():
+    tracker = SequenceTracker(through=2, above=[1, 2, 3, 4, 6])
+    assert tracker.through == 4 and tracker.above == {6}
+
+
+# ----- inbox ------------------------------------------------------------------------------------------------------
+
+def test_inbox_drops_duplicates_across_and_within_batches():
+    inbox = Inbox()
+    fresh = inbox.accept(SOURCE, [stamped(0), stamped(1), stamped(1), stamped(3)])
+    assert [t.seq for t in fresh] == [0, 1, 3]
+    assert inbox.duplicates == 1
+    assert inbox.acks() == {SOURCE: 1}
+    fresh = inbox.accept(SOURCE, [stamped(1), stamped(2), stamped(3), stamped(4)])
+    assert [t.seq for t in fresh] == [2, 4]
+    assert inbox.duplicates == 3
+    assert inbox.acks() == {SOURCE: 4}
+
+
+def test_inbox_sources_are_independent():
+    other = "arm-1/fff000"  # the same actor after a restart: its sequence numbers start again at 0
+    inbox = Inbox()
+    assert [t.seq for t in inbox.accept(SOURCE, [stamped(0), stamped(1), stamped(2)])] == [0, 1, 2]
+    assert [t.seq for t in inbox.accept(other, [stamped(0), stamped(2)])] == [0, 2]
+    assert inbox.duplicates == 0
+    assert inbox.acks() == {SOURCE: 2, other: 0}
+    inbox.accept(other, [stamped(1)])
+    assert inbox.acks() == {SOURCE: 2, other: 2}
+
+
+def test_inbox_json_round_trip():
+    inbox = Inbox()
+    inbox.accept(SOURCE, [stamped(0), stamped(2)])
+    inbox.accept("arm-2/x", [stamped(0)])
+    back = Inbox.from_json(unpack(pack(inbox.to_json())))
+    assert back.acks() == inbox.acks() == {SOURCE: 0, "arm-2/x": 0}
+    assert back.accept(SOURCE, [stamped(2), stamped(1)]) and back.acks()[SOURCE] == 2
+
+
+# ----- transition log ---------------------------------------------------------------------------------------------
+
+def test_transition_log_append_and_replay(tmp_path):
+    log = TransitionLog(tmp_path / "log")
+    assert list(log.replay()) == []
+    assert log.append(SOURCE, [stamped(0), stamped(1)]) == 0
+    assert log.append("arm-2/zz", [stamped(0)]) == 1
+    assert log.append(SOURCE, [stamped(2, terminated=True)]) == 2
+    replayed = list(log.replay())
+    assert [(index, source, [t.seq for t in items]) for index, source, items in replayed] == [
+        (0, SOURCE, [0, 1]), (1, "arm-2/zz", [0]), (2, SOURCE, [2])]
+    assert replayed[2][2][0].terminated
+    np.testing.assert_array_equal(replayed[0][2][1].observation["state"], obs(1)["state"])
+    assert [index for index, _, _ in log.replay(after=1)] == [2]
+    assert list(log.replay(after=2)) == []
+    assert not list((tmp_path / "log").glob("*.tmp"))
+
+
+def test_transition_log_truncate_and_continue_numbering(tmp_path):
+    log = TransitionLog(tmp_path / "log")
+    for seq in range(4):
+        log.append(SOURCE, [stamped(seq)])
+    assert log.truncate(1) == 2
+    assert log.indices() == [2, 3]
+    assert [index for index, _, _ in log.replay()] == [2, 3]
+    reopened = TransitionLog(tmp_path / "log")
+    assert reopened.next_index == 4
+    assert reopened.append(SOURCE, [stamped(9)]) == 4
+    assert [index for index, _, _ in reopened.replay(after=2)] == [3, 4]
+    assert reopened.truncate(10) == 3
+    assert reopened.indices() == []
+    assert reopened.append(SOURCE, [stamped(10)]) == 5
+
+
+def test_transition_log_corrupt_file_names_the_file(tmp_path):
+    log = TransitionLog(tmp_path / "log")
+    log.append(SOURCE, [stamped(0)])
+    log.append(SOURCE, [stamped(1)])
+    corrupt = log._path(1)
+    corrupt.write_bytes(corrupt.read_bytes()[:20])  # truncated by a crash of the disk
+    replay = log.replay()
+    index, _, items = next(replay)
+    assert index == 0 and items[0].seq == 0
+    with pytest.raises(TransportError) as error:
+        next(replay)
+    assert corrupt.name in str(error.value)
+    assert "corrupt" in str(error.value)
+
+
+# ----- sources ----------------------------------------------------------------------------------------------------
+
+def test_make_source_incarnations():
+    a, b = make_source("arm-1"), make_source("arm-1")
+    assert a != b
+    assert a.startswith("arm-1/") and b.startswith("arm-1/")
+    assert make_source("arm_1.x", "run7") == "arm_1.x/run7"
+    # what make_source builds, the decoder accepts
+    assert decode_transitions(encode_transitions(a, []))[0] == a
+
+
+@pytest.mark.parametrize("actor_id", ["", "arm/1", "arm 1", "a" * 65, "arm:1", "ärm"])
+def test_make_source_rejects_bad_actor_ids(actor_id):
+    with pytest.raises(ValueError):
+        make_source(actor_id)
+
+
+def test_make_source_rejects_bad_incarnation():
+    with pytest.raises(ValueError):
+        make_source("arm-1", "bad/inc")
+
+
+def test_transition_log_ignores_leftover_temp_and_foreign_files(tmp_path):
+    log = TransitionLog(tmp_path / "log")
+    log.append(SOURCE, [stamped(0)])
+    (tmp_path / "log" / "000000000001.tmp").write_bytes(b"half written")  # a crash during append
+    (tmp_path / "log" / "notes.msgpack").write_bytes(b"not a batch")
+    reopened = TransitionLog(tmp_path / "log")
+    assert reopened.indices() == [0] and reopened.next_index == 1
+    assert [index for index, _, _ in reopened.replay()] == [0]
+    assert reopened.append(SOURCE, [stamped(1)]) == 1
+    assert [t.seq for _, _, items in reopened.replay() for t in items] == [0, 1]
