@@ -7,7 +7,6 @@ The children are tiny Python scripts written to tmp_path (no ROS needed); the SI
 from __future__ import annotations
 
 import io
-import os
 import signal
 import subprocess
 import sys
@@ -490,3 +489,33 @@ def test_a_real_rclpy_node_reads_the_rendered_names_and_parameters(tmp_path):
         "param rate_hz int 10",
         "param word str 'yes'",
     ]
+
+
+SHIPPED_ARGUMENTS = {
+    "sim_train.yaml": {},
+    "sim_eval.yaml": {"weights": "runs/x/policy.msgpack"},
+    "teleop_record.yaml": {"out": "demos.zarr"},
+    "robot_train.yaml": {"camera_driver": "cam_driver", "robot_driver": "arm_driver", "demo_path": "demos.zarr"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED_ARGUMENTS))
+def test_shipped_launch_files_resolve_to_existing_modules(name):
+    import importlib.util
+
+    description = load_launch_file(REPO / "launch" / name, SHIPPED_ARGUMENTS[name])
+    modules = [spec.argv[2] for spec in description.processes if spec.argv[1:2] == ("-m",)]
+    assert modules, description.commands()
+    for module in modules:
+        assert importlib.util.find_spec(module) is not None, f"{name}: module {module} does not exist"
+
+
+def test_shipped_launch_files_are_all_covered():
+    assert sorted(p.name for p in (REPO / "launch").glob("*.yaml")) == sorted(SHIPPED_ARGUMENTS)
+
+
+def test_sim_train_human_can_be_switched_off():
+    with_human = load_launch_file(REPO / "launch" / "sim_train.yaml", {})
+    without = load_launch_file(REPO / "launch" / "sim_train.yaml", {"human": "false"})
+    assert [p.name for p in with_human.processes] == ["sim", "learner", "actor", "human"]
+    assert [p.name for p in without.processes] == ["sim", "learner", "actor"]
