@@ -33,7 +33,7 @@ import time
 from robot_rl.drivers.teleop import DEVICES, DeviceNotFound, TeleopCommand, TeleopConfig, TeleopDeviceError, \
     open_device
 from robot_rl.ros import qos
-from robot_rl.ros.node_util import relative_name
+from robot_rl.ros.node_util import topic_publisher
 
 NODE_NAME = "teleop"
 BASE_FRAME = "base"
@@ -80,14 +80,10 @@ class TeleopNode:
             node.destroy_node()
             raise  # the caller logs it and exits with EXIT_NO_DEVICE
 
-        self._twist_pub = node.create_publisher(TwistStamped, relative_name(qos.TELEOP_TWIST),
-                                                qos.topic_qos(qos.TELEOP_TWIST))
-        self._gripper_pub = node.create_publisher(Float64, relative_name(qos.TELEOP_GRIPPER),
-                                                  qos.topic_qos(qos.TELEOP_GRIPPER))
-        self._engaged_pub = node.create_publisher(Bool, relative_name(qos.TELEOP_ENGAGED),
-                                                  qos.topic_qos(qos.TELEOP_ENGAGED))
-        self._episode_pub = node.create_publisher(String, relative_name(qos.TELEOP_EPISODE),
-                                                  qos.topic_qos(qos.TELEOP_EPISODE))
+        self._twist_pub = topic_publisher(node, TwistStamped, qos.TELEOP_TWIST)
+        self._gripper_pub = topic_publisher(node, Float64, qos.TELEOP_GRIPPER)
+        self._engaged_pub = topic_publisher(node, Bool, qos.TELEOP_ENGAGED)
+        self._episode_pub = topic_publisher(node, String, qos.TELEOP_EPISODE)
         self.engaged = False
         self._engaged_pub.publish(Bool(data=False))
         node.create_timer(1.0 / self.config.rate_hz, self._on_timer)
@@ -164,15 +160,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the teleop node until SIGINT / SIGTERM or the quit key; returns the exit status (see the module doc)."""
+    from robot_rl.ros.node_util import NodeStartupError, parse_node_arguments, run_node
+
     argv = list(sys.argv if argv is None else argv)
-    from robot_rl.ros.env import ensure_ros_environment
-
-    ensure_ros_environment()
-    from rclpy.utilities import remove_ros_args
-
-    from robot_rl.ros.node_util import NodeStartupError, run_node
-
-    args = _parser().parse_args(remove_ros_args(argv)[1:])
+    args = parse_node_arguments(_parser(), argv)
 
     def build() -> TeleopNode:
         try:

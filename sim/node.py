@@ -378,15 +378,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the sim node until SIGINT / SIGTERM; returns the exit status."""
+    from robot_rl.ros.node_util import parse_node_arguments, run_node
+
     argv = list(sys.argv if argv is None else argv)
-    from robot_rl.ros.env import ensure_ros_environment
-
-    ensure_ros_environment()
-    from rclpy.utilities import remove_ros_args
-
-    from robot_rl.ros.node_util import run_node
-
-    args = _parser().parse_args(remove_ros_args(argv)[1:])
+    args = parse_node_arguments(_parser(), argv)
     config = SimNodeConfig(task=args.task, obs_mode=args.obs_mode, image_size=args.image_size, mode=args.mode,
                            seed=args.seed)
     return run_node(lambda: SimNode(config, node_name=args.node_name), argv, args.node_name)

@@ -47,7 +47,7 @@ import numpy as np
 
 from robot_rl.drivers.teleop import action_to_twist
 from robot_rl.ros import qos
-from robot_rl.ros.node_util import relative_name
+from robot_rl.ros.node_util import relative_name, topic_publisher
 from robot_rl.sim.human import InterventionConfig, InterventionRule
 
 NODE_NAME = "scripted_teleop"
@@ -222,12 +222,9 @@ class ScriptedTeleopNode:
         self.supervisor = ScriptedSupervisor(self.config, limits["workspace_low"], limits["workspace_high"])
         self._last_tcp_stamp = 0.0
 
-        self._twist_pub = node.create_publisher(TwistStamped, relative_name(qos.TELEOP_TWIST),
-                                                qos.topic_qos(qos.TELEOP_TWIST))
-        self._gripper_pub = node.create_publisher(Float64, relative_name(qos.TELEOP_GRIPPER),
-                                                  qos.topic_qos(qos.TELEOP_GRIPPER))
-        self._engaged_pub = node.create_publisher(Bool, relative_name(qos.TELEOP_ENGAGED),
-                                                  qos.topic_qos(qos.TELEOP_ENGAGED))
+        self._twist_pub = topic_publisher(node, TwistStamped, qos.TELEOP_TWIST)
+        self._gripper_pub = topic_publisher(node, Float64, qos.TELEOP_GRIPPER)
+        self._engaged_pub = topic_publisher(node, Bool, qos.TELEOP_ENGAGED)
         # Creation order is the executor's order among callbacks ready at once: step inputs before the step itself.
         for msg_type, topic, callback in (
             (Float32MultiArray, qos.SIM_EXPERT_ACTION, self._on_expert_action),
@@ -339,18 +336,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the scripted teleop node until SIGINT / SIGTERM; returns the exit status."""
+    from robot_rl.ros.node_util import NodeStartupError, parse_node_arguments, run_node
+
     argv = list(sys.argv if argv is None else argv)
-    from robot_rl.ros.env import ensure_ros_environment
-
-    ensure_ros_environment()
-    from rclpy.exceptions import ParameterException
-    from rclpy.utilities import remove_ros_args
-
-    from robot_rl.ros.node_util import NodeStartupError, run_node
-
     parser = _parser()
     parser.add_argument("--node-name", default=NODE_NAME)
-    args = parser.parse_args(remove_ros_args(argv)[1:])
+    args = parse_node_arguments(parser, argv)
+    from rclpy.exceptions import ParameterException
 
     def build() -> ScriptedTeleopNode:
         try:

@@ -1,4 +1,4 @@
-"""`robot-rl record --source ros` records teleoperated demos from a running graph: the sim node (lock-step, cameras), the
+"""`robot-rl record --source ros` records teleoperated demos from a running graph: the sim node (real time, cameras), the
 scripted teleop node as the human (it takes over at once and keeps control), and the recorder. The dataset must hold
 the episodes with camera frames, intervention flags and increasing timestamps. Runs in a private network namespace
 with its own ROS_DOMAIN_ID (tests/ros_harness.py).
@@ -28,7 +28,7 @@ def client() -> dict:
     out = Path(tempfile.mkdtemp(prefix="ros-record-")) / "demos.zarr"
     python = sys.executable
     nodes = [
-        subprocess.Popen([python, "-m", "robot_rl.sim.node", "--task", "PickCube-v0", "--mode", "lockstep",
+        subprocess.Popen([python, "-m", "robot_rl.sim.node", "--task", "PickCube-v0", "--mode", "realtime",
                           "--obs-mode", "pixels", "--image-size", str(IMAGE_SIZE), "--seed", "0"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True),
         subprocess.Popen([python, "-m", "robot_rl.sim.scripted_teleop", "--ros-args", "-p", "stuck_window:=2",
@@ -42,7 +42,7 @@ def client() -> dict:
                 break
         threading.Thread(target=nodes[1].stderr.read, daemon=True).start()  # keep its pipe from filling up
         recorder = subprocess.run(
-            [python, "-m", "robot_rl.cli", "record", "--source", "ros", "--mode", "lockstep", "--obs-mode", "pixels",
+            [python, "-m", "robot_rl.cli", "record", "--source", "ros", "--mode", "realtime", "--obs-mode", "pixels",
              "--episodes", str(EPISODES), "--out", str(out)],
             capture_output=True, text=True, timeout=DEADLINE_S)
     finally:
@@ -82,8 +82,7 @@ def test_record_teleoperated_demos_from_a_running_graph():
         assert episode["keys"] == ["images/front", "images/wrist", "state"], summary
         assert episode["image_shape"] == [IMAGE_SIZE, IMAGE_SIZE, 3], summary
         assert episode["timestamps_increase"], summary
-        # the human takes over after a few steps (the stuck rule needs two frames, and lock-step does not wait for the
-        # human's reply) and keeps control: most steps are flagged
+        # the human takes over after a few steps (the stuck rule needs two frames) and keeps control: most are flagged
         assert episode["interventions"] >= episode["steps"] / 2 > 0, summary
     assert any(e["success"] for e in summary["per_episode"]), summary
 

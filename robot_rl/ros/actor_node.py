@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from robot_rl.ros import qos
-from robot_rl.ros.node_util import relative_name
+from robot_rl.ros.node_util import relative_name, topic_publisher
 
 NODE_NAME = "actor"
 MODES = ("lockstep", "realtime")
@@ -171,10 +171,9 @@ class ActorNode:
         node.create_subscription(UInt8MultiArray, qos.LEARNER_WEIGHTS, self._on_weights,
                                  qos.topic_qos(qos.LEARNER_WEIGHTS))
         node.create_subscription(UInt8MultiArray, qos.LEARNER_ACK, self._on_ack, qos.topic_qos(qos.LEARNER_ACK))
-        commands = qos.qos_profile(qos.COMMANDS)
-        self._pose_pub = node.create_publisher(PoseStamped, relative_name(qos.COMMAND_TARGET_POSE), commands)
-        self._gripper_pub = node.create_publisher(Float64, relative_name(qos.COMMAND_GRIPPER), commands)
-        self._episode_pub = node.create_publisher(UInt32, relative_name(qos.ACTOR_EPISODE), events)
+        self._pose_pub = topic_publisher(node, PoseStamped, qos.COMMAND_TARGET_POSE)
+        self._gripper_pub = topic_publisher(node, Float64, qos.COMMAND_GRIPPER)
+        self._episode_pub = topic_publisher(node, UInt32, qos.ACTOR_EPISODE)
         self._transitions_pub = node.create_publisher(UInt8MultiArray, qos.ACTOR_TRANSITIONS,
                                                       qos.topic_qos(qos.ACTOR_TRANSITIONS))
         self._Float64, self._UInt32 = Float64, UInt32

@@ -121,3 +121,20 @@ def run_node(build: Callable[[], object], argv: list[str], name: str) -> int:
             host.destroy()
         rclpy.try_shutdown()
         restore()
+
+
+def parse_node_arguments(parser, argv: list[str]):
+    """`parser.parse_args` on the non-ROS part of `argv` (everything outside --ros-args), after the ROS bootstrap."""
+    from robot_rl.ros.env import ensure_ros_environment
+
+    ensure_ros_environment()
+    from rclpy.utilities import remove_ros_args
+
+    return parser.parse_args(remove_ros_args(argv)[1:])
+
+
+def topic_publisher(node, msg_type, topic: str):
+    """A publisher on one of the project's topics (robot_rl.ros.qos), relative to the node's namespace, with its QoS."""
+    from robot_rl.ros import qos
+
+    return node.create_publisher(msg_type, relative_name(topic), qos.topic_qos(topic))
