@@ -21,6 +21,7 @@ import numpy as np
 
 from robot_rl.agents import SACAgent, SACConfig
 from robot_rl.data.replay import ReplayBuffer
+from robot_rl.train import TrainConfig
 from robot_rl.types import Batch, ObservationSpec
 
 CONTROL_HZ = 10.0
@@ -89,6 +90,7 @@ def bench_update(
     return {
         "obs": "state" if not spec.image_keys else f"{len(spec.image_keys)}x{spec[spec.image_keys[0]].shape[0]}px",
         "critics": config.critic_ensemble_size,
+        "encoder_channels": list(config.image_encoder.channels) if spec.image_keys else None,
         "utd": utd,
         "batch": batch_size,
         "updates_per_s": round(updates_per_s, 2),
@@ -149,8 +151,8 @@ def main() -> None:
     for cameras, size in pixel_cases:
         for utd in (1, 4):
             results.append(bench_update(make_spec(cameras, size), utd, args.batch, repeats, 3 if size == 64 else 2, rng))
-    for utd in (1, 4):  # the CPU training preset (2 critics) on 2x64x64 pixels
-        results.append(bench_update(make_spec(2, 64), utd, args.batch, repeats, 3, rng, LIGHT_CONFIG))
+    for utd in (1, 4):  # the CPU training preset (TrainConfig: 2 critics, 16-channel encoder) on 2x64x64 pixels
+        results.append(bench_update(make_spec(2, 64), utd, args.batch, repeats, 3, rng, TrainConfig().sac))
 
     speedup = {"state": bench_scan_speedup(make_spec(0, 0), 4, args.batch, repeats, rng)}
     speedup["2x64px"] = bench_scan_speedup(make_spec(2, 64), 4, args.batch, repeats, rng)

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from robot_rl.agents.sac import SACConfig
+from robot_rl.agents.sac import ImageEncoderConfig, SACConfig
 from robot_rl.learner import Learner, LearnerConfig
 from robot_rl.sim.human import SimulatedHumanConfig
 
@@ -59,11 +59,12 @@ class TrainConfig:
     learner: LearnerConfig = LearnerConfig(utd=2, n_step=3)
     sac: SACConfig = SACConfig(
         critic_ensemble_size=2, discount=0.97, init_temperature=0.01, backup_entropy=False, bc_weight=2.5,
-        target_bounds=(0.0, 1.0),
+        target_bounds=(0.0, 1.0), image_encoder=ImageEncoderConfig(channels=(16, 16, 16)),
     )
     """CPU preset: 2 LayerNorm critics (as HIL-SERL), UTD 2, 3-step returns, no entropy backup with sparse rewards,
-    a BC term on demo rows, and TD targets clipped to [0, 1] (the sim tasks pay 1 on success and end the episode:
-    change target_bounds with the reward). On a GPU learner raise critic_ensemble_size (RLPD uses 10) and utd."""
+    a BC term on demo rows, TD targets clipped to [0, 1] (the sim tasks pay 1 on success and end the episode:
+    change target_bounds with the reward), and a 16-channel pixel encoder (about 1.6x faster than 32 channels on a
+    CPU). On a GPU learner raise critic_ensemble_size (RLPD uses 10), utd and the encoder channels."""
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.eval_every < 1 or self.eval_episodes < 1 or self.weights_every < 1:
