@@ -203,10 +203,8 @@ class ActorNode:
         weights_path = str(param("weights_path"))
         if weights_path:
             self._load_weights(Path(weights_path).read_bytes(), origin=weights_path)
-        period = self.control_dt if self.mode == "realtime" else 0.002
-        if self.mode == "realtime":
-            period = float(param("control_period"))
-        node.create_timer(period, self._on_timer)
+        # Real time steps on this timer; lock-step steps on each frame, the timer only polls waiting phases.
+        node.create_timer(float(param("control_period")) if self.mode == "realtime" else 0.002, self._on_timer)
         node.create_timer(0.05, self._flush_outbox)
         self._log.info(
             f"actor up: source={self.source} mode={self.mode} policy={self.policy_kind} keys={list(self.observation_keys)} "
@@ -470,7 +468,7 @@ class ActorNode:
         key, self._episode_key = self._episode_key, None
         human_action = self._human_action()
         result = self.session.step(obs, reward=reward, success=success, now=now,
-                                   sensor_stamps=self._safety_stamps(), human_action=human_action, episode_key=key)
+                                   sensor_stamps=self.sensors.stamps(), human_action=human_action, episode_key=key)
         self._last_stepped_stamp = stamp if stamp is not None else now
         if result.transition is not None:
             self._episode_steps.append((result.transition, time.time()))
@@ -481,12 +479,6 @@ class ActorNode:
             self._log.warning(f"safety held the command: {', '.join(result.command.reasons)}",
                               throttle_duration_sec=1.0)
         self._publish(result.command, stamp)
-
-    def _safety_stamps(self) -> dict[str, float]:
-        stamps = self.sensors.stamps()
-        if "object_state" in self.required and "tcp_pose" in stamps:
-            stamps["object_state"] = stamps["tcp_pose"]
-        return stamps
 
     def _human_action(self) -> np.ndarray | None:
         if not self._teleop_engaged:
@@ -558,11 +550,11 @@ class ActorNode:
 
     def _record(self, final_obs, success: bool) -> None:
         from robot_rl.data.episodes import EpisodeWriter
-        from robot_rl.types import ArraySpec
+        from robot_rl.types import ArraySpec, ObservationSpec
 
         if self._recorder is None:
             first = self._episode_steps[0][0]
-            obs_spec = {k: ArraySpec(tuple(np.shape(v)), np.asarray(v).dtype.name) for k, v in first.observation.items()}
+            obs_spec = dict(ObservationSpec.from_example(first.observation).entries)
             action_spec = ArraySpec(tuple(np.shape(first.action)), "float32")
             self._recorder = EpisodeWriter(self.record_path, obs_spec, action_spec, fps=1.0 / self.control_dt,
                                            task=str(self.node.get_parameter("task").value), robot="ros_graph")

@@ -116,18 +116,18 @@ class LearnerNode:
                        f"budget={self.budget or 'none'} transitions")
 
     def _on_transitions(self, msg) -> None:
-        from robot_rl.ros.convert import bytes_to_msg, payload_view
-        from robot_rl.transport import TransportError, encode_ack
+        from robot_rl.ros.convert import payload_view
+        from robot_rl.transport import TransportError
 
         try:
-            acks = self.server.ingest(payload_view(msg))
+            self.server.ingest(payload_view(msg))
         except TransportError as error:
             self._log.warning(f"dropped a malformed transitions message: {error}", throttle_duration_sec=1.0)
             return
         for reason in self.server.rejections:
             self._log.warning(f"dropped {reason}", throttle_duration_sec=1.0)
         self.server.rejections.clear()
-        self._ack_pub.publish(bytes_to_msg(encode_ack(acks)))
+        self._publish_acks()
 
     def _publish_acks(self) -> None:
         from robot_rl.ros.convert import bytes_to_msg

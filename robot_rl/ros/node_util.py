@@ -59,13 +59,6 @@ def install_stop_signals(
     return restore
 
 
-def spin_until_stopped(executor, flag: StopFlag, period_s: float = 0.1) -> None:
-    """Spin `executor` (rclpy Executor with the node added) until `flag` is set or the rclpy context shuts down."""
-    context = executor.context
-    while not flag.is_set() and context.ok():
-        executor.spin_once(timeout_sec=period_s)
-
-
 class NodeStartupError(RuntimeError):
     """A node cannot start (missing device, bad parameters): logged as one line, and the process exits with `status`."""
 
