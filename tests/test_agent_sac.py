@@ -120,7 +120,7 @@ def test_scanned_update_equals_single_steps(critic_actor_ratio):
     scanned, info = agent.update(batch)
     stepped = agent
     for k in range(4):
-        stepped, _ = stepped.update_step(jax.tree.map(lambda x: x[k], batch))
+        stepped, _ = stepped.update_step(jax.tree.map(lambda x, k=k: x[k], batch))
     assert int(scanned.step) == int(stepped.step) == 4
     for a, b in zip(jax.tree.leaves(scanned), jax.tree.leaves(stepped), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-6)
@@ -212,3 +212,42 @@ def test_target_bounds_clip_td_targets():
     assert 0.5 < float(bounded["target_q_mean"]) <= 1.0 + 1e-6
     with pytest.raises(ValueError, match="target_bounds"):
         SACConfig(target_bounds=(1.0, 0.0))
+
+
+def test_random_shift_is_an_edge_replicated_crop_per_sample():
+    from robot_rl.agents.augment import random_shift
+
+    images = np.random.default_rng(0).integers(0, 256, (64, 12, 10, 3), dtype=np.uint8)
+    pad = 3
+    shifted = np.asarray(random_shift(jax.random.PRNGKey(1), jnp.asarray(images), pad))
+    padded = np.pad(images, ((0, 0), (pad, pad), (pad, pad), (0, 0)), mode="edge")
+    offsets = []
+    for image, out in zip(padded, shifted, strict=True):
+        # Exactly one crop of the edge-padded image gives each output.
+        matches = [
+            (dy, dx)
+            for dy in range(2 * pad + 1)
+            for dx in range(2 * pad + 1)
+            if np.array_equal(image[dy : dy + 12, dx : dx + 10], out)
+        ]
+        assert matches, "output is not a crop of the edge-padded image"
+        offsets.append(matches[0])
+    # Offsets are drawn per sample over the whole range, not one shift for the batch.
+    assert len(set(offsets)) > 20
+    assert {dy for dy, _ in offsets} == set(range(2 * pad + 1))
+    np.testing.assert_array_equal(random_shift(jax.random.PRNGKey(1), jnp.asarray(images), 0), images)
+    np.testing.assert_array_equal(random_shift(jax.random.PRNGKey(1), jnp.asarray(images), pad), shifted)
+
+
+def test_cpu_loop_and_batched_crops_agree():
+    from robot_rl.agents.augment import crop_per_sample_batched, crop_per_sample_loop
+
+    rng = np.random.default_rng(2)
+    padded = jnp.asarray(rng.integers(0, 256, (16, 14, 13, 3), dtype=np.uint8))
+    offsets = jnp.asarray(rng.integers(0, 5, (16, 2)), jnp.int32)
+    shape = (16, 10, 9, 3)
+    batched = jax.jit(crop_per_sample_batched, static_argnums=2)(padded, offsets, shape)
+    looped = jax.jit(crop_per_sample_loop, static_argnums=2)(padded, offsets, shape)
+    np.testing.assert_array_equal(batched, looped)
+    row, col = np.asarray(offsets[3])
+    np.testing.assert_array_equal(looped[3], np.asarray(padded[3])[row : row + 10, col : col + 9])
