@@ -89,9 +89,13 @@ def _client() -> int:
 
     node.create_subscription(Bool, topic(qos.TELEOP_ENGAGED), lambda m: engaged.append(bool(m.data)),
                              qos.topic_qos(qos.TELEOP_ENGAGED))
-    node.create_subscription(TwistStamped, topic(qos.TELEOP_TWIST), on_twist, qos.topic_qos(qos.TELEOP_TWIST))
-    node.create_subscription(Float64, topic(qos.TELEOP_GRIPPER), lambda m: grippers.append(float(m.data)),
-                             qos.topic_qos(qos.TELEOP_GRIPPER))
+    # A deeper reader history than the node's depth 1: a client stalled by a loaded machine must not lose a command.
+    command_subs = (
+        node.create_subscription(TwistStamped, topic(qos.TELEOP_TWIST), on_twist,
+                                 qos.topic_qos(qos.TELEOP_TWIST, depth=32)),
+        node.create_subscription(Float64, topic(qos.TELEOP_GRIPPER), lambda m: grippers.append(float(m.data)),
+                                 qos.topic_qos(qos.TELEOP_GRIPPER, depth=32)),
+    )
     tcp_pub = node.create_publisher(PoseStamped, topic(qos.TCP_POSE), qos.topic_qos(qos.TCP_POSE))
     expert_pub = node.create_publisher(Float32MultiArray, topic(qos.SIM_EXPERT_ACTION),
                                        qos.topic_qos(qos.SIM_EXPERT_ACTION))
@@ -126,6 +130,9 @@ def _client() -> int:
         spin_until(lambda: engaged == [False], "the latched engaged=false at start")
         spin_until(lambda: min(p.get_subscription_count() for p in (tcp_pub, expert_pub, target_pub, episode_pub))
                    >= 1, "the scripted teleop's subscriptions")
+        # Its command publishers too: a twist sent before discovery matched it with our subscription would be lost.
+        spin_until(lambda: min(sub.get_publisher_count() for sub in command_subs) >= 1,
+                   "the scripted teleop's twist and gripper publishers")
         mark("scripted teleop ready")
         spin_for(0.3)
         face = np.array([0.65, 0.0, 0.2])  # the env's workspace_high x
