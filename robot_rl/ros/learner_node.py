@@ -104,16 +104,25 @@ class LearnerNode:
         self._weights_pub = node.create_publisher(UInt8MultiArray, qos.LEARNER_WEIGHTS,
                                                   qos.topic_qos(qos.LEARNER_WEIGHTS))
         self._ack_pub = node.create_publisher(UInt8MultiArray, qos.LEARNER_ACK, qos.topic_qos(qos.LEARNER_ACK))
-        node.create_subscription(UInt8MultiArray, qos.ACTOR_TRANSITIONS, self._on_transitions,
+        # Counted, so the node loop runs every ready callback between gradient steps (node_util.spin_callbacks).
+        self.callbacks_run = 0
+        node.create_subscription(UInt8MultiArray, qos.ACTOR_TRANSITIONS, self._counted(self._on_transitions),
                                  qos.topic_qos(qos.ACTOR_TRANSITIONS))
-        node.create_timer(0.5, self._publish_acks)
-        node.create_timer(1.0, self._write_status)
+        node.create_timer(0.5, self._counted(self._publish_acks))
+        node.create_timer(1.0, self._counted(self._write_status))
         self._last_info: dict[str, float] = {}
         self._started = time.monotonic()
         self.publish_weights()
         self._log.info(f"learner up: run_dir={self.run_dir} task={self.cfg.task} obs_mode={self.cfg.obs_mode} "
                        f"utd={self.cfg.learner.utd} critics={self.cfg.sac.critic_ensemble_size} "
                        f"budget={self.budget or 'none'} transitions")
+
+    def _counted(self, callback):
+        def run(*args) -> None:
+            self.callbacks_run += 1
+            callback(*args)
+
+        return run
 
     def _on_transitions(self, msg) -> None:
         from robot_rl.ros.convert import payload_view

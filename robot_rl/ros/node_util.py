@@ -72,8 +72,9 @@ def run_node(build: Callable[[], object], argv: list[str], name: str) -> int:
 
     `build()` creates the object after rclpy is initialised (without rclpy's own signal handlers); the object has
     ``node`` (the rclpy node) and ``destroy()``, and optionally: ``work() -> bool`` (called between callbacks; True
-    means it did work, so the loop does not sleep), ``finished`` (leave the loop), ``stop(executor, signal_number)``
-    (called once the loop ends, to hand control back, drain or checkpoint) and ``exit_status``.
+    means it did work, so the loop does not sleep), ``callbacks_run`` (a count of its callbacks: see
+    :func:`spin_callbacks`), ``finished`` (leave the loop), ``stop(executor, signal_number)`` (called once the loop
+    ends, to hand control back, drain or checkpoint) and ``exit_status``.
     A :class:`NodeStartupError` from `build()` is logged and its status returned.
     """
     from robot_rl.ros.env import ensure_ros_environment
@@ -101,7 +102,7 @@ def run_node(build: Callable[[], object], argv: list[str], name: str) -> int:
         work = getattr(host, "work", None)
         while not flag.is_set() and executor.context.ok() and not getattr(host, "finished", False):
             busy = work() if work is not None else False
-            executor.spin_once(timeout_sec=0.0 if busy else 0.05)
+            spin_callbacks(executor, host, timeout_sec=0.0 if busy else 0.05)
         stop = getattr(host, "stop", None)
         if stop is not None:
             stop(executor, flag.signal_number)
@@ -114,6 +115,30 @@ def run_node(build: Callable[[], object], argv: list[str], name: str) -> int:
             host.destroy()
         rclpy.try_shutdown()
         restore()
+
+
+MAX_CALLBACKS_PER_WORK = 64
+
+
+def spin_callbacks(executor, host, timeout_sec: float, max_callbacks: int = MAX_CALLBACKS_PER_WORK) -> int:
+    """Run one callback (waiting up to `timeout_sec`); for a host that counts its callbacks in ``callbacks_run``,
+    then every further callback ready now, up to `max_callbacks`. Returns how many of the host's callbacks ran.
+
+    A host whose work() is long (a learner's gradient step) would otherwise take one message per unit of work: under
+    load its reader queues overflow and drop the oldest messages, which are the re-sent ones that fill gaps.
+    """
+    count = getattr(host, "callbacks_run", None)
+    executor.spin_once(timeout_sec=timeout_sec)
+    if count is None:
+        return 0
+    ran = host.callbacks_run - count
+    while ran and ran < max_callbacks:
+        before = host.callbacks_run
+        executor.spin_once(timeout_sec=0.0)
+        if host.callbacks_run == before:
+            break
+        ran += host.callbacks_run - before
+    return ran
 
 
 def parse_node_arguments(parser, argv: list[str]):
