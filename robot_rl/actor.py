@@ -133,11 +133,17 @@ class ActorSession:
         return self.episode
 
     def hold(self, now: float | None = None, sensor_stamps=None) -> SafeCommand | None:
-        """A command that keeps the current target (for a robot that needs a steady command stream)."""
+        """A command that keeps the current target (for a robot that needs a steady command stream).
+
+        Counted in ``counters`` as a command and as held, like a command the safety layer held.
+        """
         if self._target is None:
             return None
-        return self.safety.filter(self._hold_action(), *self._target, now, sensor_stamps,
-                                  current_gripper=self._gripper)
+        command = self.safety.filter(self._hold_action(), *self._target, now, sensor_stamps,
+                                     current_gripper=self._gripper)
+        self.counters["commands"] += 1
+        self.counters["held"] += 1
+        return command
 
     def _hold_action(self) -> np.ndarray:
         """Zero motion; the gripper part of an action is absolute, so it repeats the current gripper."""

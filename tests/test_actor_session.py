@@ -333,10 +333,14 @@ def test_hold_repeats_the_current_target():
     session = new_session(StubPolicy([[1.0, 0.0, 0.0, 0.5]]))
     session.start_episode(START_POSITION, NOMINAL)
     command = session.step(obs(0)).command
+    before = dict(session.counters)
     hold = session.hold()
     np.testing.assert_allclose(hold.target_position, command.target_position, atol=1e-12)
     np.testing.assert_allclose(hold.target_quat, command.target_quat, atol=1e-12)
     np.testing.assert_allclose(session.target[0], command.target_position)
+    # A hold is a command sent to the robot: counted, and counted as held.
+    assert session.counters["commands"] == before["commands"] + 1
+    assert session.counters["held"] == before.get("held", 0) + 1
 
 
 def test_hold_repeats_the_current_gripper():

@@ -456,9 +456,10 @@ class ActorNode:
         obs, problems = self._observation(now)
         if obs is None:
             self._log.warning(f"holding: {', '.join(problems)}", throttle_duration_sec=1.0)
-            command = self.session.hold(now, self.sensors.stamps())
-            if command is not None and self.mode == "realtime":
-                self._publish(command, stamp)
+            if self.mode == "realtime":  # a real-time robot needs a steady command stream; lock-step waits for us
+                command = self.session.hold(now, self.sensors.stamps())
+                if command is not None:
+                    self._publish(command, stamp)
             return
         reward, success = 0.0, False
         if self._task_events:
