@@ -33,7 +33,7 @@ import time
 from robot_rl.drivers.teleop import DEVICES, DeviceNotFound, TeleopCommand, TeleopConfig, TeleopDeviceError, \
     open_device
 from robot_rl.ros import qos
-from robot_rl.ros.node_util import topic_publisher
+from robot_rl.ros.node_util import declare_parameters, topic_publisher
 
 NODE_NAME = "teleop"
 BASE_FRAME = "base"
@@ -49,28 +49,23 @@ class TeleopNode:
                  cli_args: list[str] | None = None):
         import rclpy
         from geometry_msgs.msg import TwistStamped
-        from rcl_interfaces.msg import ParameterDescriptor
         from std_msgs.msg import Bool, Float64, String
 
         self._Bool, self._Float64, self._String = Bool, Float64, String
         self.node = rclpy.create_node(node_name, context=context, cli_args=cli_args)
         node = self.node
         defaults = TeleopConfig()
-        for name, default, description in (
+        param = declare_parameters(node, (
             ("rate_hz", defaults.rate_hz, "device poll and publish rate [Hz] (read at start-up)"),
             ("max_linear_speed", defaults.max_linear_speed, "TCP speed at full deflection [m/s] (read at start-up)"),
             ("max_angular_speed", defaults.max_angular_speed,
              "TCP angular speed at full deflection [rad/s] (read at start-up)"),
             ("deadzone", defaults.deadzone, "fraction of an analog axis read as zero (read at start-up)"),
             ("key_hold_s", defaults.key_hold_s, "keyboard: seconds one key press keeps moving (read at start-up)"),
-        ):
-            node.declare_parameter(name, default, ParameterDescriptor(description=description))
-        param = node.get_parameter
+        ))
         self.config = TeleopConfig(
-            max_linear_speed=float(param("max_linear_speed").value),
-            max_angular_speed=float(param("max_angular_speed").value),
-            deadzone=float(param("deadzone").value), rate_hz=float(param("rate_hz").value),
-            key_hold_s=float(param("key_hold_s").value))
+            max_linear_speed=float(param("max_linear_speed")), max_angular_speed=float(param("max_angular_speed")),
+            deadzone=float(param("deadzone")), rate_hz=float(param("rate_hz")), key_hold_s=float(param("key_hold_s")))
         self._log = node.get_logger()
         self.exit_status: int | None = None
         """Set when the node wants to stop by itself (quit key, lost device)."""

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from robot_rl.ros import qos
-from robot_rl.ros.node_util import relative_name
+from robot_rl.ros.node_util import declare_parameters, relative_name
 
 
 NODE_NAME = "sim"
@@ -216,7 +216,6 @@ class SimNode:
                  cli_args: list[str] | None = None):
         import rclpy
         from geometry_msgs.msg import PoseStamped, TwistStamped
-        from rcl_interfaces.msg import ParameterDescriptor
         from sensor_msgs.msg import Image, JointState
         from std_msgs.msg import Bool, Float32, Float32MultiArray, Float64
         from std_srvs.srv import Trigger
@@ -224,18 +223,16 @@ class SimNode:
         self._Float32, self._Bool = Float32, Bool
         self.node = rclpy.create_node(node_name, context=context, cli_args=cli_args)
         node = self.node
-        for name, default, description in (
+        param = declare_parameters(node, (
             ("task", config.task, "task id, e.g. PickCube-v0 (read at start-up)"),
             ("obs_mode", config.obs_mode, "pixels | state+pixels | state (no cameras; read at start-up)"),
             ("image_size", config.image_size, "camera image side [px] (read at start-up)"),
             ("mode", config.mode, "realtime | lockstep (read at start-up)"),
             ("seed", config.seed, ">= 0 seeds the next reset (first one and after each change); -1 unseeded"),
-        ):
-            node.declare_parameter(name, default, ParameterDescriptor(description=description))
-        param = node.get_parameter
+        ))
         self.config = SimNodeConfig(
-            task=str(param("task").value), obs_mode=str(param("obs_mode").value),
-            image_size=int(param("image_size").value), mode=str(param("mode").value), seed=int(param("seed").value))
+            task=str(param("task")), obs_mode=str(param("obs_mode")), image_size=int(param("image_size")),
+            mode=str(param("mode")), seed=int(param("seed")))
         self._used_seed: int | None = None
         self._log = node.get_logger()
 

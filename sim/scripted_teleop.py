@@ -47,7 +47,7 @@ import numpy as np
 
 from robot_rl.drivers.teleop import action_to_twist
 from robot_rl.ros import qos
-from robot_rl.ros.node_util import relative_name, topic_publisher
+from robot_rl.ros.node_util import declare_parameters, relative_name, topic_publisher
 from robot_rl.sim.human import InterventionConfig, InterventionRule
 
 NODE_NAME = "scripted_teleop"
@@ -195,7 +195,6 @@ class ScriptedTeleopNode:
     def __init__(self, *, node_name: str = NODE_NAME, context=None, cli_args: list[str] | None = None):
         import rclpy
         from geometry_msgs.msg import PoseStamped, TwistStamped
-        from rcl_interfaces.msg import ParameterDescriptor
         from std_msgs.msg import Bool, Float32MultiArray, Float64, UInt32
 
         self._Bool, self._Float64 = Bool, Float64
@@ -204,17 +203,15 @@ class ScriptedTeleopNode:
         self._log = node.get_logger()
         try:
             defaults = ScriptedTeleopConfig()
-            node.declare_parameter("task", defaults.task, ParameterDescriptor(
-                description="task id, e.g. PickCube-v0: its env gives the workspace box (read at start-up)"))
-            task = str(node.get_parameter("task").value)
+            task = str(declare_parameters(node, [(
+                "task", defaults.task, "task id, e.g. PickCube-v0: its env gives the workspace box (read at start-up)",
+            )])("task"))
             limits = task_limits(task)
             env_defaults = {k: limits[k] for k in ("max_translation", "max_rotation", "control_dt")}
-            values = {}
-            for name, description in _PARAMETERS:
-                default = env_defaults.get(name, getattr(defaults, name))
-                node.declare_parameter(name, default,
-                                       ParameterDescriptor(description=f"{description} (read at start-up)"))
-                values[name] = type(default)(node.get_parameter(name).value)
+            start_values = {name: env_defaults.get(name, getattr(defaults, name)) for name, _ in _PARAMETERS}
+            param = declare_parameters(node, [(name, start_values[name], f"{description} (read at start-up)")
+                                              for name, description in _PARAMETERS])
+            values = {name: type(default)(param(name)) for name, default in start_values.items()}
             self.config = ScriptedTeleopConfig(task=task, **values)
         except Exception:
             node.destroy_node()

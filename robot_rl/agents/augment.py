@@ -12,9 +12,9 @@ def random_shift(key: jax.Array, images: jax.Array, pad: int = 4) -> jax.Array:
     """Per-sample random translation by up to `pad` pixels, replicating edge pixels (DrQ); images [B, H, W, C]."""
     if pad <= 0:
         return images
-    padded = jnp.pad(images, ((0, 0), (pad, pad), (pad, pad), (0, 0)), mode="edge")
-    offsets = jax.random.randint(key, (images.shape[0], 2), 0, 2 * pad + 1)
     shape = images.shape
+    padded = jnp.pad(images, ((0, 0), (pad, pad), (pad, pad), (0, 0)), mode="edge")
+    offsets = jax.random.randint(key, (shape[0], 2), 0, 2 * pad + 1)
     return jax.lax.platform_dependent(
         padded,
         offsets,

@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from robot_rl.ros import qos
-from robot_rl.ros.node_util import relative_name, topic_publisher
+from robot_rl.ros.node_util import declare_parameters, relative_name, topic_publisher
 
 NODE_NAME = "actor"
 MODES = ("lockstep", "realtime")
@@ -65,7 +65,6 @@ class ActorNode:
     def __init__(self, *, node_name: str = NODE_NAME, context=None, cli_args: list[str] | None = None):
         import rclpy
         from geometry_msgs.msg import PoseStamped, TwistStamped
-        from rcl_interfaces.msg import ParameterDescriptor
         from sensor_msgs.msg import Image, JointState
         from std_msgs.msg import Bool, Float32, Float32MultiArray, Float64, String, UInt8MultiArray, UInt32
         from std_srvs.srv import Trigger
@@ -79,7 +78,7 @@ class ActorNode:
         self.node = rclpy.create_node(node_name, context=context, cli_args=cli_args)
         node = self.node
         self._log = node.get_logger()
-        for name, default, description in (
+        param = declare_parameters(node, (
             ("actor_id", "robot0", "this actor's id in transitions (letters, digits, _ . -)"),
             ("task", "PickCube-v0", "sim task whose limits configure safety and episode length"),
             ("obs_mode", "", "state | pixels | state+pixels: the observation keys of a sim run's obs mode"),
@@ -101,9 +100,7 @@ class ActorNode:
             ("weight_wait_s", 5.0, "longest wait per step for such weights"),
             ("reset_service", "reset", "std_srvs/Trigger service that starts an episode ('' for none)"),
             ("stats_path", "", "write a JSON status file here every second"),
-        ):
-            node.declare_parameter(name, default, ParameterDescriptor(description=description))
-        param = lambda name: node.get_parameter(name).value  # noqa: E731
+        ))
         self.mode = str(param("mode"))
         if self.mode not in MODES:
             raise ValueError(f"mode={self.mode!r} must be one of {MODES}")

@@ -24,16 +24,16 @@ import time
 from pathlib import Path
 
 from robot_rl.ros import qos
+from robot_rl.ros.node_util import declare_parameters
 
 NODE_NAME = "learner"
 STATUS_FILE = "learner_status.json"
 
 
-def _train_config(node):
-    """TrainConfig (the CPU preset) with the node's parameters applied."""
+def _train_config(param):
+    """TrainConfig (the CPU preset) with the node's parameters (`param`: name -> value) applied."""
     from robot_rl.train import TrainConfig
 
-    param = lambda name: node.get_parameter(name).value  # noqa: E731
     base = TrainConfig()
     learner = dataclasses.replace(base.learner, utd=int(param("utd")), batch_size=int(param("batch_size")),
                                   seed=int(param("seed")))
@@ -50,7 +50,6 @@ class LearnerNode:
 
     def __init__(self, *, node_name: str = NODE_NAME, context=None, cli_args: list[str] | None = None):
         import rclpy
-        from rcl_interfaces.msg import ParameterDescriptor
         from std_msgs.msg import UInt8MultiArray
 
         from robot_rl.learner import Learner
@@ -61,7 +60,7 @@ class LearnerNode:
         self.node = rclpy.create_node(node_name, context=context, cli_args=cli_args)
         node = self.node
         self._log = node.get_logger()
-        for name, default, description in (
+        param = declare_parameters(node, (
             ("run_dir", "runs/ros-learner", "checkpoints, transition log, policy file, status (resumed if present)"),
             ("task", "PickCube-v0", "sim task (observation/action spaces, demos, final evaluation)"),
             ("obs_mode", "pixels", "state | pixels | state+pixels: what the policy sees"),
@@ -77,10 +76,8 @@ class LearnerNode:
             ("checkpoint_every", 500, "received transitions between checkpoints"),
             ("final_eval_episodes", 0, "after `steps`: evaluate the final policy in-process in the sim"),
             ("seed", 0, "seed"),
-        ):
-            node.declare_parameter(name, default, ParameterDescriptor(description=description))
-        param = lambda name: node.get_parameter(name).value  # noqa: E731
-        self.cfg = _train_config(node)
+        ))
+        self.cfg = _train_config(param)
         self.run_dir = Path(param("run_dir"))
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.budget = int(param("steps"))

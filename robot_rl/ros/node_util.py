@@ -117,6 +117,15 @@ def run_node(build: Callable[[], object], argv: list[str], name: str) -> int:
         restore()
 
 
+def declare_parameters(node, table: Iterable[tuple[str, object, str]]) -> Callable[[str], object]:
+    """Declare a node's (name, default, description) parameters; returns their values by name."""
+    from rcl_interfaces.msg import ParameterDescriptor
+
+    for name, default, description in table:
+        node.declare_parameter(name, default, ParameterDescriptor(description=description))
+    return lambda name: node.get_parameter(name).value
+
+
 MAX_CALLBACKS_PER_WORK = 64
 
 
