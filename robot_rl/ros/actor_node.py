@@ -88,7 +88,8 @@ class ActorNode:
             ("max_sensor_age", 0.2, "a sensor older than this [s] holds the robot"),
             ("max_episode_steps", 0, "episode time limit in steps (0: the task's)"),
             ("episodes", 0, "stop after this many episodes (0: run until stopped)"),
-            ("policy", "learner", "learner: weights from the learner or weights_path | none: hold unless the human acts"),
+            ("policy", "learner", "learner: weights from the learner or weights_path | none: hold unless the human acts "
+                                  "(episodes start once a teleop node is up)"),
             ("weights_path", "", "policy weights file (as the learner writes) to act with, instead of waiting"),
             ("deterministic", False, "act with the policy mean (evaluation)"),
             ("seed", 0, "policy sampling seed"),
@@ -183,6 +184,7 @@ class ActorNode:
         self._last_reward = 0.0
         self._episode_key: str | None = None
         self._teleop_engaged = False
+        self._teleop_seen = False  # the teleop node's latched engaged state has arrived
         self._teleop_twist: tuple[np.ndarray, np.ndarray, float] | None = None
         self._teleop_gripper: float | None = None
         # episode state machine: "idle" -> "resetting" -> "starting" -> "running" -> "idle"
@@ -295,6 +297,7 @@ class ActorNode:
             self._reject("teleop/gripper", ValueError(f"gripper {msg.data} is not finite"))
 
     def _on_teleop_engaged(self, msg) -> None:
+        self._teleop_seen = True
         if bool(msg.data) != self._teleop_engaged:
             self._log.info(f"human {'took over' if msg.data else 'released control'}")
         self._teleop_engaged = bool(msg.data)
@@ -408,6 +411,9 @@ class ActorNode:
                 return
             if self.policy_kind == "learner" and self.session.actor is None and not self._teleop_engaged:
                 self._log.info("waiting for policy weights from the learner", throttle_duration_sec=5.0)
+                return
+            if self.policy_kind == "none" and not self._teleop_seen:  # recording demos: nobody would act yet
+                self._log.info("waiting for a teleop node (teleop/engaged)", throttle_duration_sec=5.0)
                 return
             position, quat = self.sensors.tcp_pose()
             episode = self.session.start_episode(position, quat)
