@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 import tyro
 
-from robot_rl.train import TrainConfig
+from robot_rl.train import EVAL_SEED_OFFSET, TrainConfig
 
 ObsMode = Literal["state", "pixels", "state+pixels"]
 
@@ -36,14 +36,24 @@ class Record:
     """Number of episodes to keep."""
     obs_mode: ObsMode = "state+pixels"
     """Which observations to store."""
-    image_size: int = 128
-    """Camera image height and width in pixels."""
+    image_size: int = TrainConfig.image_size
+    """Camera image height and width in pixels (the same default as `train`, so demos fit a default run)."""
     noise: float = 0.0
     """Std of Gaussian noise added to the expert's actions."""
-    seed: int = 0
-    """Seed of the first episode; episode k uses seed + k."""
+    seed: int | None = None
+    """Seed of the first episode; attempt k uses seed + k (each episode's seed is stored). Default: 0 for a new
+    dataset, one past the largest stored seed when appending; a seed that would repeat stored episodes is refused."""
     only_successes: bool = False
     """Keep only successful episodes (tries up to 3x --episodes)."""
+
+    def __post_init__(self) -> None:
+        problems = [f"{name}={getattr(self, name)!r} must be >= {low}"
+                    for name, low in (("episodes", 1), ("noise", 0.0), ("seed", 0))
+                    if getattr(self, name) is not None and not getattr(self, name) >= low]
+        if not 16 <= self.image_size <= 640:
+            problems.append(f"image_size={self.image_size!r} must be in [16, 640]")
+        if problems:
+            raise ValueError(f"invalid record options: {'; '.join(problems)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +64,9 @@ class Info:
     """Dataset directory."""
     json: bool = False
     """Print the summary as JSON."""
+    verify: bool = False
+    """Read every chunk and check every episode against the checksums written when it was recorded; lists every
+    damaged episode and exits non-zero if there is one. (Without it, missing chunk files are still found.)"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,12 +84,79 @@ class Replay:
 
 
 @dataclasses.dataclass(frozen=True)
+class Export:
+    """Write a dataset in another tool's format: `lerobot` is LeRobot's v3.0 layout (parquet, H.264 videos, meta/)."""
+
+    path: tyro.conf.Positional[Path]
+    """Dataset directory."""
+    out: Path
+    """Output directory (created; it must not exist or be empty)."""
+    format: Literal["lerobot"] = "lerobot"
+    """Output format."""
+    crf: int = 18
+    """H.264 quality of the camera videos: 0 is lossless, 18 visually lossless, 51 the worst."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.crf <= 51:
+            raise ValueError(f"invalid export options: crf={self.crf!r} must be in [0, 51]")
+
+
+@dataclasses.dataclass(frozen=True)
+class Import:
+    """Read a LeRobot v3.0 dataset (a folder with meta/info.json) into a new robot_rl dataset."""
+
+    path: tyro.conf.Positional[Path]
+    """LeRobot dataset directory."""
+    out: Path
+    """Dataset directory to create (it must not exist or be empty)."""
+    task: str | None = None
+    """Task name to store (default: the LeRobot dataset's task; required when it has several)."""
+
+
+@dataclasses.dataclass(frozen=True)
 class Train:
     """Train SAC in the sim mirror from demos, online data and (optionally) simulated human interventions."""
 
     config: Annotated[TrainConfig, tyro.conf.arg(name="")] = TrainConfig()
     resume: Path | None = None
-    """Resume the run in this folder from its last checkpoint (its saved config is used)."""
+    """Continue the run in this folder from its last checkpoint with its saved config; a larger --steps extends
+    a finished run. Only --steps, --eval-every, --eval-episodes, --final-eval-episodes, --checkpoint-every and
+    the --video switch may change."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Eval:
+    """Evaluate a saved policy in the sim mirror (deterministic actions): prints one JSON line with the success rate
+    and its 95 % interval, and writes eval.json (and eval.mp4 with --video) to --out."""
+
+    policy: Path
+    """Policy file (policy.msgpack, written by `robot-rl train` and the learner node) or the run folder holding it."""
+    task: str | None = None
+    """Task to evaluate on (default: the task in the run's config.json next to the policy file)."""
+    episodes: int = 20
+    """Evaluation episodes."""
+    video: bool = False
+    """Film the first --video-episodes episodes (front and wrist cameras) to eval.mp4."""
+    video_episodes: int = 2
+    """Episodes in the video."""
+    obs_mode: ObsMode | None = None
+    """Observations to give the policy (default: what its observation spec needs)."""
+    image_size: int | None = None
+    """Camera image size for pixel policies (default: the size in its observation spec)."""
+    seed: int = EVAL_SEED_OFFSET
+    """Seed of the first episode; episode k uses seed + k (default: the held-out seeds of the evaluations of a
+    training run with seed 0, so its final evaluation is reproduced)."""
+    out: Path | None = None
+    """Folder for eval.json and eval.mp4 (default: an `eval` folder next to the policy file)."""
+
+    def __post_init__(self) -> None:
+        problems = [f"{name}={getattr(self, name)!r} must be >= {low}"
+                    for name, low in (("episodes", 1), ("video_episodes", 1), ("seed", 0))
+                    if getattr(self, name) < low]
+        if self.image_size is not None and not 16 <= self.image_size <= 640:
+            problems.append(f"image_size={self.image_size!r} must be in [16, 640]")
+        if problems:
+            raise ValueError(f"invalid eval options: {'; '.join(problems)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,9 +177,12 @@ class Launch:
 
 Command = (
     Annotated[Train, tyro.conf.subcommand("train")]
+    | Annotated[Eval, tyro.conf.subcommand("eval")]
     | Annotated[Record, tyro.conf.subcommand("record")]
     | Annotated[Info, tyro.conf.subcommand("info")]
     | Annotated[Replay, tyro.conf.subcommand("replay")]
+    | Annotated[Export, tyro.conf.subcommand("export")]
+    | Annotated[Import, tyro.conf.subcommand("import")]
     | Annotated[Launch, tyro.conf.subcommand("launch")]
 )
 
@@ -123,14 +206,15 @@ def run_record(cfg: Record) -> None:
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from robot_rl.loop import make_env, record_episodes, writer_for_env
+    from robot_rl.loop import first_seed, make_env, max_attempts_for, record_episodes, writer_for_env
     from robot_rl.sim.expert import make_expert
 
     env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size)
+    results = []
     try:
-        expert = make_expert(env, noise=cfg.noise, seed=cfg.seed)
         writer = writer_for_env(env, cfg.out, cfg.task, attrs={"policy": cfg.policy, "noise": cfg.noise})
-        kept = {"n": 0, "success": 0}
+        seed = first_seed(writer, cfg.seed, max_attempts_for(cfg.episodes, cfg.only_successes))
+        expert = make_expert(env, noise=cfg.noise, seed=seed)
         with Progress(
             TextColumn("[bold]recording"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("{task.fields[status]}"),
@@ -139,19 +223,24 @@ def run_record(cfg: Record) -> None:
 
             def on_episode(result, keep):
                 if keep:
-                    kept["n"] += 1
-                    kept["success"] += int(result.success)
-                    progress.update(bar, advance=1, status=f"success {kept['success']}/{kept['n']}")
+                    results.append(result)
+                    successes = sum(r.success for r in results)
+                    progress.update(bar, advance=1, status=f"success {successes}/{len(results)}")
 
-            results = record_episodes(
-                env, expert, writer, cfg.episodes, seed=cfg.seed, only_successes=cfg.only_successes,
-                on_episode=on_episode,
-            )
+            record_episodes(env, expert, writer, cfg.episodes, seed=seed, only_successes=cfg.only_successes,
+                            on_episode=on_episode)
+    except KeyboardInterrupt:  # every finished episode is committed; the one under way is dropped
+        if results:
+            print(f"kept the {len(results)} finished episodes in {cfg.out} (seeds {results[0].seed}.."
+                  f"{results[-1].seed}); dataset now holds {writer.num_episodes} episodes", file=sys.stderr)
+        raise
     finally:
         env.close()
     successes = sum(r.success for r in results)
+    seeds = f", seeds {results[0].seed}..{results[-1].seed}" if results else ""
     print(f"recorded {len(results)} episodes ({sum(r.steps for r in results)} steps, "
-          f"{successes}/{len(results)} successful) to {cfg.out}; dataset now holds {writer.num_episodes} episodes")
+          f"{successes}/{len(results)} successful{seeds}) to {cfg.out}; dataset now holds {writer.num_episodes} "
+          "episodes")
     if len(results) < cfg.episodes:
         print(f"error: only {len(results)} of {cfg.episodes} episodes kept", file=sys.stderr)
         raise SystemExit(1)
@@ -161,9 +250,20 @@ def run_info(cfg: Info) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from robot_rl.data.episodes import EpisodeDataset
+    from robot_rl.data.episodes import DatasetError, DatasetReader
 
-    summary = EpisodeDataset(cfg.path).summary()
+    reader = DatasetReader(cfg.path)
+    damage = reader.verify() if cfg.verify else reader.missing_chunks()
+    if damage:
+        for problem in damage:
+            print(f"damaged: {problem}", file=sys.stderr)
+        episodes = sorted({d.episode for d in damage})
+        shown = ", ".join(map(str, episodes[:20])) + (", ..." if len(episodes) > 20 else "")
+        hint = "" if cfg.verify else "; `robot-rl info --verify` also checks every value"
+        raise DatasetError(f"{cfg.path}: {len(episodes)} of {reader.num_episodes} episodes are damaged "
+                           f"(episodes {shown}; listed above){hint}")
+    summary = reader.summary()
+    summary["verified"] = bool(cfg.verify)
     if cfg.json:
         print(json.dumps(summary, indent=2))
         return
@@ -175,13 +275,20 @@ def run_info(cfg: Info) -> None:
         f"intervention rate {summary['intervention_rate']:.1%}  episode length {lengths['min']}/"
         f"{lengths['mean']:.1f}/{lengths['max']} (min/mean/max)"
     )
+    seeds = summary["seeds"]
+    if seeds:
+        console.print(f"seeds {seeds['min']}..{seeds['max']} ({seeds['count']} episodes seeded)")
     if summary["uncommitted_steps"]:
         console.print(f"[yellow]{summary['uncommitted_steps']} uncommitted steps (an interrupted episode) ignored")
+    for note in summary["notes"]:
+        console.print(f"[yellow]note: {note}")
     table = Table("key", "shape", "dtype", "on disk")
     for key, spec in summary["keys"].items():
         table.add_row(key, str(tuple(spec["shape"])), spec["dtype"], _human_bytes(summary["bytes_on_disk"][f"data/{key}"]))
     console.print(table)
     console.print(f"total on disk {_human_bytes(summary['total_bytes'])}")
+    if cfg.verify:
+        console.print(f"[green]verified: every value of all {summary['episodes']} episodes matches its checksum")
 
 
 def _human_bytes(n: int) -> str:
@@ -193,27 +300,60 @@ def _human_bytes(n: int) -> str:
 
 
 def run_replay(cfg: Replay) -> None:
-    from robot_rl.data.episodes import EpisodeDataset
+    from robot_rl.data.episodes import DatasetReader
     from robot_rl.data.video import write_video
 
-    dataset = EpisodeDataset(cfg.path)
-    episode = dataset.episode(cfg.episode)
-    cameras = [k for k in episode["obs"] if k.startswith("images/")]
+    reader = DatasetReader(cfg.path)
+    if not -reader.num_episodes <= cfg.episode < reader.num_episodes:
+        raise IndexError(f"episode {cfg.episode} out of range: {cfg.path} has {reader.num_episodes} episodes")
+    stored = [k for k, spec in reader.observation_spec.items() if spec.is_image]
+    cameras = stored
     if cfg.cameras:
-        wanted = [c if c.startswith("images/") else f"images/{c}" for c in cfg.cameras]
-        missing = [c for c in wanted if c not in cameras]
+        cameras = [c if c.startswith("images/") else f"images/{c}" for c in cfg.cameras]
+        missing = [c for c in cameras if c not in stored]
         if missing:
-            raise SystemExit(f"error: camera(s) {missing} not in dataset; stored cameras: {cameras}")
-        cameras = wanted
+            raise ValueError(f"--cameras: {missing} not in {cfg.path}; stored cameras: {stored}")
     if not cameras:
-        raise SystemExit(
-            f"error: {cfg.path} stores no camera frames (keys: {sorted(episode['obs'])}); "
+        raise ValueError(
+            f"{cfg.path} stores no camera frames (keys: {sorted(reader.observation_spec)}); "
             "record with --obs-mode pixels or state+pixels"
         )
-    frames = [episode["obs"][c] for c in cameras]
-    n = write_video(cfg.out, frames, fps=dataset.fps)
-    print(f"wrote {cfg.out}: episode {cfg.episode % dataset.num_episodes}, {n} frames, cameras {cameras}, "
+    episode = reader.read_episode(cfg.episode, keys=cameras)  # verified: damage is an error, not black frames
+    length = len(episode["action"])
+    captions = [f"step {t + 1}/{length}" + ("  human" if episode["intervention"][t] else "") for t in range(length)]
+    captions[-1] += "  success" if episode["success"] else "  failure"
+    n = write_video(cfg.out, [episode["obs"][c] for c in cameras], fps=reader.fps, captions=captions)
+    print(f"wrote {cfg.out}: episode {cfg.episode % reader.num_episodes}, {n} frames, cameras {cameras}, "
           f"success={episode['success']}")
+
+
+def run_export(cfg: Export) -> None:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from robot_rl.data.episodes import DatasetReader
+    from robot_rl.data.lerobot import export_lerobot
+
+    total = DatasetReader(cfg.path).num_episodes
+    with Progress(TextColumn("[bold]exporting"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as progress:
+        bar = progress.add_task("export", total=total)
+        info = export_lerobot(cfg.path, cfg.out, crf=cfg.crf, on_episode=lambda index: progress.advance(bar))
+    print(f"wrote {cfg.out}: LeRobot {info['codebase_version']} dataset, {info['total_episodes']} episodes, "
+          f"{info['total_frames']} frames at {info['fps']} fps")
+
+
+def run_import(cfg: Import) -> None:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from robot_rl.data.lerobot import import_lerobot
+
+    with Progress(TextColumn("[bold]importing"), BarColumn(), TextColumn("episode {task.completed}"),
+                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as progress:
+        bar = progress.add_task("import", total=None)
+        count = import_lerobot(cfg.path, cfg.out, task=cfg.task, on_episode=lambda index: progress.advance(bar))
+    print(f"imported {count} episodes from {cfg.path} into {cfg.out}")
 
 
 def run_launch(cfg: Launch) -> None:
@@ -221,33 +361,118 @@ def run_launch(cfg: Launch) -> None:
 
     try:
         status = launch(cfg.file, cfg.arguments, domain_id=cfg.domain_id, grace_s=cfg.grace_s, dry_run=cfg.dry_run)
-    except LaunchError as exc:
-        raise SystemExit(f"error: {exc}") from None
+    except LaunchError as exc:  # a usage error: one line, exit status 2
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     if status:
         raise SystemExit(status)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point of the `robot-rl` console script."""
-    cfg = tyro.cli(Command, args=argv, prog="robot-rl", description="robot_rl: real-robot RL with a MuJoCo mirror.")
-    from robot_rl.data.episodes import DatasetError
+def run_train(cfg: Train, args: list[str]) -> None:
+    from robot_rl.train import load_run, train
+
+    if cfg.resume is None:
+        train(cfg.config)
+        return
+    saved, _ = load_run(cfg.resume)
+    # Parse the command line again with the run's saved config as the defaults: what differs was asked for.
+    requested = parse_args(Train, args[args.index("train") + 1:], prog="robot-rl train",
+                           default=Train(saved, cfg.resume))
+    train(requested.config, resume=cfg.resume)
+
+
+def run_eval(cfg: Eval) -> None:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from robot_rl.sim.evaluate import evaluate_policy_file
+
+    progress = Progress(TextColumn("[bold]evaluating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=Console(stderr=True), transient=True)
+    bar = progress.add_task("eval", total=cfg.episodes)
+
+    def on_episode(result) -> None:
+        if not progress.live.is_started:  # drawn from the first episode on: bad input fails with nothing drawn
+            progress.start()
+        progress.advance(bar)
 
     try:
+        summary = evaluate_policy_file(
+            cfg.policy, task=cfg.task, episodes=cfg.episodes, seed=cfg.seed, obs_mode=cfg.obs_mode,
+            image_size=cfg.image_size, out=cfg.out, video=cfg.video, video_episodes=cfg.video_episodes,
+            on_episode=on_episode)
+    finally:
+        if progress.live.is_started:
+            progress.stop()
+    print(json.dumps(summary))
+
+
+class UsageError(SystemExit):
+    """Exit status 2 for bad input, carrying the one-line message that was printed (its str())."""
+
+    def __init__(self, message: str):
+        super().__init__(2)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def parse_args(cls, args: list[str], **kwargs):
+    """`tyro.cli`, except that a value a config rejects (a ValueError in `__post_init__`, a bad number or choice)
+    raises a ValueError naming it (main prints it as one `error:` line) instead of tyro's multi-line box."""
+    from tyro._errors import InstantiationFailure, InvalidChoice, on_parse_error
+
+    def one_line(event) -> None:
+        option = getattr(event, "argument", None)
+        option = "/".join(option.lowered.name_or_flags) if option is not None else None
+        if isinstance(event, InstantiationFailure):
+            raise ValueError(f"{option}: {event.message}" if option else event.message)
+        if isinstance(event, InvalidChoice):
+            raise ValueError(f"{option}: {event.value!r} is not one of {', '.join(event.choices)}")
+
+    with on_parse_error(one_line):
+        return tyro.cli(cls, args=args, **kwargs)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the `robot-rl` console script.
+
+    Exit status: 0 done, 1 a job failed, 2 bad input (one `error: ...` line on stderr, nothing half-made),
+    130 / 143 stopped by SIGINT / SIGTERM.
+    """
+    from robot_rl.data.episodes import DatasetError
+    from robot_rl.train import TrainingInterrupted
+
+    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        cfg = parse_args(Command, args, prog="robot-rl", description="robot_rl: real-robot RL with a MuJoCo mirror.")
         match cfg:
             case Train():
-                from robot_rl.train import train
-
-                train(cfg.config, resume=cfg.resume)
+                run_train(cfg, args)
+            case Eval():
+                run_eval(cfg)
             case Record():
                 run_record(cfg)
             case Info():
                 run_info(cfg)
             case Replay():
                 run_replay(cfg)
+            case Export():
+                run_export(cfg)
+            case Import():
+                run_import(cfg)
             case Launch():
                 run_launch(cfg)
+    except TrainingInterrupted as exc:  # checkpointed and reported: one line saying how to resume
+        print(exc, file=sys.stderr)
+        raise SystemExit(exc.exit_status) from None
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
     except (DatasetError, ValueError, IndexError) as exc:  # bad input: a clear one-line error, not a traceback
-        raise SystemExit(f"error: {exc}") from None
+        print(f"error: {exc}", file=sys.stderr)
+        raise UsageError(f"error: {exc}") from None
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 
 from robot_rl.core import Policy
-from robot_rl.data.episodes import EpisodeWriter, specs_from_spaces
+from robot_rl.data.episodes import DatasetError, EpisodeWriter, specs_from_spaces
 
 ENV_NAMESPACE = "robot_rl"
 
@@ -72,21 +72,52 @@ def run_episode(
     return result, obs
 
 
+def max_attempts_for(episodes: int, only_successes: bool) -> int:
+    """How many episodes `record_episodes` may run to keep `episodes` of them."""
+    return 3 * episodes if only_successes else episodes
+
+
+def first_seed(writer: EpisodeWriter, seed: int | None, attempts: int) -> int:
+    """The seed of the first episode to record: `seed`, or (None) one past the dataset's stored seeds.
+
+    An explicit seed whose range would repeat a stored episode's seed is refused: it would record duplicates.
+    """
+    if seed is None:
+        return writer.next_seed
+    if seed < 0:
+        raise ValueError(f"seed must be >= 0, got {seed}")
+    stored = writer.seeds
+    repeated = np.unique(stored[(stored >= seed) & (stored < seed + attempts)])
+    if len(repeated):
+        shown = ", ".join(map(str, repeated[:5])) + (", ..." if len(repeated) > 5 else "")
+        raise DatasetError(
+            f"{writer.path} already holds episodes with seeds {shown}; seeds {seed}..{seed + attempts - 1} would "
+            f"record them again: leave the seed out to continue at {writer.next_seed}"
+        )
+    return seed
+
+
 def record_episodes(
     env: gym.Env,
     policy: Policy,
     writer: EpisodeWriter,
     episodes: int,
     *,
-    seed: int = 0,
+    seed: int | None = None,
     only_successes: bool = False,
     max_attempts: int | None = None,
     on_episode: Callable[[EpisodeResult, bool], None] | None = None,
 ) -> list[EpisodeResult]:
-    """Record `episodes` episodes to `writer` (optionally keeping only successful ones)."""
+    """Record `episodes` episodes to `writer` (optionally keeping only successful ones).
+
+    Attempt k is reset with seed `seed + k`, stored with the episode; `seed=None` continues after the stored seeds.
+    """
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
     results: list[EpisodeResult] = []
     attempts = 0
-    max_attempts = max_attempts if max_attempts is not None else (3 * episodes if only_successes else episodes)
+    max_attempts = max_attempts if max_attempts is not None else max_attempts_for(episodes, only_successes)
+    seed = first_seed(writer, seed, max_attempts)
     while len(results) < episodes and attempts < max_attempts:
         episode_seed = seed + attempts
         attempts += 1
@@ -97,7 +128,7 @@ def record_episodes(
         result, final_obs = run_episode(env, policy, seed=episode_seed, on_step=on_step)
         keep = result.success or not only_successes
         if keep:
-            writer.end_episode(final_obs, success=result.success)
+            writer.end_episode(final_obs, success=result.success, seed=episode_seed)
             results.append(result)
         else:
             writer.discard_episode()

@@ -58,18 +58,32 @@ class ReplayBuffer:
         next_observation: Mapping[str, Any],
         intervention: bool = False,
     ) -> None:
-        """Add one transition. Within an episode `observation` must be the previous call's `next_observation`."""
+        """Add one transition. Within an episode `observation` must be the previous call's `next_observation`.
+
+        An episode ends with a `terminated` or `truncated` transition or with `end_episode()`; an `observation` that
+        is not the open episode's last `next_observation` raises a ValueError rather than joining two episodes.
+        """
+        for name, value in (("observation", observation), ("next_observation", next_observation)):
+            self.observation_spec.validate(value, 0, name)
+            self._check_finite(value, name)
         if self._pending_slot is None:
-            self.observation_spec.validate(observation, 0, "observation")
-            slot = self._write_frame(observation)
+            slot = None
         else:
             slot = self._pending_slot
-        self.observation_spec.validate(next_observation, 0, "next_observation")
+            different = self._different_key(slot, observation)
+            if different is not None:
+                raise ValueError(
+                    f"observation[{different!r}] is not the previous transition's next_observation: the previous "
+                    "episode was not ended; pass terminated/truncated with its last step or call "
+                    "Learner.end_episode() (ReplayBuffer.end_episode()) before starting a new one"
+                )
         action = np.asarray(action, np.float32)
         if action.shape != (self.action_dim,):
             raise ValueError(f"action has shape {action.shape}, expected ({self.action_dim},)")
         if not np.isfinite(action).all() or not np.isfinite(reward):
             raise ValueError("action or reward contains NaN or inf")
+        if slot is None:
+            slot = self._write_frame(observation)
         self.actions[slot] = action
         self.rewards[slot] = reward
         self.terminated[slot] = terminated
@@ -85,9 +99,10 @@ class ReplayBuffer:
         self.insert(t.observations, t.actions, t.rewards, t.terminated, t.truncated, t.next_observations, t.intervention)
 
     def end_episode(self) -> None:
-        """Cut the current episode: the next insert starts fresh (its observation gets a new frame).
+        """End the open episode (if any) as a truncation: its last next_observation stays as a bootstrap target.
 
-        The pending last frame stays as a bootstrap target (like a truncation). Used for intervention fragments.
+        The next insert starts a new episode with a new frame. Call it when an episode stops without a
+        terminated/truncated transition (a reset, a cut intervention fragment, a gap in the steps).
         """
         if self._pending_slot is not None:
             previous = (self._pending_slot - 1) % self.capacity
@@ -95,11 +110,27 @@ class ReplayBuffer:
                 self.truncated[previous] = True
         self._pending_slot = None
 
-    def _write_frame(self, observation: Mapping[str, Any]) -> int:
+    def continues_episode(self, observation: Mapping[str, Any]) -> bool:
+        """Whether an episode is open and `observation` is its last `next_observation` (what `insert` requires)."""
+        return self._pending_slot is not None and self._different_key(self._pending_slot, observation) is None
+
+    def _different_key(self, slot: int, observation: Mapping[str, Any]) -> str | None:
+        """The first key whose value differs from the frame stored in `slot` (exact, after the dtype cast), or None.
+
+        Costs one compare of the frame: about 10 us for two 128x128 RGB images.
+        """
+        for key, frames in self.frames.items():
+            if not np.array_equal(frames[slot], np.asarray(observation[key], frames.dtype)):
+                return key
+        return None
+
+    def _check_finite(self, observation: Mapping[str, Any], name: str) -> None:
         for key in self.observation_spec.vector_keys:
             value = np.asarray(observation[key])
             if np.issubdtype(value.dtype, np.floating) and not np.isfinite(value).all():
-                raise ValueError(f"observation[{key!r}] contains NaN or inf")
+                raise ValueError(f"{name}[{key!r}] contains NaN or inf")
+
+    def _write_frame(self, observation: Mapping[str, Any]) -> int:
         slot = self._cursor
         # Overwriting frame `slot` kills the old transition stored in it; the one in slot-1 (the other user of this
         # frame, as its next_obs) is always our own freshest write or an episode-end frame, never a live old one.
