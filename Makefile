@@ -3,6 +3,11 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 RUN ?= runs/demo
+# The demo's budget (override for a quick run, e.g. `make demo DEMO_STEPS=200 DEMO_EVAL_EVERY=100`).
+DEMO_DEMOS ?= 20
+DEMO_STEPS ?= 1500
+DEMO_EVAL_EVERY ?= 500
+DEMO_EVAL_EPISODES ?= 10
 
 .PHONY: setup demo test bench clean
 
@@ -16,9 +21,10 @@ $(VENV)/.installed: pyproject.toml
 
 demo: setup
 	rm -rf $(RUN)
-	$(BIN)/robot-rl train --task PickCube-v0 --obs-mode state --demos 20 --steps 1500 --eval-every 500 \
-		--eval-episodes 10 --run-dir $(RUN)
-	@echo "report: $(RUN)/report.md  curve: $(RUN)/learning_curve.png  video: $(RUN)/eval.mp4"
+	$(BIN)/robot-rl train --task PickCube-v0 --obs-mode state --demos $(DEMO_DEMOS) --steps $(DEMO_STEPS) \
+		--eval-every $(DEMO_EVAL_EVERY) --eval-episodes $(DEMO_EVAL_EPISODES) --run-dir $(RUN)
+	@echo "report: $(RUN)/report.md  curves: $(RUN)/learning_curve.png $(RUN)/training_curves.png" \
+		"video: $(RUN)/eval.mp4  policy: $(RUN)/policy.msgpack"
 
 test: setup
 	$(BIN)/python -m pytest

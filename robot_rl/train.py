@@ -1,9 +1,23 @@
-"""In-process training in the sim mirror: demos, SAC learner with RLPD mixing, simulated human, eval, report."""
+"""In-process training in the sim mirror: demos, SAC learner with RLPD mixing, simulated human, eval, report.
+
+A run is a folder: ``config.json``, ``demos.zarr``, ``checkpoint/`` (learner, buffers and the run's progress),
+``policy.msgpack`` (the policy file `robot-rl eval` and the ROS actor node load), ``tensorboard/``, ``report.md``
+with ``learning_curve.png`` and ``training_curves.png``, and ``eval.mp4``.
+
+Checkpoints are taken every `checkpoint_every` env steps, after every evaluation, at the end, and when SIGINT or
+SIGTERM stop the run; so a checkpoint can fall in the middle of an episode. It then holds that episode's
+transitions so far, and a resumed run ends the episode there (its last step bootstraps, as at a time limit) and
+starts the same episode (same seed) again from its reset: env steps and the learner's transitions stay equal, and
+nothing is trained on twice.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
+import signal
+import threading
 import time
 import typing
 from pathlib import Path
@@ -13,11 +27,16 @@ import numpy as np
 
 from robot_rl.agents.sac import ImageEncoderConfig, SACConfig
 from robot_rl.learner import Learner, LearnerConfig
+from robot_rl.sim.evaluate import EVAL_SEED_OFFSET, Evaluation, StopRequested, evaluate
 from robot_rl.sim.human import SimulatedHumanConfig
 
 ObsMode = Literal["state", "pixels", "state+pixels"]
-EVAL_SEED_OFFSET = 1_000_000
 DEMO_SEED_OFFSET = 2_000_000
+CONFIG_FILE = "config.json"
+CHECKPOINT_DIR = "checkpoint"
+VIDEO_FILE = "eval.mp4"
+# Options a resumed run may change: its schedule and outputs, nothing the learning depends on.
+RESUME_OPTIONS = ("steps", "eval_every", "eval_episodes", "final_eval_episodes", "checkpoint_every", "video")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,48 +48,100 @@ class TrainConfig:
     obs_mode: ObsMode = "state"
     """Observations the agent sees: `pixels` is what a real robot has (proprio + cameras)."""
     image_size: int = 64
-    """Camera image size for pixel modes."""
+    """Camera image height and width in pixels for pixel modes."""
     demos: int = 20
     """Scripted demos to record into the run (ignored with --demo-path)."""
     demo_path: Path | None = None
     """Use an existing demo dataset instead of recording."""
     steps: int = 5000
-    """Environment steps to train for."""
-    learning_starts: int = 0
-    """Env steps before the first gradient step (RLPD can start at once from demos)."""
+    """Environment steps to train for (with --resume: extend the run to this many)."""
     weights_every: int = 5
     """Env steps between weight updates sent to the actor."""
     eval_every: int = 1000
-    """Env steps between evaluations."""
+    """Env steps between evaluations (each is followed by a checkpoint)."""
     eval_episodes: int = 20
     """Episodes per evaluation (deterministic policy, no human)."""
     final_eval_episodes: int | None = None
     """Episodes of the final evaluation (default: eval_episodes)."""
     checkpoint_every: int = 2000
-    """Env steps between checkpoints (taken at the next episode boundary)."""
+    """Env steps between checkpoints; there is also one after every evaluation, at the end and on Ctrl-C/SIGTERM."""
     intervene: bool = False
     """Let the simulated human (the scripted expert) take over when the policy is stuck or leaving the workspace."""
     human: SimulatedHumanConfig = SimulatedHumanConfig()
+    """The simulated human (with --intervene): when and how long it takes over, and how noisy its actions are."""
     seed: int = 0
+    """Seed of the run: training episode k uses seed + k; demos and evaluations use their own held-out seeds."""
     run_dir: Path | None = None
     """Where to write logs, checkpoints and the report (default runs/<task>-<obs_mode>-<time>)."""
     video: bool = True
-    """Write an eval video at the end."""
+    """Film the first episodes of the final evaluation (front and wrist cameras) to eval.mp4."""
     learner: LearnerConfig = LearnerConfig(utd=2, n_step=3)
+    """Replay and updates of the learner; CPU preset: 2 gradient steps per env step (UTD 2), 3-step returns."""
     sac: SACConfig = SACConfig(
         critic_ensemble_size=2, discount=0.97, init_temperature=0.01, backup_entropy=False, bc_weight=2.5,
         target_bounds=(0.0, 1.0), image_encoder=ImageEncoderConfig(channels=(16, 16, 16)),
     )
-    """CPU preset: 2 LayerNorm critics (as HIL-SERL), UTD 2, 3-step returns, no entropy backup with sparse rewards,
-    a BC term on demo rows, TD targets clipped to [0, 1] (the sim tasks pay 1 on success and end the episode:
-    change target_bounds with the reward), and a 16-channel pixel encoder (about 1.6x faster than 32 channels on a
-    CPU). On a GPU learner raise critic_ensemble_size (RLPD uses 10), utd and the encoder channels."""
+    """SAC agent; CPU preset: 2 LayerNorm critics (as HIL-SERL), no entropy backup with sparse rewards, a BC term on
+    demo rows, TD targets clipped to [0, 1] (the sim tasks pay 1 on success and end the episode: change
+    target_bounds with the reward), and a 16-channel pixel encoder (about 1.6x faster than 32 channels on a CPU).
+    On a GPU learner raise critic_ensemble_size (RLPD uses 10), utd and the encoder channels."""
 
     def __post_init__(self) -> None:
-        if self.steps < 1 or self.eval_every < 1 or self.eval_episodes < 1 or self.weights_every < 1:
-            raise ValueError("steps, eval_every, eval_episodes and weights_every must be >= 1")
-        if self.demos < 0:
-            raise ValueError(f"demos must be >= 0, got {self.demos}")
+        problems = [f"{name}={getattr(self, name)!r} must be >= {low}"
+                    for name, low in (("steps", 1), ("eval_every", 1), ("eval_episodes", 1), ("weights_every", 1),
+                                      ("checkpoint_every", 1), ("demos", 0), ("seed", 0))
+                    if getattr(self, name) < low]
+        if self.final_eval_episodes is not None and self.final_eval_episodes < 1:
+            problems.append(f"final_eval_episodes={self.final_eval_episodes!r} must be >= 1 or None (eval_episodes)")
+        if not 16 <= self.image_size <= 640:
+            problems.append(f"image_size={self.image_size!r} must be in [16, 640]")
+        if problems:
+            raise ValueError(f"invalid {type(self).__name__}: {'; '.join(problems)}")
+
+
+class RunError(ValueError):
+    """A run folder cannot be used as asked: not a run, nothing to resume, or an option --resume cannot change."""
+
+
+class TrainingInterrupted(Exception):
+    """SIGINT or SIGTERM stopped `train` after it checkpointed and wrote the report so far."""
+
+    def __init__(self, signum: int, env_step: int, steps: int, run_dir: Path):
+        self.signum = signum
+        self.exit_status = 128 + signum  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
+        self.env_step = env_step
+        super().__init__(f"interrupted at env step {env_step}/{steps}; resume with: robot-rl train --resume {run_dir}")
+
+
+class StopSignals:
+    """While active, SIGINT and SIGTERM only set a flag that the training loop checks between env steps (a
+    KeyboardInterrupt raised inside JAX, zarr or rich could leave state half-written). Calling it says whether a
+    signal came; the first signal's number is kept. The previous handlers come back on exit. Only the main thread
+    can install handlers; elsewhere it never fires."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame) -> None:
+        if self.signum is None:
+            self.signum = signum
+
+    def __call__(self) -> bool:
+        return self.signum is not None
 
 
 def config_to_json(config: Any) -> dict[str, Any]:
@@ -104,19 +175,35 @@ def config_from_json(cls: type, data: dict[str, Any]) -> Any:
     return cls(**kwargs)
 
 
+def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def option_name(field_path: str) -> str:
+    """`sac.init_temperature` -> `--sac.init-temperature` (how the command line spells a config field)."""
+    return "--" + field_path.replace("_", "-")
+
+
 class EvalHistory:
     """Success rate, return and episode length at each evaluation."""
 
     def __init__(self, rows: list[dict[str, float]] | None = None):
         self.rows = list(rows or [])
 
-    def add(self, env_step: int, results) -> dict[str, float]:
+    def add(self, env_step: int, evaluation: Evaluation) -> dict[str, float]:
         row = {
             "env_step": env_step,
-            "episodes": len(results),
-            "success_rate": float(np.mean([r.success for r in results])),
-            "mean_return": float(np.mean([r.total_reward for r in results])),
-            "mean_length": float(np.mean([r.steps for r in results])),
+            "episodes": len(evaluation),
+            "successes": evaluation.successes,
+            "success_rate": evaluation.success_rate,
+            "mean_return": evaluation.mean_return,
+            "mean_length": evaluation.mean_length,
         }
         self.rows.append(row)
         return row
@@ -125,12 +212,6 @@ class EvalHistory:
 def default_run_dir(cfg: TrainConfig) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{cfg.task}-{cfg.obs_mode.replace('+', '_')}-{stamp}"
-
-
-def evaluate(env, actor, episodes: int, seed: int) -> list:
-    from robot_rl.loop import run_episode
-
-    return [run_episode(env, actor, seed=seed + i)[0] for i in range(episodes)]
 
 
 def record_demos(cfg: TrainConfig, run_dir: Path):
@@ -155,39 +236,121 @@ def record_demos(cfg: TrainConfig, run_dir: Path):
     return EpisodeDataset(path) if (path / "zarr.json").exists() else None
 
 
-def train(cfg: TrainConfig, resume: Path | None = None) -> Path:
-    """Run (or resume) a training run; returns the run folder."""
+def load_run(run_dir: Path) -> tuple[TrainConfig, dict[str, Any]]:
+    """The saved config and progress (checkpoint state) of a run folder; RunError if there is nothing to resume."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise RunError(f"--resume {run_dir}: no such folder")
+    config_file = run_dir / CONFIG_FILE
+    if not config_file.is_file():
+        raise RunError(f"--resume {run_dir}: not a training run (no {CONFIG_FILE})")
+    try:
+        saved = config_from_json(TrainConfig, json.loads(config_file.read_text()))
+    except (ValueError, TypeError, KeyError) as error:
+        raise RunError(f"{config_file} is not a valid run config: {error}") from None
+    checkpoint = Learner.checkpoint_path(run_dir / CHECKPOINT_DIR)
+    if checkpoint is None:
+        raise RunError(f"nothing to resume: {run_dir} has no checkpoint (it stopped before its first one); "
+                       "delete it or start a new run with another --run-dir")
+    try:
+        progress = json.loads((checkpoint / "learner.json").read_text())["extra"]
+    except (OSError, ValueError, KeyError) as error:
+        raise RunError(f"{checkpoint / 'learner.json'} is unreadable: {error}") from None
+    return saved, progress
+
+
+def resumed_config(run_dir: Path, saved: TrainConfig, progress: dict[str, Any],
+                   requested: TrainConfig | None) -> TrainConfig:
+    """The config a resumed run continues with: the saved one, with the changes `requested` may make
+    (RESUME_OPTIONS); RunError for any other change, or a --steps the run cannot continue to."""
+    requested = saved if requested is None else requested
+    old, new = _flat(config_to_json(saved)), _flat(config_to_json(requested))
+    changed = [k for k in new if new[k] != old.get(k) and k not in RESUME_OPTIONS
+               and not (k == "run_dir" and new[k] == str(run_dir))]
+    if changed:
+        changes = ", ".join(f"{option_name(k)} ({old.get(k)} -> {new[k]})" for k in changed)
+        allowed = ", ".join(option_name(k) for k in RESUME_OPTIONS)
+        raise RunError(f"--resume {run_dir} keeps the run's saved config; cannot change {changes} "
+                       f"(a resumed run may change {allowed})")
+    cfg = dataclasses.replace(requested, run_dir=saved.run_dir)
+    done = int(progress.get("env_step", 0))
+    if cfg.steps < done:
+        raise RunError(f"--steps {cfg.steps} is below the {done} env steps {run_dir} has done")
+    if cfg.steps == done and progress.get("finished"):
+        raise RunError(f"nothing to resume: {run_dir} finished its {done} env steps; extend it with "
+                       f"--resume {run_dir} --steps N (N > {done})")
+    return cfg
+
+
+def train(cfg: TrainConfig | None = None, resume: Path | None = None) -> Path:
+    """Run, or resume, a training run; returns the run folder.
+
+    `resume`: a run folder to continue from its last checkpoint with its saved config; `cfg` may then change
+    RESUME_OPTIONS (e.g. a larger `steps` extends a finished run). Bad input raises a ValueError (RunError for the
+    run folder) before anything is written. SIGINT/SIGTERM checkpoint, write the report so far and raise
+    TrainingInterrupted.
+    """
+    config_changed = False
+    if resume is not None:
+        run_dir = Path(resume)
+        saved, progress = load_run(run_dir)
+        cfg = resumed_config(run_dir, saved, progress, cfg)
+        config_changed = cfg != saved
+    else:
+        cfg = cfg if cfg is not None else TrainConfig()
+        run_dir = Path(cfg.run_dir) if cfg.run_dir is not None else default_run_dir(cfg)
+        if (run_dir / CONFIG_FILE).exists():
+            hint = (f"resume it with --resume {run_dir}" if Learner.checkpoint_path(run_dir / CHECKPOINT_DIR)
+                    else "it has no checkpoint: delete it")
+            raise RunError(f"{run_dir} already holds a run; {hint} or choose another --run-dir")
+    with StopSignals() as stop:
+        return _train(cfg, run_dir, resume is not None, config_changed, stop)
+
+
+def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool, stop: StopSignals) -> Path:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from tensorboard.summary import Writer
 
     from robot_rl.actor import Actor
+    from robot_rl.data.episodes import EpisodeDataset
     from robot_rl.loop import make_env
+    from robot_rl.policy_file import POLICY_FILE, weights_message, write_policy_file
+    from robot_rl.report import learner_counters, success_text, write_report
     from robot_rl.sim.human import SimulatedHuman
 
-    if resume is not None:
-        run_dir = Path(resume)
-        cfg = config_from_json(TrainConfig, json.loads((run_dir / "config.json").read_text()))
-    else:
-        run_dir = Path(cfg.run_dir) if cfg.run_dir is not None else default_run_dir(cfg)
-        if Learner.checkpoint_path(run_dir / "checkpoint") is not None:
-            raise ValueError(f"{run_dir} already holds a run; use --resume {run_dir} or another --run-dir")
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.json").write_text(json.dumps(config_to_json(cfg), indent=2))
-
+    state: dict[str, Any] = {"env_step": 0, "episode": 0, "weights_version": 0, "wall_seconds": 0.0, "evals": [],
+                             "episodes_log": [], "metrics": [], "finished": False}
     env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size)
-    eval_env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size, render_mode="rgb_array")
+    eval_env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size)
     learner = Learner(env.observation_space, env.action_space.shape[0], cfg.sac, cfg.learner)
     human = SimulatedHuman(env, cfg.human, seed=cfg.seed) if cfg.intervene else None
 
-    state = {"env_step": 0, "episode": 0, "weights_version": 0, "wall_seconds": 0.0, "evals": [], "episodes_log": []}
-    if resume is not None and Learner.checkpoint_path(run_dir / "checkpoint") is not None:
-        state.update(learner.restore(run_dir / "checkpoint"))
-        print(f"resumed {run_dir} from env step {state['env_step']} ({learner.updates} updates)")
+    if resuming:
+        state.update(learner.restore(run_dir / CHECKPOINT_DIR))
+        learner.end_episode()  # a checkpoint taken mid-episode: the episode ends there and restarts from its reset
+        if config_changed:
+            _write_json(run_dir / CONFIG_FILE, config_to_json(cfg))
+        state["finished"] = False
+        print(f"resumed {run_dir} from env step {state['env_step']} ({learner.updates} updates); "
+              f"training to {cfg.steps} env steps")
     else:
-        demos = record_demos(cfg, run_dir)
+        demos = EpisodeDataset(cfg.demo_path) if cfg.demo_path is not None else None
         if demos is not None:
-            added = learner.add_demos(demos)
-            print(f"{added} demo transitions from {demos.num_episodes} episodes ({demos.path})")
+            learner.add_demos(demos)  # checks the dataset against this run's spaces before the folder exists
+        created = not run_dir.exists()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            _write_json(run_dir / CONFIG_FILE, config_to_json(cfg))
+            if demos is None and cfg.demos:
+                demos = record_demos(cfg, run_dir)
+                if demos is not None:
+                    learner.add_demos(demos)
+        except BaseException:
+            if created:  # no half-made run folder
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+        if demos is not None:
+            print(f"{learner.demo_transitions} demo transitions from {demos.num_episodes} episodes ({demos.path})")
     if human is not None:
         human.total_steps = learner.interventions
 
@@ -200,8 +363,9 @@ def train(cfg: TrainConfig, resume: Path | None = None) -> Path:
     update_info: dict[str, float] = {}
     start_time = time.perf_counter() - state["wall_seconds"]
     updates_at_start, clock_at_start = learner.updates, time.perf_counter()
-    next_checkpoint = state["env_step"] + cfg.checkpoint_every
     weights_version = state["weights_version"]
+    env_step, episode = state["env_step"], state["episode"]
+    next_checkpoint = env_step + cfg.checkpoint_every
 
     def publish_weights():
         nonlocal weights_version
@@ -210,104 +374,124 @@ def train(cfg: TrainConfig, resume: Path | None = None) -> Path:
         actor.update_weights(policy, weights_version)
         eval_actor.update_weights(policy, weights_version)
 
-    def run_eval(env_step: int, episodes: int = cfg.eval_episodes) -> dict[str, float]:
+    def eval_due() -> bool:
+        last = history.rows[-1]["env_step"] if history.rows else -1
+        return last < 0 or env_step // cfg.eval_every > last // cfg.eval_every or (
+            env_step >= cfg.steps and last != env_step)
+
+    def run_eval(print_line) -> None:
+        final = env_step >= cfg.steps
+        episodes = (cfg.final_eval_episodes or cfg.eval_episodes) if final else cfg.eval_episodes
         publish_weights()
-        row = history.add(env_step, evaluate(eval_env, eval_actor, episodes, cfg.seed + EVAL_SEED_OFFSET))
+        evaluation = evaluate(eval_env, eval_actor, episodes, cfg.seed + EVAL_SEED_OFFSET,
+                              video_path=run_dir / VIDEO_FILE if final and cfg.video else None, should_stop=stop)
+        row = history.add(env_step, evaluation)
         for key in ("success_rate", "mean_return", "mean_length"):
             tb.add_scalar(f"eval/{key}", row[key], step=env_step)
-        return row
+        print_line(f"env step {env_step}: eval success {success_text(row['successes'], row['episodes'])}, "
+                   f"return {row['mean_return']:.2f}, length {row['mean_length']:.1f}")
 
-    def checkpoint():
+    def checkpoint() -> None:
+        nonlocal next_checkpoint
         state.update(
             env_step=env_step, episode=episode, weights_version=weights_version, evals=history.rows,
             wall_seconds=time.perf_counter() - start_time,
         )
-        learner.save(run_dir / "checkpoint", extra=state)
+        learner.save(run_dir / CHECKPOINT_DIR, extra=state)
+        write_policy_file(run_dir / POLICY_FILE, weights_message(
+            learner.agent, version=max(weights_version, 1), transitions=learner.transitions, updates=learner.updates))
+        next_checkpoint = env_step + cfg.checkpoint_every
 
-    env_step, episode = state["env_step"], state["episode"]
-    if not history.rows:
-        run_eval(0)
+    def report(status: str | None = None) -> Path:
+        video = run_dir / VIDEO_FILE
+        return write_report(
+            run_dir, title=f"{cfg.task}, obs {cfg.obs_mode}", config=config_to_json(cfg), evals=history.rows,
+            episodes=state["episodes_log"], metrics=state["metrics"], counters=learner_counters(learner),
+            wall_seconds=state["wall_seconds"], video=video if video.exists() else None, status=status)
+
     columns = (
         TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         TextColumn("{task.fields[status]}"),
     )
-    with Progress(*columns, refresh_per_second=4) as progress:
-        bar = progress.add_task("train", total=cfg.steps, completed=env_step, status="")
-        while env_step < cfg.steps:
-            obs, _ = env.reset(seed=cfg.seed + episode)
-            actor.reset()
-            episode_return, episode_interventions, episode_length = 0.0, 0, 0
-            success = done = False
-            while not done:
-                decision = actor.step(obs)
-                next_obs, reward, terminated, truncated, info = env.step(decision.action)
-                learner.insert(obs, decision.action, reward, terminated, truncated, next_obs, decision.intervention)
-                obs, done = next_obs, terminated or truncated
-                env_step += 1
-                episode_length += 1
-                episode_return += float(reward)
-                episode_interventions += int(decision.intervention)
-                success = success or bool(info.get("success", False))
-                if env_step > cfg.learning_starts and learner.ready:
-                    update_info = learner.step()
-                    if env_step % cfg.weights_every == 0:
-                        publish_weights()
-                if env_step % cfg.eval_every == 0:
-                    final = env_step >= cfg.steps and cfg.final_eval_episodes is not None
-                    row = run_eval(env_step, cfg.final_eval_episodes if final else cfg.eval_episodes)
-                    progress.console.print(
-                        f"env step {env_step}: eval success {row['success_rate']:.0%} "
-                        f"(return {row['mean_return']:.2f}, length {row['mean_length']:.1f})"
-                    )
-                if env_step >= cfg.steps:
-                    break
-            episode += 1
-            recent_success = (recent_success + [success])[-20:]
-            recent_interventions = (recent_interventions + [episode_interventions / episode_length])[-20:]
-            state["episodes_log"].append(
-                {"env_step": env_step, "success": success, "return": episode_return, "length": episode_length,
-                 "intervention_rate": episode_interventions / episode_length}
-            )
-            elapsed = time.perf_counter() - clock_at_start
-            updates_per_s = (learner.updates - updates_at_start) / max(elapsed, 1e-9)
-            tb.add_scalar("train/success", float(success), step=env_step)
-            tb.add_scalar("train/intervention_rate", episode_interventions / episode_length, step=env_step)
-            tb.add_scalar("train/updates_per_s", updates_per_s, step=env_step)
-            for key, value in update_info.items():
-                tb.add_scalar(f"learner/{key}", value, step=env_step)
-            progress.update(
-                bar, completed=env_step,
-                status=f"success {np.mean(recent_success):.0%}  intervention {np.mean(recent_interventions):.0%}  "
-                       f"{updates_per_s:.0f} updates/s",
-            )
-            if env_step >= next_checkpoint or env_step >= cfg.steps:
-                checkpoint()
-                next_checkpoint = env_step + cfg.checkpoint_every
-    if history.rows[-1]["env_step"] != env_step:
-        run_eval(env_step, cfg.final_eval_episodes or cfg.eval_episodes)
+    try:
+        with Progress(*columns, refresh_per_second=4) as progress:
+            bar = progress.add_task("train", total=cfg.steps, completed=env_step, status="")
+            if eval_due():  # the first evaluation, or one a stop interrupted
+                run_eval(lambda line: progress.console.print(line, soft_wrap=True))
+                if env_step < cfg.steps:
+                    checkpoint()
+            while env_step < cfg.steps:
+                obs, _ = env.reset(seed=cfg.seed + episode)
+                actor.reset()
+                episode_return, episode_interventions, episode_length = 0.0, 0, 0
+                success = done = False
+                while not done:
+                    if stop():
+                        raise StopRequested
+                    decision = actor.step(obs, uniform=learner.warming_up)  # no demos: uniform warm-up first
+                    next_obs, reward, terminated, truncated, info = env.step(decision.action)
+                    learner.insert(obs, decision.action, reward, terminated, truncated, next_obs,
+                                   decision.intervention)
+                    obs, done = next_obs, terminated or truncated
+                    env_step += 1
+                    episode_length += 1
+                    episode_return += float(reward)
+                    episode_interventions += int(decision.intervention)
+                    success = success or bool(info.get("success", False))
+                    if learner.ready:
+                        update_info = learner.step()
+                        if env_step % cfg.weights_every == 0:
+                            publish_weights()
+                    if eval_due():
+                        run_eval(lambda line: progress.console.print(line, soft_wrap=True))
+                        if env_step < cfg.steps:  # the final checkpoint follows the final evaluation
+                            checkpoint()
+                    elif env_step >= next_checkpoint and env_step < cfg.steps:
+                        checkpoint()
+                    if env_step >= cfg.steps:
+                        break
+                episode += 1
+                recent_success = (recent_success + [success])[-20:]
+                recent_interventions = (recent_interventions + [episode_interventions / episode_length])[-20:]
+                state["episodes_log"].append(
+                    {"env_step": env_step, "success": success, "return": episode_return,
+                     "length": episode_length, "intervention_rate": episode_interventions / episode_length}
+                )
+                elapsed = time.perf_counter() - clock_at_start
+                updates_per_s = (learner.updates - updates_at_start) / max(elapsed, 1e-9)
+                state["metrics"].append(
+                    {"env_step": env_step, "updates": learner.updates, "updates_per_s": updates_per_s,
+                     **update_info})
+                tb.add_scalar("train/success", float(success), step=env_step)
+                tb.add_scalar("train/intervention_rate", episode_interventions / episode_length, step=env_step)
+                tb.add_scalar("train/updates_per_s", updates_per_s, step=env_step)
+                for key, value in update_info.items():
+                    tb.add_scalar(f"learner/{key}", value, step=env_step)
+                progress.update(
+                    bar, completed=env_step,
+                    status=f"success {np.mean(recent_success):.0%}  "
+                           f"intervention {np.mean(recent_interventions):.0%}  {updates_per_s:.0f} updates/s",
+                )
+    except StopRequested:
+        checkpoint()
+        report(f"Interrupted at env step {env_step} of {cfg.steps}: resume with "
+               f"`robot-rl train --resume {run_dir}`.")
+        raise TrainingInterrupted(stop.signum, env_step, cfg.steps, run_dir) from None
+    finally:
+        tb.close()
+        env.close()
+        eval_env.close()
+    state["finished"] = True
     checkpoint()
-    tb.close()
-
-    video = None
-    if cfg.video:
-        video = write_eval_video(eval_env, eval_actor, run_dir / "eval.mp4", cfg.seed + EVAL_SEED_OFFSET)
-    env.close()
-    eval_env.close()
-    from robot_rl.report import write_report
-
-    report = write_report(run_dir, cfg, history.rows, state["episodes_log"], learner, video)
-    print(f"final eval success {history.rows[-1]['success_rate']:.0%} after {env_step} env steps; report: {report}")
+    path = report()
+    final = history.rows[-1]
+    print(f"final eval success {success_text(final['successes'], final['episodes'])} after {env_step} env steps; "
+          f"report: {path}")
     return run_dir
 
 
-def write_eval_video(env, actor, path: Path, seed: int, episodes: int = 2) -> Path:
-    from robot_rl.data.video import write_video
-    from robot_rl.loop import run_episode
-
-    frames = []
-    for i in range(episodes):
-        env.reset(seed=seed + i)
-        frames.append(env.render())
-        run_episode(env, actor, seed=seed + i, on_step=lambda *args: frames.append(env.render()))
-    write_video(path, [np.stack(frames)], fps=env.metadata.get("render_fps", 10))
-    return path
+def _write_json(path: Path, data: Any) -> None:
+    """Write JSON atomically (a crash leaves the old file or the new one)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    tmp.replace(path)

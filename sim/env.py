@@ -266,6 +266,12 @@ class RobotEnv(gym.Env):
             return None
         return self._render_camera("front", self.render_size)
 
+    def camera_frames(self, size: int | None = None) -> dict[str, np.ndarray]:
+        """Every camera's current RGB uint8 image at `size` pixels (default render_size), whatever the obs_mode
+        (for videos; the observation's images stay at image_size)."""
+        size = self.render_size if size is None else size
+        return {camera: self._render_camera(camera, size) for camera in CAMERA_NAMES}
+
     def __del__(self):
         try:
             self.close()

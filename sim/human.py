@@ -26,18 +26,19 @@ class InterventionConfig:
     total_budget: int | None = None
     """At most this many intervention steps over the whole run (None: no limit)."""
     stuck_window: int = 6
-    """The policy is stuck if the TCP moved less than `stuck_distance` over this many steps..."""
+    """Steps over which the TCP must move at least stuck_distance; less means the policy is stuck (a takeover)."""
     stuck_distance: float = 0.01
-    """...in metres."""
+    """TCP travel in metres below which the policy counts as stuck over stuck_window steps."""
     boundary_margin: float = 0.005
-    """The policy heads out of the workspace if the target is within this margin of a face and the action pushes
-    further out, `boundary_steps` times in a row."""
+    """Distance in metres from a workspace face within which a target counts as at the boundary."""
     boundary_steps: int = 3
+    """Consecutive steps with the target at the boundary and the action pushing further out before a takeover."""
 
     def __post_init__(self) -> None:
         problems = [f"{name}={getattr(self, name)!r} must be >= {low}"
                     for name, low in (("takeover_steps", 1), ("episode_budget", 0), ("stuck_window", 2),
-                                      ("boundary_steps", 1)) if getattr(self, name) < low]
+                                      ("boundary_steps", 1), ("stuck_distance", 0.0), ("boundary_margin", 0.0))
+                    if not getattr(self, name) >= low]
         if self.total_budget is not None and self.total_budget < 0:
             problems.append(f"total_budget={self.total_budget!r} must be >= 0 or None (no limit)")
         if problems:
@@ -49,7 +50,12 @@ class SimulatedHumanConfig(InterventionConfig):
     """When and for how long the simulated human intervenes, and how noisy its hands are."""
 
     noise: float = 0.0
-    """Action noise of the expert, to make it a less-than-perfect human."""
+    """Std of Gaussian noise on the expert's actions, to make it a less-than-perfect human."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not (np.isfinite(self.noise) and self.noise >= 0.0):
+            raise ValueError(f"invalid {type(self).__name__}: noise={self.noise!r} must be a finite std >= 0")
 
 
 TRIGGER_STUCK = "stuck"

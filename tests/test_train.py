@@ -1,18 +1,40 @@
-"""Training in the sim mirror end to end: it learns, it reports, and a killed run resumes where it stopped."""
+"""Training in the sim mirror end to end: it learns, it reports, Ctrl-C/SIGTERM/kill -9 lose nothing, runs resume
+and extend, and the policy file it writes is what `robot-rl eval` and the actor node load."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import queue
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import av
+import numpy as np
 import pytest
 
-from robot_rl.train import TrainConfig, config_from_json, config_to_json, train
+from robot_rl.cli import main
+from robot_rl.train import RunError, TrainConfig, config_from_json, config_to_json, train
+
+TINY = dict(demos=3, eval_episodes=2, video=False)
+
+
+def checkpoint_state(run_dir: Path) -> dict:
+    return json.loads((run_dir / "checkpoint" / "learner.json").read_text())
+
+
+def video_info(path: Path) -> tuple[str, int, int, int]:
+    """(codec, width, height, decoded frames) of a video file."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        frames = sum(1 for _ in container.decode(stream))
+        return stream.codec_context.name, stream.width, stream.height, frames
 
 
 def test_config_json_round_trip():
@@ -27,34 +49,135 @@ def test_state_pick_cube_learns_from_demos(tmp_path):
         run_dir=tmp_path / "run", video=True, seed=0,
     )
     run_dir = train(cfg)
-    state = json.loads((run_dir / "checkpoint" / "learner.json").read_text())["extra"]
+    state = checkpoint_state(run_dir)["extra"]
     evals = {row["env_step"]: row["success_rate"] for row in state["evals"]}
     assert evals[0] == 0.0  # the untrained policy never lifts the cube
     assert evals[1500] >= 0.8, evals
-    for name in ("report.md", "learning_curve.png", "eval.mp4", "config.json"):
+    for name in ("report.md", "learning_curve.png", "training_curves.png", "eval.mp4", "config.json",
+                 "policy.msgpack"):
         assert (run_dir / name).stat().st_size > 0, name
     assert any((run_dir / "tensorboard").iterdir())
-    assert "Final eval success" in (run_dir / "report.md").read_text()
+    report = (run_dir / "report.md").read_text()
+    assert re.search(r"Final eval success: \*\*\d+ % \(\d+/10 episodes, 95 % CI \d+-\d+ %\)\*\*", report), report
+    assert "Wall-clock time:" in report and "Git commit:" in report
+    codec, width, height, frames = video_info(run_dir / "eval.mp4")
+    assert codec == "h264" and width == 2 * height and frames > 0  # front and wrist side by side
+    assert {"critic_loss", "q_mean", "temperature", "updates_per_s"} <= set(state["metrics"][-1])
+
+
+class TrainProcess:
+    """`robot-rl train` as a subprocess: wait for a line on its stdout, signal it, collect its exit."""
+
+    def __init__(self, args: list[str]):
+        env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_WAIT_POLICY="PASSIVE")
+        self.proc = subprocess.Popen([sys.executable, "-m", "robot_rl.cli", "train", *args], env=env, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.stdout: list[str] = []
+        self.stderr: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def wait_for(self, pattern: str, timeout: float = 300) -> re.Match:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                pytest.fail(f"no line matching {pattern!r} in {timeout}s; stdout: {''.join(self.stdout)}")
+            if line is None:
+                self.proc.wait(timeout=60)
+                pytest.fail(f"exited with {self.proc.returncode} before a line matching {pattern!r}; "
+                            f"stdout: {''.join(self.stdout)} stderr: {''.join(self.stderr)}")
+            self.stdout.append(line)
+            match = re.search(pattern, line)
+            if match:
+                return match
+
+    def finish(self, timeout: float = 300) -> tuple[int, str]:
+        """Exit status and stderr."""
+        try:
+            self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+        time.sleep(0.2)  # let the reader threads drain the pipes
+        return self.proc.returncode, "".join(self.stderr)
+
+
+def assert_interrupted(run_dir: Path, stderr: str, steps: int) -> int:
+    """A stopped run: one line saying where and how to resume, no traceback, checkpoint and report at that step."""
+    assert "Traceback" not in stderr, stderr
+    last = stderr.strip().splitlines()[-1]
+    match = re.fullmatch(rf"interrupted at env step (\d+)/{steps}; resume with: robot-rl train --resume "
+                         rf"{re.escape(str(run_dir))}", last)
+    assert match, stderr
+    env_step = int(match[1])
+    saved = checkpoint_state(run_dir)
+    assert saved["extra"]["env_step"] == saved["transitions"] == env_step
+    assert f"Interrupted at env step {env_step} of {steps}" in (run_dir / "report.md").read_text()
+    for name in ("policy.msgpack", "learning_curve.png", "training_curves.png"):
+        assert (run_dir / name).stat().st_size > 0, name
+    return env_step
+
+
+@pytest.mark.slow
+def test_ctrl_c_and_sigterm_checkpoint_report_and_resume(tmp_path):
+    """SIGINT after the step-50 eval -> 130; resume; SIGTERM after the step-100 eval -> 143; resume to the end."""
+    run_dir = tmp_path / "run"
+    first = TrainProcess(["--steps", "150", "--demos", "3", "--eval-every", "50", "--eval-episodes", "2",
+                          "--checkpoint-every", "10000", "--no-video", "--run-dir", str(run_dir)])
+    first.wait_for(r"^env step 50: eval success")
+    first.proc.send_signal(signal.SIGINT)
+    status, stderr = first.finish()
+    assert status == 130, stderr
+    stopped = assert_interrupted(run_dir, stderr, 150)
+    assert 50 <= stopped < 150
+
+    second = TrainProcess(["--resume", str(run_dir)])
+    second.wait_for(rf"^resumed {re.escape(str(run_dir))} from env step {stopped} ")
+    second.wait_for(r"^env step 100: eval success")
+    second.proc.send_signal(signal.SIGTERM)
+    status, stderr = second.finish()
+    assert status == 143, stderr
+    stopped = assert_interrupted(run_dir, stderr, 150)
+    assert 100 <= stopped < 150
+
+    third = subprocess.run([sys.executable, "-m", "robot_rl.cli", "train", "--resume", str(run_dir)],
+                           capture_output=True, text=True, timeout=600)
+    assert third.returncode == 0, third.stdout + third.stderr
+    final = checkpoint_state(run_dir)
+    assert final["extra"]["env_step"] == final["transitions"] == 150  # nothing lost, nothing trained on twice
+    assert final["extra"]["finished"]
+    assert [row["env_step"] for row in final["extra"]["evals"]] == [0, 50, 100, 150]
+    report = (run_dir / "report.md").read_text()
+    assert "Final eval success" in report and "Interrupted" not in report
 
 
 @pytest.mark.slow
 def test_killed_run_resumes_from_its_checkpoint(tmp_path):
+    """kill -9 after a checkpoint taken in the middle of an episode (every 75 steps; episodes last up to 50)."""
     run_dir = tmp_path / "run"
     command = [
         sys.executable, "-m", "robot_rl.cli", "train", "--steps", "400", "--demos", "3", "--eval-every", "400",
-        "--eval-episodes", "2", "--checkpoint-every", "100", "--no-video", "--run-dir", str(run_dir),
+        "--eval-episodes", "2", "--checkpoint-every", "75", "--no-video", "--run-dir", str(run_dir),
     ]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     checkpoint = run_dir / "checkpoint" / "learner.json"
     deadline = time.monotonic() + 300
-    while not (checkpoint.exists() and json.loads(checkpoint.read_text())["extra"]["env_step"] >= 100):
+    while not (checkpoint.exists() and json.loads(checkpoint.read_text())["extra"]["env_step"] >= 75):
         assert proc.poll() is None, proc.stdout.read()
         assert time.monotonic() < deadline
         time.sleep(0.2)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     saved = json.loads(checkpoint.read_text())
-    assert 100 <= saved["extra"]["env_step"] < 400
+    assert 75 <= saved["extra"]["env_step"] < 400
 
     resumed = subprocess.run(
         [sys.executable, "-m", "robot_rl.cli", "train", "--resume", str(run_dir)],
@@ -67,6 +190,111 @@ def test_killed_run_resumes_from_its_checkpoint(tmp_path):
     assert final["transitions"] == 400  # nothing trained on twice, nothing lost between checkpoint and resume
     assert final["updates"] > saved["updates"]
     assert (run_dir / "report.md").exists()
+
+
+def test_resume_extends_a_finished_run_and_refuses_what_it_cannot_change(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    train(TrainConfig(steps=60, eval_every=60, run_dir=run_dir, **TINY))
+    assert checkpoint_state(run_dir)["extra"]["finished"]
+
+    def error_of(*args: str) -> str:
+        with pytest.raises(SystemExit) as exit_info:
+            main(["train", "--resume", str(run_dir), *args])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1, err
+        return err
+
+    assert "nothing to resume" in error_of() and "finished its 60 env steps" in error_of()
+    assert "--steps 40 is below the 60 env steps" in error_of("--steps", "40")
+    assert "cannot change --sac.discount (0.97 -> 0.9)" in error_of("--steps", "100", "--sac.discount", "0.9")
+    assert "cannot change --demos (3 -> 5)" in error_of("--steps", "100", "--demos", "5")
+    assert checkpoint_state(run_dir)["extra"]["env_step"] == 60  # refused: nothing ran
+
+    # 1000 is TrainConfig's default eval_every: given on the command line, it still counts
+    main(["train", "--resume", str(run_dir), "--steps", "100", "--eval-every", "1000"])
+    assert "resumed" in capsys.readouterr().out
+    state = checkpoint_state(run_dir)
+    assert state["extra"]["env_step"] == state["transitions"] == 100
+    assert [row["env_step"] for row in state["extra"]["evals"]] == [0, 60, 100]
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert saved["steps"] == 100 and saved["eval_every"] == 1000 and saved["demos"] == 3
+
+
+def test_resume_of_a_folder_without_a_checkpoint_says_so(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps(config_to_json(TrainConfig(run_dir=run_dir))))
+    with pytest.raises(RunError, match="nothing to resume: .* has no checkpoint"):
+        train(resume=run_dir)
+    with pytest.raises(RunError, match="already holds a run"):
+        train(TrainConfig(run_dir=run_dir))
+    assert sorted(p.name for p in run_dir.iterdir()) == ["config.json"]
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("train") / "run"
+    train(TrainConfig(steps=100, eval_every=100, demos=3, eval_episodes=3, video=True, run_dir=run_dir))
+    return run_dir
+
+
+def test_policy_file_reproduces_the_trained_agent(trained_run):
+    from robot_rl.learner import Learner
+    from robot_rl.loop import make_env
+    from robot_rl.policy_file import actor_from_weights, read_policy_file
+
+    cfg = config_from_json(TrainConfig, json.loads((trained_run / "config.json").read_text()))
+    env = make_env(cfg.task, obs_mode=cfg.obs_mode)
+    learner = Learner(env.observation_space, env.action_space.shape[0], cfg.sac, cfg.learner)
+    learner.restore(trained_run / "checkpoint")
+    message = read_policy_file(trained_run)
+    assert message.updates == learner.updates > 0 and message.transitions == 100
+    actor = actor_from_weights(message, deterministic=True)
+    for seed in range(3):
+        obs, _ = env.reset(seed=seed)
+        expected = np.asarray(learner.agent.eval_actions({k: obs[k] for k in learner.observation_spec.keys}))
+        np.testing.assert_array_equal(actor.act(obs), expected)
+    untrained = Learner(env.observation_space, env.action_space.shape[0], cfg.sac, cfg.learner).agent
+    assert not np.allclose(untrained.eval_actions({k: obs[k] for k in learner.observation_spec.keys}), expected)
+    env.close()
+
+
+def test_eval_reproduces_the_runs_final_evaluation(trained_run, tmp_path, capsys):
+    out = tmp_path / "eval"
+    main(["eval", "--policy", str(trained_run), "--episodes", "3", "--video", "--out", str(out)])
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary == json.loads((out / "eval.json").read_text())
+    assert summary["task"] == "PickCube-v0" and summary["obs_mode"] == "state" and summary["episodes"] == 3
+    final = checkpoint_state(trained_run)["extra"]["evals"][-1]
+    assert final["env_step"] == 100
+    # the same held-out seeds and weights as train's final evaluation: the same episodes
+    assert summary["successes"] == final["successes"]
+    assert summary["mean_length"] == pytest.approx(final["mean_length"])
+    assert summary["success_ci95"][0] <= summary["success_rate"] <= summary["success_ci95"][1]
+    lengths = [e["length"] for e in summary["per_episode"]]
+    codec, width, height, frames = video_info(out / "eval.mp4")
+    assert codec == "h264" and width == 2 * height and frames == sum(lengths[:2])  # front | wrist, 2 episodes
+    # train filmed the same two episodes of its final evaluation
+    assert video_info(trained_run / "eval.mp4") == (codec, width, height, frames)
+
+
+def test_eval_errors_are_one_line(trained_run, tmp_path, capsys):
+    def error_of(*args: str) -> str:
+        with pytest.raises(SystemExit) as exit_info:
+            main(["eval", *args, "--out", str(tmp_path / "out")])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith("error: "), err
+        return err
+
+    checkpoint = trained_run / "checkpoint" / "agent.msgpack"
+    assert f"pass {trained_run / 'policy.msgpack'}" in error_of("--policy", str(checkpoint))
+    assert "does not exist" in error_of("--policy", str(tmp_path / "none.msgpack"))
+    assert "does not provide" in error_of("--policy", str(trained_run), "--obs-mode", "pixels")
+    assert "unknown task 'Nope-v0'" in error_of("--policy", str(trained_run), "--task", "Nope-v0")
+    assert "episodes=0" in error_of("--policy", str(trained_run), "--episodes", "0")
+    assert not (tmp_path / "out").exists()
 
 
 def test_interventions_during_training_are_flagged_and_reach_both_buffers(tmp_path):
@@ -89,3 +317,36 @@ def test_interventions_during_training_are_flagged_and_reach_both_buffers(tmp_pa
     demo = ReplayBuffer.load(run_dir / "checkpoint" / "demo.zarr")
     assert online.intervention[online.valid].sum() == state["interventions"] == len(demo)
     assert "Human interventions" in (run_dir / "report.md").read_text()
+
+
+def test_bad_demo_dataset_leaves_no_run_folder(tmp_path):
+    from robot_rl.data.episodes import DatasetError
+
+    run_dir = tmp_path / "run"
+    with pytest.raises(DatasetError, match="missing.zarr"):
+        train(TrainConfig(demo_path=tmp_path / "missing.zarr", run_dir=run_dir, **TINY))
+    with pytest.raises(ValueError, match="unknown task 'Nope-v0'"):
+        train(TrainConfig(task="Nope-v0", run_dir=run_dir, **TINY))
+    assert not run_dir.exists()
+
+
+def test_config_rejects_bad_numbers():
+    with pytest.raises(ValueError, match=r"invalid TrainConfig: eval_every=0 must be >= 1; demos=-3 must be >= 0"):
+        TrainConfig(eval_every=0, demos=-3)
+    with pytest.raises(ValueError, match="final_eval_episodes=0"):
+        dataclasses.replace(TrainConfig(), final_eval_episodes=0)
+
+
+def test_eval_env_settings_come_from_the_policys_observation_spec():
+    from robot_rl.sim.evaluate import env_settings_for
+    from robot_rl.types import ObservationSpec
+
+    def spec(**shapes):
+        return ObservationSpec.from_shapes({k.replace("__", "/"): v for k, v in shapes.items()})
+
+    state = ((14,), "float32")
+    assert env_settings_for(spec(state=state, object_state=((10,), "float32"))) == ("state", None)
+    image = ((96, 96, 3), "uint8")
+    assert env_settings_for(spec(state=state, images__front=image, images__wrist=image)) == ("pixels", 96)
+    assert env_settings_for(spec(state=state, object_state=((10,), "float32"), images__front=image)) == (
+        "state+pixels", 96)

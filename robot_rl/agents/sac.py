@@ -27,19 +27,44 @@ from robot_rl.types import Batch, ObservationSpec
 Params = Any
 
 
+def _raise_problems(config: Any, problems: list[str]) -> None:
+    """One ValueError naming the config class and every bad field (a CLI shows it as one line)."""
+    if problems:
+        raise ValueError(f"invalid {type(config).__name__}: {'; '.join(problems)}")
+
+
 @dataclasses.dataclass(frozen=True)
 class ImageEncoderConfig:
-    """Per-camera conv encoder and DrQ augmentation settings."""
+    """Per-camera conv encoder of pixel observations and its DrQ augmentation (unused by state-only runs)."""
 
-    # Default: non-overlapping "patchify" convs (kernel == stride: 64px -> 16 -> 8 -> 4), run as matmuls, which (with
-    # 16 channels and 2 critics, the CPU training preset) makes pixel SAC real-time at UTD 1 on a 2-core CPU learner.
-    # DrQ/SERL-style overlapping convs work too, e.g.
-    # kernel_sizes=(3, 3, 3, 3), strides=(2, 1, 1, 1), at roughly 10x the cost.
     channels: tuple[int, ...] = (32, 32, 32)
+    """Output channels of each conv layer. The default non-overlapping "patchify" convs (kernel == stride:
+    64 px -> 16 -> 8 -> 4) run as matmuls, which (with 16 channels and 2 critics, the CPU training preset) makes
+    pixel SAC real-time at UTD 1 on a 2-core CPU learner. DrQ/SERL-style overlapping convs work too, e.g.
+    kernel sizes 3 3 3 3 with strides 2 1 1 1, at roughly 10x the cost."""
     kernel_sizes: tuple[int, ...] = (4, 2, 2)
+    """Kernel size of each conv layer (one per entry of channels)."""
     strides: tuple[int, ...] = (4, 2, 2)
+    """Stride of each conv layer (one per entry of channels)."""
     latent_dim: int = 64
-    augment_pad: int = 4  # DrQ random shift in pixels; 0 disables augmentation
+    """Size of the feature vector each camera is projected to after the convs."""
+    augment_pad: int = 4
+    """DrQ random-shift augmentation: pad each image by this many pixels and crop at random; 0 turns it off."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not len(self.channels) == len(self.kernel_sizes) == len(self.strides):
+            problems.append(f"channels {self.channels}, kernel_sizes {self.kernel_sizes} and strides {self.strides} "
+                            "must have the same length")
+        for name in ("channels", "kernel_sizes", "strides"):
+            values = getattr(self, name)
+            if not values or min(values) < 1:
+                problems.append(f"{name}={values} must be one or more integers >= 1")
+        if self.latent_dim < 1:
+            problems.append(f"latent_dim={self.latent_dim} must be >= 1")
+        if self.augment_pad < 0:
+            problems.append(f"augment_pad={self.augment_pad} must be >= 0")
+        _raise_problems(self, problems)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,44 +72,87 @@ class SACConfig:
     """SAC hyper-parameters (hashable: it is a static part of the jitted agent)."""
 
     actor_hidden_dims: tuple[int, ...] = (256, 256)
+    """Hidden layer widths of the actor MLP."""
     critic_hidden_dims: tuple[int, ...] = (256, 256)
+    """Hidden layer widths of each critic MLP."""
     critic_ensemble_size: int = 10
-    critic_subset_size: int = 2  # REDQ: the target takes the min over this many randomly chosen heads
+    """Critic heads in the ensemble (RLPD uses 10, HIL-SERL 2)."""
+    critic_subset_size: int = 2
+    """REDQ: the TD target takes the min over this many randomly chosen critic heads."""
     critic_layer_norm: bool = True
+    """LayerNorm after each hidden layer of the critics (keeps Q values in check at high update-to-data ratios)."""
     actor_layer_norm: bool = False
+    """LayerNorm after each hidden layer of the actor."""
     actor_lr: float = 3e-4
+    """Adam learning rate of the actor."""
     critic_lr: float = 3e-4
+    """Adam learning rate of the critics and the image encoder (the critic loss trains the encoder)."""
     temperature_lr: float = 3e-4
-    # Per-step gamma. Batches carry the discount to apply (gamma**n for n-step returns); samplers take it from here.
+    """Adam learning rate of the entropy temperature."""
     discount: float = 0.99
+    """Per-step discount gamma in (0, 1]. Batches carry the discount to apply (gamma**n for n-step returns);
+    samplers take it from here."""
     tau: float = 0.005
+    """Polyak averaging rate of the target critics: target <- tau * critic + (1 - tau) * target after each critic
+    step."""
     init_temperature: float = 0.1
-    target_entropy: float | None = None  # None -> -action_dim
-    critic_actor_ratio: int = 1  # actor and temperature step once every this many critic steps
+    """Initial entropy temperature alpha (then tuned automatically towards target_entropy)."""
+    target_entropy: float | None = None
+    """Policy entropy the temperature tuning aims for (None: -action_dim)."""
+    critic_actor_ratio: int = 1
+    """Critic steps per actor and temperature step."""
     backup_entropy: bool = True
+    """Add the entropy bonus to the TD target (soft Q backup); often off for sparse success rewards."""
     log_std_min: float = -5.0
+    """Lower clip of the actor's log standard deviation."""
     log_std_max: float = 2.0
-    actor_zero_init_last: bool = False  # residual RL: start as "no correction"
-    # Behaviour-cloning term on demo rows of each batch: bc_weight * mean ||tanh(mean(s)) - a_demo||^2 in the actor
-    # loss. 0 is plain SAC/RLPD; a small weight makes learning from few demos much faster (TD3+BC-style).
+    """Upper clip of the actor's log standard deviation."""
+    actor_zero_init_last: bool = False
+    """Zero-initialise the actor's last layer (residual RL: start as "no correction")."""
     bc_weight: float = 0.0
-    # Known bounds of the return, e.g. (0, 1) for a sparse reward of 1 that ends the episode: TD targets are clipped
-    # into them, so the actor cannot chase critic over-estimates beyond what any policy can achieve.
+    """Behaviour-cloning term on demo rows of each batch: bc_weight * mean ||tanh(mean(s)) - a_demo||^2 in the actor
+    loss. 0 is plain SAC/RLPD; a small weight makes learning from few demos much faster (TD3+BC-style)."""
     target_bounds: tuple[float, float] | None = None
+    """Known bounds of the return, e.g. 0 1 for a sparse reward of 1 that ends the episode: TD targets are clipped
+    into them, so the actor cannot chase critic over-estimates beyond what any policy can achieve (None: no
+    clipping)."""
     image_encoder: ImageEncoderConfig = ImageEncoderConfig()
+    """Per-camera conv encoder of pixel observations (unused by state-only runs)."""
 
     def __post_init__(self) -> None:
-        if not 1 <= self.critic_subset_size <= self.critic_ensemble_size:
-            raise ValueError(
-                f"critic_subset_size={self.critic_subset_size} must be in [1, critic_ensemble_size="
-                f"{self.critic_ensemble_size}]"
-            )
+        problems = []
+        for name in ("actor_hidden_dims", "critic_hidden_dims"):
+            values = getattr(self, name)
+            if not values or min(values) < 1:
+                problems.append(f"{name}={values} must be one or more layer widths >= 1")
+        if self.critic_ensemble_size < 1:
+            problems.append(f"critic_ensemble_size={self.critic_ensemble_size} must be >= 1")
+        elif not 1 <= self.critic_subset_size <= self.critic_ensemble_size:
+            problems.append(f"critic_subset_size={self.critic_subset_size} must be in [1, critic_ensemble_size="
+                            f"{self.critic_ensemble_size}]")
+        for name in ("actor_lr", "critic_lr", "temperature_lr", "init_temperature"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                problems.append(f"{name}={value} must be > 0")
+        if not (math.isfinite(self.discount) and 0.0 < self.discount <= 1.0):
+            problems.append(f"discount={self.discount} must be in (0, 1]")
+        if not (math.isfinite(self.tau) and 0.0 < self.tau <= 1.0):
+            problems.append(f"tau={self.tau} must be in (0, 1]")
+        if self.target_entropy is not None and not math.isfinite(self.target_entropy):
+            problems.append(f"target_entropy={self.target_entropy} must be finite or None (-action_dim)")
         if self.critic_actor_ratio < 1:
-            raise ValueError(f"critic_actor_ratio must be >= 1, got {self.critic_actor_ratio}")
-        if not 0.0 < self.tau <= 1.0:
-            raise ValueError(f"tau must be in (0, 1], got {self.tau}")
-        if self.target_bounds is not None and not self.target_bounds[0] < self.target_bounds[1]:
-            raise ValueError(f"target_bounds must be (low, high) with low < high, got {self.target_bounds}")
+            problems.append(f"critic_actor_ratio={self.critic_actor_ratio} must be >= 1")
+        if not (math.isfinite(self.log_std_min) and math.isfinite(self.log_std_max)
+                and self.log_std_min < self.log_std_max):
+            problems.append(f"log_std_min={self.log_std_min} must be below log_std_max={self.log_std_max}")
+        if not (math.isfinite(self.bc_weight) and self.bc_weight >= 0):
+            problems.append(f"bc_weight={self.bc_weight} must be >= 0")
+        if self.target_bounds is not None and not (
+            len(self.target_bounds) == 2 and all(math.isfinite(b) for b in self.target_bounds)
+            and self.target_bounds[0] < self.target_bounds[1]
+        ):
+            problems.append(f"target_bounds={self.target_bounds} must be (low, high) with low < high, or None")
+        _raise_problems(self, problems)
 
 
 class OptimisedParams(flax.struct.PyTreeNode):
@@ -130,9 +198,6 @@ class SACAgent(flax.struct.PyTreeNode):
             raise ValueError("observation spec is empty")
         if action_dim < 1:
             raise ValueError(f"action_dim must be >= 1, got {action_dim}")
-        enc = config.image_encoder
-        if not (len(enc.channels) == len(enc.kernel_sizes) == len(enc.strides)):
-            raise ValueError("image_encoder channels, kernel_sizes and strides must have the same length")
         return _create_agent(jax.random.PRNGKey(seed), spec, action_dim, config)
 
     @property

@@ -1,0 +1,81 @@
+"""Policy files: a trained policy on disk in the learner's weights format (msgpack, no pickle).
+
+``<run_dir>/policy.msgpack`` is written by the learner node and by ``robot-rl train``; ``robot-rl eval``, the actor node
+(``-p weights_path:=...``) and ``launch/sim_eval.yaml`` load it. It is one `WeightsMessage`: the actor weights with
+the observation spec and agent config an actor needs to build the policy from scratch. A learner checkpoint
+(``checkpoint/agent.msgpack``: agent and optimiser state) is not a policy file, and reading one says so.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from robot_rl.transport import TransportError, WeightsMessage, decode_weights, encode_weights
+
+POLICY_FILE = "policy.msgpack"
+
+
+class PolicyFileError(ValueError):
+    """A policy file is missing, unreadable or not a policy file; the message names the file and the fix."""
+
+
+def weights_message(agent, *, version: int, transitions: int = 0, updates: int = 0) -> WeightsMessage:
+    """The agent's actor weights as a `WeightsMessage` (what the learner broadcasts and policy files hold)."""
+    from robot_rl.train import config_to_json
+
+    return WeightsMessage(version=int(version), policy=agent.policy_to_bytes(), observation_spec=agent.observation_spec,
+                          action_dim=agent.action_dim, sac_config=config_to_json(agent.config),
+                          transitions=int(transitions), updates=int(updates))
+
+
+def write_policy_file(path: str | Path, message: WeightsMessage) -> Path:
+    """Write `message` to `path` atomically (a reader never sees half a file); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(encode_weights(message))
+    os.replace(tmp, path)
+    return path
+
+
+def resolve_policy_path(path: str | Path) -> Path:
+    """A policy file, or a run folder holding one (``<run_dir>/policy.msgpack``)."""
+    path = Path(path)
+    if path.is_dir():
+        if (path / POLICY_FILE).is_file():
+            return path / POLICY_FILE
+        raise PolicyFileError(f"{path} is a folder without a {POLICY_FILE}; pass a run folder or its {POLICY_FILE}")
+    return path
+
+
+def read_policy_file(path: str | Path) -> WeightsMessage:
+    """Load a policy file (or a run folder's); PolicyFileError names the file and what is wrong with it."""
+    path = resolve_policy_path(path)
+    try:
+        payload = path.read_bytes()
+    except FileNotFoundError:
+        raise PolicyFileError(f"policy file {path} does not exist") from None
+    except OSError as error:
+        raise PolicyFileError(f"cannot read policy file {path}: {error.strerror or error}") from None
+    try:
+        return decode_weights(payload)
+    except TransportError as error:
+        if path.name == "agent.msgpack" or path.parent.name.startswith("checkpoint"):
+            run_dir = path.parent.parent
+            raise PolicyFileError(
+                f"{path} is a learner checkpoint, not a policy file; pass {run_dir / POLICY_FILE}") from None
+        raise PolicyFileError(f"{path} is not a robot_rl policy file ({error})") from None
+
+
+def actor_from_weights(message: WeightsMessage, *, seed: int = 0, deterministic: bool = False, human=None):
+    """An `Actor` built from scratch for the policy in `message` (its spec and agent config), with its weights."""
+    from robot_rl.actor import Actor
+    from robot_rl.agents.sac import SACAgent, SACConfig
+    from robot_rl.train import config_from_json
+
+    agent = SACAgent.create(seed, message.observation_spec, message.action_dim,
+                            config_from_json(SACConfig, message.sac_config))
+    actor = Actor(agent, seed=seed, deterministic=deterministic, human=human)
+    actor.update_weights(message.policy, max(int(message.version), 1))
+    return actor

@@ -1,0 +1,205 @@
+"""Evaluate a policy in the sim mirror in-process: success rate with a 95 % interval, returns, lengths and a video.
+
+`robot-rl train` evaluates its policy with `evaluate`; `robot-rl eval` runs `evaluate_policy_file` on a saved
+policy (``<run_dir>/policy.msgpack``). Evaluation episodes use held-out seeds (`EVAL_SEED_OFFSET` + k) that training
+episodes (seed + k) and demos never use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from robot_rl.loop import EpisodeResult, make_env, run_episode
+from robot_rl.report import wilson_interval
+from robot_rl.types import ObservationSpec
+
+EVAL_SEED_OFFSET = 1_000_000
+VIDEO_EPISODES = 2
+
+
+class StopRequested(Exception):
+    """A `should_stop` callback asked a loop to stop between env steps (an evaluation's partial results are
+    dropped)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """The episodes of one evaluation, in seed order, and their statistics."""
+
+    episodes: tuple[EpisodeResult, ...]
+    video: Path | None = None
+
+    def __len__(self) -> int:
+        return len(self.episodes)
+
+    def __iter__(self) -> Iterator[EpisodeResult]:
+        return iter(self.episodes)
+
+    @property
+    def successes(self) -> int:
+        return sum(bool(e.success) for e in self.episodes)
+
+    @property
+    def success_rate(self) -> float:
+        return self.successes / len(self.episodes)
+
+    @property
+    def success_interval(self) -> tuple[float, float]:
+        """95 % Wilson score interval of the success rate."""
+        return wilson_interval(self.successes, len(self.episodes))
+
+    @property
+    def mean_return(self) -> float:
+        return float(np.mean([e.total_reward for e in self.episodes]))
+
+    @property
+    def mean_length(self) -> float:
+        return float(np.mean([e.steps for e in self.episodes]))
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready statistics and per-episode results."""
+        low, high = self.success_interval
+        return {
+            "episodes": len(self.episodes), "successes": self.successes, "success_rate": self.success_rate,
+            "success_ci95": [low, high], "mean_return": self.mean_return, "mean_length": self.mean_length,
+            "per_episode": [{"seed": e.seed, "success": bool(e.success), "return": e.total_reward, "length": e.steps}
+                            for e in self.episodes],
+        }
+
+
+def evaluate(
+    env,
+    policy,
+    episodes: int,
+    seed: int,
+    *,
+    video_path: str | Path | None = None,
+    video_episodes: int = VIDEO_EPISODES,
+    should_stop: Callable[[], bool] | None = None,
+    on_episode: Callable[[EpisodeResult], None] | None = None,
+) -> Evaluation:
+    """Run `policy` (use a deterministic one) for `episodes` episodes with seeds seed, seed + 1, ...
+
+    With `video_path`, the first `video_episodes` episodes are filmed with the front and wrist cameras side by side
+    and a "episode e/E  step t  success" caption. `should_stop` is checked after every env step; StopRequested is
+    raised when it returns True.
+    """
+    if episodes < 1:
+        raise ValueError(f"episodes={episodes} must be >= 1")
+    streams: dict[str, list[np.ndarray]] = {}
+    captions: list[str] = []
+    filmed = min(episodes, video_episodes) if video_path is not None else 0
+    results = []
+    for index in range(episodes):
+        step = 0
+        succeeded = False
+
+        def on_step(obs, action, reward, terminated, truncated, info, index=index):
+            nonlocal step, succeeded
+            step += 1
+            succeeded = succeeded or bool(info.get("success", False))
+            if index < filmed:
+                for camera, frame in env.unwrapped.camera_frames().items():
+                    streams.setdefault(camera, []).append(frame)
+                captions.append(f"episode {index + 1}/{filmed}  step {step}" + ("  success" if succeeded else ""))
+            if should_stop is not None and should_stop():
+                raise StopRequested
+
+        result, _ = run_episode(env, policy, seed=seed + index, on_step=on_step)
+        results.append(result)
+        if on_episode is not None:
+            on_episode(result)
+    video = None
+    if filmed:
+        from robot_rl.data.video import write_video
+
+        fps = env.metadata.get("render_fps") or 1.0 / env.unwrapped.control_dt
+        write_video(video_path, [np.stack(frames) for frames in streams.values()], fps=fps, captions=captions)
+        video = Path(video_path)
+    return Evaluation(tuple(results), video)
+
+
+def env_settings_for(spec: ObservationSpec) -> tuple[str, int | None]:
+    """(obs_mode, image_size) of the sim env whose observations a policy with this spec reads."""
+    images = [spec[k] for k in spec.image_keys]
+    if not images:
+        return "state", None
+    return ("state+pixels" if "object_state" in spec else "pixels"), images[0].shape[0]
+
+
+def task_of_run(policy_path: str | Path) -> str | None:
+    """The task in the `config.json` of the run folder that holds the policy file, if there is one."""
+    from robot_rl.policy_file import resolve_policy_path
+
+    config = resolve_policy_path(policy_path).parent / "config.json"
+    try:
+        return json.loads(config.read_text()).get("task")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def evaluate_policy_file(
+    policy_path: str | Path,
+    *,
+    task: str | None = None,
+    episodes: int = 20,
+    seed: int = EVAL_SEED_OFFSET,
+    obs_mode: str | None = None,
+    image_size: int | None = None,
+    out: str | Path | None = None,
+    video: bool = False,
+    video_episodes: int = VIDEO_EPISODES,
+    on_episode: Callable[[EpisodeResult], None] | None = None,
+) -> dict[str, Any]:
+    """Evaluate a saved policy deterministically; writes `eval.json` (and `eval.mp4`) to `out`, returns the summary.
+
+    `task` defaults to the task of the run folder holding the policy, `obs_mode` and `image_size` to what the
+    policy's observation spec needs, `out` to an `eval` folder next to the policy file. Bad input (missing or
+    foreign policy file, unknown task, observations that do not match the policy) raises a ValueError naming it.
+    """
+    from robot_rl.policy_file import actor_from_weights, read_policy_file, resolve_policy_path
+
+    message = read_policy_file(policy_path)
+    policy_file = resolve_policy_path(policy_path)
+    task = task or task_of_run(policy_file)
+    if task is None:
+        raise ValueError(f"no --task given and no run config.json next to {policy_file} to take it from")
+    needed_mode, needed_size = env_settings_for(message.observation_spec)
+    obs_mode = obs_mode or needed_mode
+    image_size = image_size or needed_size or 64
+    env = make_env(task, obs_mode=obs_mode, image_size=image_size)
+    try:
+        _check_observations(env, message.observation_spec, message.action_dim, policy_file, task, obs_mode, image_size)
+        actor = actor_from_weights(message, deterministic=True)
+        out = Path(out) if out is not None else policy_file.parent / "eval"
+        out.mkdir(parents=True, exist_ok=True)
+        evaluation = evaluate(env, actor, episodes, seed, video_path=out / "eval.mp4" if video else None,
+                              video_episodes=video_episodes, on_episode=on_episode)
+    finally:
+        env.close()
+    summary = {"policy": str(policy_file), "task": task, "obs_mode": obs_mode, "first_seed": seed,
+               "weights_version": message.version, "policy_transitions": message.transitions,
+               "policy_updates": message.updates, **evaluation.summary(),
+               "video": str(evaluation.video) if evaluation.video else None}
+    (out / "eval.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def _check_observations(env, spec: ObservationSpec, action_dim: int, policy_file: Path, task: str, obs_mode: str,
+                        image_size: int) -> None:
+    """ValueError if the env does not give the observation entries and action size the policy was trained on."""
+    provided = ObservationSpec.from_space(env.observation_space)
+    wrong = [f"{k} {spec[k].shape}" + (f" (env: {provided[k].shape})" if k in provided else " (env: missing)")
+             for k in spec.keys if k not in provided or provided[k] != spec[k]]
+    if wrong:
+        raise ValueError(f"policy {policy_file} reads {', '.join(wrong)}: {task} with --obs-mode {obs_mode} "
+                         f"--image-size {image_size} does not provide them")
+    if env.action_space.shape != (action_dim,):
+        raise ValueError(f"policy {policy_file} outputs {action_dim}-d actions but {task} takes "
+                         f"{env.action_space.shape[0]}-d actions")
