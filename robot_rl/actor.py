@@ -39,6 +39,7 @@ class Actor:
         self.human = human
         self.weights_version = 0
         self._key = jax.random.PRNGKey(seed)
+        self._uniform_rng = np.random.default_rng(seed)
 
     def update_weights(self, policy_bytes: bytes, version: int) -> None:
         """Swap in actor weights produced by `SACAgent.policy_to_bytes` (ignored if not newer)."""
@@ -57,8 +58,14 @@ class Actor:
         self._key, key = jax.random.split(self._key)
         return np.asarray(self.agent.sample_actions(obs, key), dtype=np.float32)
 
-    def step(self, obs: Observation) -> ActorStep:
-        policy_action = self.policy_action(obs)
+    def uniform_action(self) -> np.ndarray:
+        """An action drawn uniformly from [-1, 1] (warm-up exploration of a run without demos)."""
+        return self._uniform_rng.uniform(-1.0, 1.0, self.agent.action_dim).astype(np.float32)
+
+    def step(self, obs: Observation, *, uniform: bool = False) -> ActorStep:
+        """The policy's action, or a uniform random one when `uniform` (pass `learner.warming_up`); a human who
+        takes over overrides either."""
+        policy_action = self.uniform_action() if uniform else self.policy_action(obs)
         if self.human is not None:
             human_action = self.human.act(obs, policy_action)
             if human_action is not None:
@@ -90,7 +97,9 @@ class ActorSession:
 
     Step t: the observation that arrived after command t-1 closes transition t-1 (with the reward and success the
     robot or the sim task reported for that step), then command t is chosen (human if engaged, else the policy),
-    filtered by the safety layer and tracked as the new absolute target.
+    filtered by the safety layer and tracked as the new absolute target. A transition's `step` is the control step
+    its observation was taken at, so a held command (no transition starts there) leaves a gap in the steps, and the
+    learner does not join the transitions on either side of it.
     """
 
     def __init__(self, safety: Safety, source: str, outbox: Outbox | None = None, *, max_episode_steps: int = 50,
@@ -109,7 +118,8 @@ class ActorSession:
         self.episode_return = 0.0
         self.episode_interventions = 0
         self.counters: collections.Counter[str] = collections.Counter()
-        self._pending: tuple[dict, np.ndarray, bool] | None = None
+        self._pending: tuple[dict, np.ndarray, bool, int] | None = None  # obs, action, intervention, control step
+        self._control_step = 0  # step() calls of this episode that chose a command
         self._target: tuple[np.ndarray, np.ndarray] | None = None
         self._gripper = safety.config.initial_gripper
 
@@ -126,6 +136,7 @@ class ActorSession:
         self.episode_return = 0.0
         self.episode_interventions = 0
         self._pending = None
+        self._control_step = 0
         self._target = (np.asarray(tcp_position, dtype=np.float64).copy(), np.asarray(tcp_quat, np.float64).copy())
         self._gripper = self.safety.config.initial_gripper if gripper is None else float(gripper)
         if self.actor is not None:
@@ -162,12 +173,12 @@ class ActorSession:
         reward = max(float(reward), 1.0) if episode_key == "success" else float(reward)
         transition = None
         if self._pending is not None:
-            previous_obs, action, intervention = self._pending
+            previous_obs, action, intervention, control_step = self._pending
             self.episode_step += 1
             terminated = success
             truncated = not terminated and (self.episode_step >= self.max_episode_steps or episode_key is not None)
             transition = StampedTransition(
-                seq=self.next_seq, episode=self.episode, step=self.episode_step - 1, observation=previous_obs,
+                seq=self.next_seq, episode=self.episode, step=control_step, observation=previous_obs,
                 action=action, reward=reward, terminated=terminated, truncated=truncated, next_observation=obs,
                 intervention=intervention, success=success)
             self.outbox.add(transition)
@@ -191,10 +202,12 @@ class ActorSession:
             action = self._hold_action()
         command = self.safety.filter(action, *self._target, now, sensor_stamps, current_gripper=self._gripper)
         self.counters["commands"] += 1
+        control_step = self._control_step
+        self._control_step += 1
         if command.held:
             self.counters["held"] += 1
         else:
             self._target = (command.target_position, command.target_quat)
             self._gripper = command.gripper
-            self._pending = (dict(obs), np.clip(action, -1.0, 1.0).astype(np.float32), intervention)
+            self._pending = (dict(obs), np.clip(action, -1.0, 1.0).astype(np.float32), intervention, control_step)
         return SessionStep(command, transition, False, intervention, success)

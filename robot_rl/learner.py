@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,6 +19,8 @@ from robot_rl.data.replay import MixedSampler, ReplayBuffer, insert_with_interve
 from robot_rl.types import ObservationSpec
 
 CHECKPOINT_VERSION = 1
+ACTION_SLACK = 1e-6  # float rounding of actions at the bounds of [-1, 1]
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,30 +28,85 @@ class LearnerConfig:
     """Replay and update schedule of the learner."""
 
     batch_size: int = 256
+    """Transitions per gradient step (demo and online rows together)."""
     utd: int = 4
-    """Gradient steps per `step()` call (one jitted lax.scan); the loop calls `step()` once per env step."""
+    """Gradient steps per learner step, one jitted lax.scan (the update-to-data ratio at one step per env step)."""
     demo_ratio: float = 0.5
-    """Share of each batch drawn from the demo buffer (RLPD: 0.5)."""
+    """Share of each batch drawn from the demo buffer (RLPD: 0.5); all from the other when one buffer is empty."""
     online_capacity: int = 100_000
+    """Frames the online replay buffer holds (an episode of T steps takes T + 1); the oldest are overwritten."""
     demo_capacity: int = 50_000
+    """Frames the demo replay buffer holds (demos and human interventions); the oldest are overwritten."""
     n_step: int = 1
+    """Rewards summed into each TD target (n-step return); the window stops at the end of an episode."""
+    warmup_transitions: int | None = None
+    """Transitions acted uniformly at random before the first update; None: 4 x batch_size without demos, 0 with."""
     seed: int = 0
+    """Seed of the agent's initial weights and of batch sampling."""
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1 or self.utd < 1 or self.n_step < 1:
-            raise ValueError(f"batch_size, utd and n_step must be >= 1: {self}")
+        problems = [f"{name}={getattr(self, name)!r} must be >= {low}"
+                    for name, low in (("batch_size", 1), ("utd", 1), ("n_step", 1), ("online_capacity", 2),
+                                      ("demo_capacity", 2), ("seed", 0)) if getattr(self, name) < low]
+        if not 0.0 <= self.demo_ratio <= 1.0:
+            problems.append(f"demo_ratio={self.demo_ratio!r} must be in [0, 1]")
+        if self.warmup_transitions is not None and self.warmup_transitions < 0:
+            problems.append(f"warmup_transitions={self.warmup_transitions!r} must be >= 0 or None (automatic)")
+        if problems:
+            raise ValueError(f"invalid {type(self).__name__}: {'; '.join(problems)}")
+
+
+def action_dim_of(action_space: Any) -> int:
+    """The action size of an int or a gymnasium Box in [-1, 1]; any other space is refused with the fix."""
+    if isinstance(action_space, (int, np.integer)) and not isinstance(action_space, bool):
+        return int(action_space)
+    low, high = getattr(action_space, "low", None), getattr(action_space, "high", None)
+    shape = tuple(getattr(action_space, "shape", None) or ())
+    if low is None or high is None or len(shape) != 1:
+        raise ValueError(f"action space {action_space} is not a 1-d gymnasium Box: SAC needs continuous actions")
+    low, high = np.asarray(low, np.float64), np.asarray(high, np.float64)
+    if not (np.all(low == -1.0) and np.all(high == 1.0)):
+        raise ValueError(
+            f"action space bounds [{_bounds_text(low)}, {_bounds_text(high)}] are not [-1, 1]: wrap the env in "
+            "gymnasium.wrappers.RescaleAction(env, -1.0, 1.0)"
+        )
+    return shape[0]
+
+
+def _shape_text(spec) -> str:
+    return "x".join(str(d) for d in spec.shape)
+
+
+def _bounds_text(bound: np.ndarray) -> str:
+    if np.all(bound == bound.flat[0]):
+        return f"{bound.flat[0]:g}"
+    return "[" + ", ".join(f"{v:g}" for v in bound.flat) + "]"
 
 
 class Learner:
-    """Owns the demo and online replay buffers and the SAC agent; `step()` runs `utd` gradient steps."""
+    """Owns the demo and online replay buffers and the SAC agent; `step()` runs `utd` gradient steps.
+
+    A loop of its own: `insert` every transition (`terminated`/`truncated` end an episode, `end_episode()` ends
+    one that stopped otherwise); while `warming_up`, act with uniform random actions (`Actor.step(obs,
+    uniform=True)` or `env.action_space.sample()`); call `step()` once per env step (it waits out the warm-up).
+    """
 
     def __init__(
         self,
         observation_spec: Any,
-        action_dim: int,
+        action_space: Any,
         sac: SACConfig = SACConfig(),
         config: LearnerConfig = LearnerConfig(),
     ):
+        """`observation_spec`: a gymnasium Dict space, an ObservationSpec or {key: (shape, dtype)};
+        `action_space`: a gymnasium Box in [-1, 1] or the action size."""
+        action_dim = action_dim_of(action_space)
+        if hasattr(observation_spec, "low") and not hasattr(observation_spec, "spaces"):
+            raise ValueError(
+                f"observation space {observation_spec} is not a Dict: give the learner dict observations, e.g. "
+                "gymnasium.wrappers.TransformObservation(env, lambda o: {'state': o}, "
+                "gymnasium.spaces.Dict(state=env.observation_space))"
+            )
         self.config = config
         self.observation_spec = ObservationSpec.coerce(observation_spec)
         self.agent = SACAgent.create(config.seed, self.observation_spec, action_dim, sac)
@@ -59,19 +117,49 @@ class Learner:
         self.updates = 0
         self.transitions = 0
         self.interventions = 0
+        self.demo_transitions = 0  # from demo datasets (add_demos), not interventions
+        self._episode_rewards: list[float] = []  # of the open online episode
+        self._warned_about_returns = False
+        self._warned_about_actions = False
 
     @property
     def action_dim(self) -> int:
         return self.agent.action_dim
 
+    # ------------------------------------------------------------------------------------------ warm-up
+    @property
+    def warmup_transitions(self) -> int:
+        """Online transitions to collect before the first update (`LearnerConfig.warmup_transitions` resolved)."""
+        if self.config.warmup_transitions is not None:
+            return self.config.warmup_transitions
+        return 0 if self.demo_transitions else 4 * self.config.batch_size
+
+    @property
+    def warming_up(self) -> bool:
+        """True until `warmup_transitions` online transitions are in: act uniformly at random, no updates yet."""
+        return self.transitions < self.warmup_transitions
+
+    @property
+    def ready(self) -> bool:
+        """Whether `step()` updates the agent: the warm-up is over and there is data to sample."""
+        return not self.warming_up and len(self.demo) + len(self.online) > 0
+
+    # ------------------------------------------------------------------------------------------ data in
+    def reward_error(self, reward: float) -> str | None:
+        """Why `reward` cannot be learned with this agent's `target_bounds` (TD targets are clipped), or None."""
+        bounds = self.agent.config.target_bounds
+        if bounds is None or not np.isfinite(reward) or bounds[0] <= reward <= bounds[1]:
+            return None
+        return (f"reward {reward:g} is outside sac.target_bounds {tuple(bounds)} that TD targets are clipped to: "
+                "scale the reward into them, or set --sac.target-bounds to the range of discounted returns "
+                "(None turns clipping off: SACConfig(target_bounds=None))")
+
     def add_demos(self, dataset: EpisodeDataset) -> int:
-        """Put every step of every episode of `dataset` in the demo buffer; returns the number of transitions."""
-        missing = [k for k in self.observation_spec.keys if k not in dataset.observation_spec]
-        if missing:
-            raise ValueError(
-                f"demo dataset {dataset.path} lacks observation keys {missing} (it has {sorted(dataset.observation_spec)});"
-                " record demos with the same --obs-mode"
-            )
+        """Put every step of every episode of `dataset` in the demo buffer; returns the number of transitions.
+
+        The whole dataset is checked (keys, shapes, actions, rewards) before anything is added.
+        """
+        self._check_demos(dataset)
         added = 0
         for index in range(dataset.num_episodes):
             episode = dataset.episode(index)
@@ -86,7 +174,47 @@ class Learner:
                 )
                 added += 1
             self.demo.end_episode()
+            self._check_returns(episode["reward"], f"demo dataset {dataset.path} episode {index}")
+        self.demo_transitions += added
         return added
+
+    def _check_demos(self, dataset: EpisodeDataset) -> None:
+        missing = [k for k in self.observation_spec.keys if k not in dataset.observation_spec]
+        if missing:
+            raise ValueError(
+                f"demo dataset {dataset.path} lacks observation keys {missing} (it has "
+                f"{sorted(dataset.observation_spec)}); record demos with the same --obs-mode"
+            )
+        for key, spec in self.observation_spec.entries:
+            stored = dataset.observation_spec[key]
+            if stored.shape == spec.shape and stored.dtype == spec.dtype:
+                continue
+            if spec.is_image and stored.is_image and stored.shape[2] == spec.shape[2]:
+                raise ValueError(
+                    f"demo dataset {dataset.path} has {key} {_shape_text(stored)} but this run uses "
+                    f"{_shape_text(spec)}: record demos with --image-size {spec.shape[0]} or train with "
+                    f"--image-size {stored.shape[0]}"
+                )
+            raise ValueError(
+                f"demo dataset {dataset.path} has {key} {stored.dtype} {_shape_text(stored)} but this run uses "
+                f"{spec.dtype} {_shape_text(spec)}: record demos with the same task and --obs-mode"
+            )
+        if dataset.action_spec.shape != (self.action_dim,):
+            raise ValueError(
+                f"demo dataset {dataset.path} has {dataset.action_spec.shape[0] if dataset.action_spec.shape else 0}-d "
+                f"actions but this run uses {self.action_dim}-d actions: record demos with the same task"
+            )
+        actions = dataset.data["action"]
+        if actions.size and np.abs(actions).max() > 1.0 + ACTION_SLACK:
+            raise ValueError(
+                f"demo dataset {dataset.path} has actions up to {np.abs(actions).max():g}, outside [-1, 1]: "
+                "record demos in the policy's action range [-1, 1]"
+            )
+        rewards = dataset.data["reward"]
+        problems = [self.reward_error(float(r)) for r in (rewards.min(), rewards.max())] if rewards.size else []
+        problem = next((p for p in problems if p), None)
+        if problem:
+            raise ValueError(f"demo dataset {dataset.path}: {problem}")
 
     def insert(
         self,
@@ -98,7 +226,23 @@ class Learner:
         next_observation: Mapping[str, np.ndarray],
         intervention: bool = False,
     ) -> None:
-        """One transition from an actor; a human intervention also goes to the demo buffer (HIL-SERL)."""
+        """One transition from an actor; a human intervention also goes to the demo buffer (HIL-SERL).
+
+        Within an episode `observation` must be the previous transition's `next_observation`; an episode ends with
+        `terminated`/`truncated` or with `end_episode()`. A `reward` outside `sac.target_bounds` (when set) raises a
+        ValueError and inserts nothing; an action outside [-1, 1] is stored with a warning (once).
+        """
+        problem = self.reward_error(float(reward))
+        if problem:
+            raise ValueError(problem)
+        action = np.asarray(action, np.float32)
+        if not self._warned_about_actions and np.abs(action).max(initial=0.0) > 1.0 + ACTION_SLACK:
+            self._warned_about_actions = True
+            log.warning(
+                f"action {np.array2string(action, precision=3, separator=', ')} is outside [-1, 1], the range of "
+                "the SAC policy, so the critic learns actions the policy cannot take: give actions in [-1, 1] "
+                "(gymnasium.wrappers.RescaleAction(env, -1.0, 1.0))"
+            )
         observation = {k: observation[k] for k in self.observation_spec.keys}
         next_observation = {k: next_observation[k] for k in self.observation_spec.keys}
         insert_with_interventions(
@@ -106,13 +250,51 @@ class Learner:
         )
         self.transitions += 1
         self.interventions += int(intervention)
+        self._episode_rewards.append(float(reward))
+        if terminated or truncated:
+            self._close_episode()
 
-    @property
-    def ready(self) -> bool:
-        return len(self.demo) + len(self.online) > 0
+    def end_episode(self) -> None:
+        """End the open episode without a terminal flag (a reset, an abort): its last step bootstraps, like a
+        time-limit truncation. The next `insert` starts a new episode."""
+        self.online.end_episode()
+        self.demo.end_episode()
+        self._close_episode()
 
+    def _close_episode(self) -> None:
+        if self._episode_rewards:
+            self._check_returns(np.asarray(self._episode_rewards), "online episode")
+        self._episode_rewards = []
+
+    def _check_returns(self, rewards: np.ndarray, where: str) -> None:
+        """Warn (once) if a discounted return of the episode lies outside `target_bounds`, which clip TD targets."""
+        bounds = self.agent.config.target_bounds
+        if bounds is None or self._warned_about_returns or not len(rewards):
+            return
+        discount = self.agent.config.discount
+        returns = np.empty(len(rewards))
+        running = 0.0
+        for t in range(len(rewards) - 1, -1, -1):
+            running = float(rewards[t]) + discount * running
+            returns[t] = running
+        outside = returns[(returns < bounds[0]) | (returns > bounds[1])]
+        if outside.size:
+            self._warned_about_returns = True
+            worst = outside[np.argmax(np.maximum(bounds[0] - outside, outside - bounds[1]))]
+            log.warning(
+                f"{where} has a discounted return of {worst:.3g} (discount {discount:g}), outside sac.target_bounds "
+                f"{tuple(bounds)} that TD targets are clipped to, so the critic cannot learn these values: set "
+                "--sac.target-bounds to the range of discounted returns, or None (no clipping)"
+            )
+
+    # ------------------------------------------------------------------------------------------ training
     def step(self) -> dict[str, float]:
-        """Sample a [utd, batch] RLPD batch and run `utd` gradient steps in one jitted call."""
+        """Sample a [utd, batch] RLPD batch and run `utd` gradient steps in one jitted call.
+
+        While `warming_up` it does nothing and returns {}.
+        """
+        if self.warming_up:
+            return {}
         batch = self.sampler.sample_stacked(
             self.config.utd, self.config.batch_size, self.rng, self.config.n_step, self.agent.config.discount
         )
@@ -140,6 +322,7 @@ class Learner:
             "updates": self.updates,
             "transitions": self.transitions,
             "interventions": self.interventions,
+            "demo_transitions": self.demo_transitions,
             "rng": self.rng.bit_generator.state,
             "extra": dict(extra or {}),
         }
@@ -176,5 +359,7 @@ class Learner:
         self.sampler = MixedSampler(self.demo, self.online, self.config.demo_ratio)
         self.updates, self.transitions = int(state["updates"]), int(state["transitions"])
         self.interventions = int(state.get("interventions", 0))
+        self.demo_transitions = int(state.get("demo_transitions", len(self.demo)))
+        self._episode_rewards = []
         self.rng.bit_generator.state = state["rng"]
         return state["extra"]

@@ -236,11 +236,41 @@ def test_non_finite_policy_action_holds_and_records_no_transition():
     assert s2.transition is None and not s2.command.held
     s3 = session.step(obs(3))
     t = s3.transition
-    assert t.seq == 1 and t.step == 1
+    assert t.seq == 1 and t.step == 2  # the control step of obs(2): the gap after step 0 marks the held command
     np.testing.assert_array_equal(t.observation["state"], obs(2)["state"])
     np.testing.assert_allclose(t.action, [0.0, 0.2, 0.0, 0.0])
     assert all(np.isfinite(item.action).all() for item in session.outbox.due(now=0.0))
     assert [item.seq for item in session.outbox.due(now=0.0)] == [0, 1]
+
+
+def test_a_held_command_cuts_the_episode_in_the_learners_replay(tmp_path):
+    """The transitions before and after a held command are not joined: every stored next observation is the one
+    that followed that transition's command (obs(2) was never the start of a transition)."""
+    from robot_rl.agents.sac import SACConfig
+    from robot_rl.learner import Learner, LearnerConfig
+    from robot_rl.learner_server import LearnerServer
+    from robot_rl.transport import encode_transitions
+
+    policy = StubPolicy([[0.1, 0.0, 0.0, 0.0], [0.1, 0.0, 0.0, 0.0], [math.nan, 0.0, 0.0, 0.0], [0.0, 0.1, 0.0, 0.0]])
+    session = new_session(policy, max_episode_steps=5)
+    session.start_episode(START_POSITION, NOMINAL)
+    t = 0
+    while not session.step(obs(t)).episode_over:
+        t += 1
+    items = session.outbox.due(now=0.0)
+    assert [(int(i.observation["state"][0]), i.step) for i in items] == [(0, 0), (1, 1), (3, 3), (4, 4), (5, 5)]
+
+    spec = {"state": ((14,), np.float32), "object_state": ((10,), np.float32)}
+    learner = Learner(spec, 4, SACConfig(actor_hidden_dims=(8,), critic_hidden_dims=(8,), critic_ensemble_size=2),
+                      LearnerConfig(batch_size=4, online_capacity=50, demo_capacity=50))
+    server = LearnerServer(learner, tmp_path)
+    server.start()
+    server.ingest(encode_transitions(SOURCE, items))
+    assert server.received == len(items) == len(learner.online)
+    batch = learner.online.gather(np.flatnonzero(learner.online.valid))
+    stored = sorted(zip(batch.observations["state"][:, 0].astype(int),
+                        batch.next_observations["state"][:, 0].astype(int)))
+    assert stored == [(0, 1), (1, 2), (3, 4), (4, 5), (5, 6)]
 
 
 def test_stale_sensor_holds_the_command():

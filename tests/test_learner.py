@@ -14,7 +14,8 @@ from robot_rl.loop import make_env, record_episodes, writer_for_env
 from robot_rl.sim.expert import make_expert
 
 SMALL_SAC = SACConfig(actor_hidden_dims=(32, 32), critic_hidden_dims=(32, 32), critic_ensemble_size=4)
-SMALL_LEARNER = LearnerConfig(batch_size=16, utd=2, online_capacity=500, demo_capacity=500, seed=3)
+SMALL_LEARNER = LearnerConfig(batch_size=16, utd=2, online_capacity=500, demo_capacity=500, seed=3,
+                              warmup_transitions=0)  # updates from the first transitions (warm-up: test_learner_api)
 
 
 @pytest.fixture(scope="module")

@@ -183,3 +183,44 @@ def test_insert_transition_container():
     batch = buffer.sample(4, np.random.default_rng(0))
     check_next_obs(batch)
     assert batch.intervention.all() and (batch.masks == 0).all() and batch.rewards.shape == (4,)
+
+
+def test_a_new_episode_without_ending_the_last_one_raises_and_stores_nothing():
+    buffer = ReplayBuffer(SPEC, 4, 50)
+    for t in range(3):  # an episode still running: no terminated/truncated yet
+        buffer.insert(make_obs(0, t), np.zeros(4), 0.0, False, False, make_obs(0, t + 1))
+    assert buffer.continues_episode(make_obs(0, 3)) and not buffer.continues_episode(make_obs(1, 0))
+    before = {name: getattr(buffer, name).copy() for name in ("actions", "rewards", "valid", "truncated")}
+    frames = {k: v.copy() for k, v in buffer.frames.items()}
+    with pytest.raises(ValueError, match=r"observation\['images/front'\] is not the previous transition's "
+                                         r"next_observation: the previous episode was not ended.*end_episode\(\)"):
+        buffer.insert(make_obs(1, 0), np.ones(4), 1.0, False, False, make_obs(1, 1))
+    only_state_differs = dict(make_obs(0, 3), state=np.array([0, 99], np.float32))
+    with pytest.raises(ValueError, match=r"observation\['state'\]"):
+        buffer.insert(only_state_differs, np.ones(4), 1.0, False, False, make_obs(0, 4))
+    for name, value in before.items():
+        np.testing.assert_array_equal(getattr(buffer, name), value)
+    for key, value in frames.items():
+        np.testing.assert_array_equal(buffer.frames[key], value)
+    assert buffer.num_frames == 4
+
+    buffer.end_episode()  # the fix the message names: the old episode bootstraps from its last frame
+    assert not buffer.continues_episode(make_obs(0, 3))
+    buffer.insert(make_obs(1, 0), np.array([1, 0, 0, 0], np.float32), 1.0, True, False, make_obs(1, 1))
+    batch = buffer.gather(np.flatnonzero(buffer.valid))
+    np.testing.assert_array_equal(batch.next_observations["state"][:, 0], batch.observations["state"][:, 0])
+    assert buffer.truncated[buffer.valid].tolist() == [False, False, True, False]
+    np.testing.assert_array_equal(batch.masks, [1, 1, 1, 0])
+
+
+def test_the_continuity_check_compares_values_after_the_dtype_cast():
+    buffer = ReplayBuffer(SPEC, 4, 10)
+    first, second = make_obs(0, 0), make_obs(0, 1)
+    buffer.insert(first, np.zeros(4), 0.0, False, False, second)
+    as_float64 = {k: np.asarray(v, np.float64) if k == "state" else v.copy() for k, v in second.items()}
+    buffer.insert(as_float64, np.zeros(4), 0.0, True, False, make_obs(0, 2))  # same values, another dtype: fine
+    assert len(buffer) == 2
+    with pytest.raises(ValueError, match="not the previous"):
+        buffer.insert(first, np.zeros(4), 0.0, False, False, second)  # new episode after a terminal: fine ...
+        buffer.insert(dict(second, state=np.array([0, 1 + 1e-6])), np.zeros(4), 0.0, False, False, second)
+    assert len(buffer) == 3

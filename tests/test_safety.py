@@ -1,7 +1,5 @@
 """Safety layer: >= 10^6 fuzzed and adversarial commands never leave the limits; watchdog, e-stop, sim wrapper."""
 
-import time
-
 import numpy as np
 import pytest
 
@@ -280,16 +278,18 @@ def test_config_validation(kwargs, message):
         SafetyConfig(**kwargs)
 
 
-def test_per_call_cost_is_small():
+def test_repeated_calls_give_the_same_command_and_are_counted():
+    """Same inputs, same command: no hidden state but the counters (cost per call: bench/safety.py)."""
     safety = Safety(SafetyConfig(action_dim=7, required_sensors=("images/front", "state")))
     action, stamps = np.array([0.3, -0.2, 0.1, 0.05, -0.1, 0.2, 0.5]), {"images/front": 0.99, "state": 0.99}
-    calls = 2000
-    start = time.perf_counter()
-    for _ in range(calls):
-        safety.filter(action, POSITION, QUAT, 1.0, stamps)
-    per_call = (time.perf_counter() - start) / calls
-    assert per_call < 500e-6  # generous: the machine is shared; typically ~40 us
-    assert isinstance(safety.filter(action, POSITION, QUAT, 1.0, stamps), SafeCommand)
+    first = safety.filter(action, POSITION, QUAT, 1.0, stamps)
+    assert isinstance(first, SafeCommand) and not first.held and first.reasons == ()
+    for _ in range(200):
+        again = safety.filter(action, POSITION, QUAT, 1.0, stamps)
+        np.testing.assert_array_equal(again.target_position, first.target_position)
+        np.testing.assert_array_equal(again.target_quat, first.target_quat)
+        assert (again.gripper, again.held, again.reasons) == (first.gripper, first.held, first.reasons)
+    assert safety.counters["commands"] == 201 and safety.counters["held"] == 0
 
 
 # ----- the sim wrapper ------------------------------------------------------------------------------------------

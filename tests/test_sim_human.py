@@ -49,13 +49,26 @@ def test_stuck_policy_triggers_bounded_takeovers(env):
     assert flags.sum() == 10  # and never exceeds the episode budget
 
 
-def test_pushing_out_of_the_workspace_triggers_a_takeover(env):
+def test_pushing_out_of_the_workspace_triggers_a_takeover_that_brings_the_arm_back(env):
     config = SimulatedHumanConfig(takeover_steps=3, stuck_window=50, boundary_steps=2)
-    flags = interventions_over_episode(env, SimulatedHuman(env, config), ConstantPolicy([1, 0, 0, -1]))
+    human, policy, base = SimulatedHuman(env, config), ConstantPolicy([1, 0, 0, -1]), env.unwrapped
+    obs, _ = env.reset(seed=0)
+    human.reset()
+    flags, tcp, cube = [], [], []  # per step: the human acted; TCP and cube positions before the step
+    for _ in range(20):
+        tcp.append(base.tcp_pose()[0].copy())
+        cube.append(base.cube_pose()[0].copy())
+        action = human.act(obs, policy.act(obs))
+        flags.append(action is not None)
+        obs = env.step(policy.act(obs) if action is None else action)[0]
+    flags = np.array(flags)
     first = int(np.argmax(flags))
-    assert flags.any() and 2 <= first <= 12
-    target_x = env.unwrapped.target_pose()[0][0]
-    assert target_x <= env.unwrapped.workspace_high[0] + 1e-9
+    assert flags.any() and 2 <= first <= 12 and flags[first:first + 3].all()
+    assert tcp[first][0] > base.workspace_high[0] - 0.005  # the policy had pinned the arm to the +x face
+    start, end = tcp[first], tcp[first + 3]  # before the takeover and after its three steps
+    assert end[0] < start[0] - 0.04  # the human's actions moved the arm back into the workspace...
+    distance = [np.linalg.norm((p - cube[first])[:2]) for p in (start, end)]
+    assert distance[1] < distance[0] - 0.05, distance  # ...towards the expert's target (above the cube)
 
 
 def test_total_budget_and_no_takeover_of_a_moving_policy(env):
