@@ -1,121 +1,248 @@
 """The learner's side of the actor protocol, without transport: transition payloads in (de-duplicated, logged before
 they are acknowledged, inserted into replay an episode at a time), gradient steps scheduled against the data that
 arrived, versioned weights out, checkpoints that survive a crash. The learner node wraps it; tests drive it directly.
+
+Start-up comes in three parts, so that a respawned learner acknowledges transitions before its agent exists:
+
+- `open()` restores the protocol state (de-duplication, acks, the transition log) from the run folder without
+  importing JAX; from then on `ingest()` logs and acknowledges what arrives;
+- `load_learner()` restores the checkpoint's agent and replay buffers into a `Learner` (or adds the demos of a new
+  run); it touches nothing `ingest()` uses, so it may run in another thread meanwhile;
+- `attach()` stages every logged transition the checkpoint does not hold, after which transitions go into replay as
+  they arrive and the learner trains.
+
+`start()` does all three in one call.
+
+Abandoned episodes: an episode is inserted when its last step (terminated or truncated) arrives. An actor killed
+mid-episode never sends that step, so its open episode is closed as truncated (its last step bootstraps) and
+inserted when a new incarnation of the same actor id sends data, or when no step of it arrived for
+`abandon_after_s` seconds of the learner's time (a decision logged in the transition log, so a restart closes it at
+the same point). Steps of a closed episode that arrive later (a robot paused by a human for long) are inserted as an
+episode of their own. Closed episodes leave the staging, so the log batches that held them are dropped at the next
+checkpoint.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from robot_rl.learner import Learner
-from robot_rl.train import config_to_json
+from robot_rl.policy_file import POLICY_FILE, weights_message, write_policy_file
 from robot_rl.transport import (
+    ClosedEpisodes,
     Inbox,
+    LoggedBatch,
     StampedTransition,
     TransitionLog,
+    TransportError,
     WeightsMessage,
     decode_transitions,
-    encode_weights,
+    reversion_weights,
 )
+
+if TYPE_CHECKING:  # robot_rl.learner imports JAX, which ingesting and acknowledging do not need
+    from robot_rl.learner import Learner
 
 CHECKPOINT_DIR = "checkpoint"
 LOG_DIR = "transition_log"
-POLICY_FILE = "policy.msgpack"
 VERSIONS_PER_RUN = 1_000_000_000
+ABANDON_AFTER_S = 120.0
+# close_abandoned() is polled about once a second; a longer pause means the learner itself was busy (a checkpoint,
+# an evaluation), and that time does not count as silence of the actors.
+MAX_POLL_GAP_S = 10.0
+
+EpisodeKey = tuple[str, int]  # (source, episode)
+
+
+def actor_id(source: str) -> str:
+    """`robot1/3fa2c0d1e4b5` -> `robot1` (a source is one incarnation of an actor)."""
+    return source.split("/", 1)[0]
+
+
+def checkpoint_dir(run_dir: str | Path) -> Path | None:
+    """The newest complete checkpoint of a run folder (the rule of `Learner.checkpoint_path`, without JAX)."""
+    path = Path(run_dir) / CHECKPOINT_DIR
+    for candidate in (path, path.with_name(path.name + ".old")):
+        if (candidate / "learner.json").exists():
+            return candidate
+    return None
+
+
+def checkpoint_server_state(run_dir: str | Path) -> dict[str, Any] | None:
+    """What the run folder's checkpoint recorded about the protocol (its ``server`` section), or None without one."""
+    found = checkpoint_dir(run_dir)
+    if found is None:
+        return None
+    state = json.loads((found / "learner.json").read_text())
+    return dict(state.get("extra", {}).get("server", {}))
+
+
+def compile_learner_step(learner: Learner) -> None:
+    """Compile the learner's jitted update (or load it from JAX's persistent cache) on a throw-away batch of the
+    shapes its steps use; the learner itself is not changed."""
+    from robot_rl.data.replay import MixedSampler, ReplayBuffer
+
+    spec, config = learner.observation_spec, learner.config
+    buffer = ReplayBuffer(spec, learner.action_dim, 4)
+    zero = {key: np.zeros(entry.shape, entry.dtype) for key, entry in spec.entries}
+    buffer.insert(zero, np.zeros(learner.action_dim, np.float32), 0.0, False, True, zero)
+    batch = MixedSampler(buffer, buffer, config.demo_ratio).sample_stacked(
+        config.utd, config.batch_size, np.random.default_rng(0), config.n_step, learner.agent.config.discount)
+    _, info = learner.agent.update(batch, validate=False)
+    next(iter(info.values())).block_until_ready()
 
 
 class LearnerServer:
     """Serves one `Learner` to any number of actors (sources); see the module doc."""
 
-    def __init__(self, learner: Learner, run_dir: str | Path, *, updates_per_transition: float = 1.0,
-                 weights_every: int = 5, budget: int = 0):
-        if updates_per_transition < 0 or weights_every < 1:
-            raise ValueError("updates_per_transition must be >= 0 and weights_every >= 1")
-        self.learner = learner
+    def __init__(self, learner: Learner | None, run_dir: str | Path, *, updates_per_transition: float = 1.0,
+                 weights_every: int = 5, budget: int = 0, abandon_after_s: float = ABANDON_AFTER_S,
+                 clock: Callable[[], float] = time.monotonic):
+        if updates_per_transition < 0 or weights_every < 1 or abandon_after_s <= 0:
+            raise ValueError("updates_per_transition must be >= 0, weights_every >= 1 and abandon_after_s > 0")
+        self.learner = learner  # None until attach() when the learner is built while transitions already arrive
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.updates_per_transition = float(updates_per_transition)
         self.weights_every = int(weights_every)
         self.budget = int(budget)  # transitions to train on (0: no limit); more are still logged and acknowledged
+        self.abandon_after_s = float(abandon_after_s)
+        self._clock = clock
         self.inbox = Inbox()
         self.log = TransitionLog(self.run_dir / LOG_DIR)
-        self.logged_through = -1  # index of the last log batch whose transitions are in the learner
+        self.logged_through = -1  # index of the last log entry written (or replayed into the inbox)
+        self.staged_through = -1  # index of the last log entry whose contents are in the learner
         self.received = 0  # accepted transitions (each counted once)
         self.rejected = 0
         self.steps = 0  # learner.step() calls (each runs `utd` gradient steps)
         self.weights_version = 0
         self.successes = 0
         self.episodes = 0
+        self.abandoned = 0  # episodes closed without their last step
         self.rejections: list[str] = []  # reasons of dropped transitions, for the node to log
-        self._staged: dict[tuple[str, int], list[StampedTransition]] = {}
-        self._staged_log_index: dict[tuple[str, int], int] = {}  # oldest log batch holding a staged episode's items
-        self._closed: set[tuple[str, int]] = set()  # episodes already inserted
+        self.opened = False
+        self.attached = False
+        self.checkpoint_state: dict[str, Any] | None = None  # the checkpoint's `server` section open() resumed from
+        self._staged: dict[EpisodeKey, list[StampedTransition]] = {}
+        self._staged_log_index: dict[EpisodeKey, int] = {}  # oldest log entry holding a staged episode's items
+        self._last_data: dict[EpisodeKey, float] = {}  # clock time of each staged episode's newest step
+        self._last_poll: float | None = None
+        self._closed: set[EpisodeKey] = set()  # episodes already inserted
+        self._sources: set[str] = set()  # sources whose transitions were staged (to notice a new incarnation)
 
     # ----- start-up ----------------------------------------------------------------------------------------------
     def start(self, demos=None) -> str:
-        """Resume from the run folder's checkpoint and transition log, or start fresh with `demos`."""
-        message = self._start(demos)
+        """Resume from the run folder's checkpoint and transition log, or start fresh with `demos` (all at once)."""
+        opened = self.open()
+        loaded = self.load_learner(self.learner, demos)
+        return f"{opened}; {loaded}; {self.attach(self.learner)}"
+
+    def open(self) -> str:
+        """Restore de-duplication, acks and the transition log from the run folder; no learner and no JAX needed.
+
+        From here on `ingest()` logs and acknowledges transitions (they are staged once a learner is attached).
+        """
+        state = checkpoint_server_state(self.run_dir)
+        self.checkpoint_state = state
+        if state is not None:
+            self.inbox = Inbox.from_json(state.get("inbox", {}))
+            self.logged_through = int(state.get("logged_through", -1))
+            self.received, self.steps = int(state.get("received", 0)), int(state.get("steps", 0))
+            self.weights_version = int(state.get("weights_version", 0))
+            self.episodes, self.successes = int(state.get("episodes", 0)), int(state.get("successes", 0))
+            self.rejected, self.abandoned = int(state.get("rejected", 0)), int(state.get("abandoned", 0))
+            self._closed = {(source, int(episode)) for source, episode in state.get("closed", [])}
+            self._sources = set(state.get("sources", self.inbox.trackers))
+            self.log.continue_after(self.logged_through)
+        self.staged_through = self.logged_through
+        logged = 0
+        for index, entry in self.log.replay(self.logged_through):
+            if isinstance(entry, LoggedBatch):  # logged items were new when logged: the inbox takes them all again
+                logged += len(self.inbox.accept(entry.source, entry.items))
+            self.logged_through = index
         # Weights sent after the last checkpoint had versions the checkpoint does not know: start each run of the
         # learner in a new block of versions so actors (which keep only newer weights) accept what it sends.
         epoch_file = self.run_dir / "learner_runs"
         epoch = int(epoch_file.read_text()) + 1 if epoch_file.exists() else 1
         epoch_file.write_text(str(epoch))
         self.weights_version = max(self.weights_version, (epoch - 1) * VERSIONS_PER_RUN)
-        return message
+        self.opened = True
+        if state is None:
+            return f"a new run ({logged} logged transitions)"
+        return f"resumed from {checkpoint_dir(self.run_dir)} and {logged} logged transitions after it"
 
-    def _start(self, demos) -> str:
-        checkpoint = Learner.checkpoint_path(self.run_dir / CHECKPOINT_DIR)
-        if checkpoint is not None:
-            extra = self.learner.restore(checkpoint)
-            server = extra.get("server", {})
-            self.inbox = Inbox.from_json(server.get("inbox", {}))
-            self.logged_through = int(server.get("logged_through", -1))
-            self.received, self.steps = int(server.get("received", 0)), int(server.get("steps", 0))
-            self.weights_version = int(server.get("weights_version", 0))
-            self.episodes, self.successes = int(server.get("episodes", 0)), int(server.get("successes", 0))
-            self.rejected = int(server.get("rejected", 0))
-            self._closed = {(source, int(episode)) for source, episode in server.get("closed", [])}
-            self.log.continue_after(self.logged_through)
-            replayed = self._replay_log(server.get("staged", []))
-            return (f"resumed from {checkpoint} ({self.received - replayed} transitions) and {replayed} logged "
-                    f"transitions after it")
-        added = self.learner.add_demos(demos) if demos is not None else 0
-        replayed = self._replay_log([])
-        self.checkpoint()
-        return f"started with {added} demo transitions" + (f" and {replayed} logged transitions" if replayed else "")
+    def load_learner(self, learner: Learner, demos=None) -> str:
+        """Restore the checkpoint's agent, optimiser and replay buffers into `learner`, or add `demos` on a new run.
 
-    def _replay_log(self, staged_seqs: list) -> int:
-        """Re-ingest logged batches after the checkpoint; `staged_seqs` re-stages partial episodes it recorded."""
-        wanted = {(source, int(seq)) for source, seq in staged_seqs}
-        replayed = 0
+        Touches nothing that `ingest()` uses: it may run in another thread while transitions arrive.
+        """
+        found = checkpoint_dir(self.run_dir)
+        if found is not None:
+            learner.restore(found)
+            return f"restored {found} ({len(learner.online)} online, {len(learner.demo)} demo transitions)"
+        added = learner.add_demos(demos) if demos is not None else 0
+        return f"started with {added} demo transitions"
+
+    def attach(self, learner: Learner) -> str:
+        """Make `learner` (prepared by `load_learner`) the one this server trains: stage the partial episodes the
+        checkpoint recorded and every log entry after it. A new run is checkpointed at once."""
+        if not self.opened:
+            raise RuntimeError("open() the server before attaching a learner")
+        self.learner = learner
+        state = self.checkpoint_state
+        wanted = {(source, int(seq)) for source, seq in (state or {}).get("staged", [])}
         if wanted:  # partial episodes at checkpoint time live in log batches the checkpoint already covers
-            for index, source, items in self.log.replay(-1):
-                if index > self.logged_through:
+            for index, entry in self.log.replay(-1):
+                if index > self.staged_through:
                     break
-                for item in items:
-                    if (source, item.seq) in wanted:
-                        self._stage(source, item, index)
-        for index, source, items in self.log.replay(self.logged_through):
-            replayed += self._accept(source, self.inbox.accept(source, items), index)
-            self.logged_through = index
-        return replayed
+                if isinstance(entry, LoggedBatch):
+                    for item in entry.items:
+                        if (entry.source, item.seq) in wanted:
+                            self._stage(entry.source, item, index)
+        replayed = 0
+        for index, entry in self.log.replay(self.staged_through):
+            replayed += self._apply(index, entry)
+            self.staged_through = index
+        self.logged_through = max(self.logged_through, self.staged_through)
+        self.attached = True
+        if state is None:
+            self.checkpoint()
+        return f"staged {replayed} logged transitions"
 
     # ----- data in -----------------------------------------------------------------------------------------------
     def ingest(self, payload: bytes | bytearray | memoryview) -> dict[str, int]:
         """Accept a transitions payload; returns the cumulative acks to send back. TransportError if malformed."""
+        if not self.opened:
+            raise RuntimeError("open() the server before ingesting transitions")
         source, items = decode_transitions(payload)
         fresh = self.inbox.accept(source, items)
         if fresh:  # logged (rejected ones too, so a restart rebuilds the same acks) before they are acknowledged
             self.logged_through = self.log.append(source, fresh)
-            self._accept(source, fresh, self.logged_through)
+            if self.attached:
+                self._apply(self.logged_through, LoggedBatch(source, fresh))
+                self.staged_through = self.logged_through
         return self.inbox.acks()
+
+    def _apply(self, index: int, entry: LoggedBatch | ClosedEpisodes) -> int:
+        """Put one log entry into the learner; returns how many transitions it staged."""
+        if isinstance(entry, ClosedEpisodes):
+            for key in entry.episodes:
+                self._close((key[0], int(key[1])))
+            return 0
+        if entry.source not in self._sources:
+            self._sources.add(entry.source)
+            # a new incarnation of an actor: the episodes its previous incarnations left open will not go on
+            restarted = actor_id(entry.source)
+            for key in [k for k in self._staged if k[0] != entry.source and actor_id(k[0]) == restarted]:
+                self._close(key)
+        return self._accept(entry.source, entry.items, index)
 
     def _accept(self, source: str, fresh: list[StampedTransition], log_index: int) -> int:
         """Stage new transitions; one that does not fit the learner is dropped with a reason. Returns how many fit."""
@@ -145,22 +272,55 @@ class LearnerServer:
                     return f"{name}[{key!r}] is not finite"
         if tuple(item.action.shape) != (self.learner.action_dim,):
             return f"action has shape {tuple(item.action.shape)}, expected ({self.learner.action_dim},)"
-        return None
+        return self.learner.reward_error(item.reward)
 
     def _stage(self, source: str, item: StampedTransition, log_index: int) -> None:
         key = (source, item.episode)
-        if key in self._closed:  # a re-sent step of an episode already inserted (with a gap): add it on its own
+        if key in self._closed:  # a step of an episode already inserted (re-sent with a gap, or after a long pause)
             self._insert_fragment([item])
             return
         self._staged.setdefault(key, []).append(item)
         self._staged_log_index.setdefault(key, log_index)
+        self._last_data[key] = self._clock()
         if item.terminated or item.truncated:
-            self._staged_log_index.pop(key)
-            self._closed.add(key)
-            items = self._staged.pop(key)
+            items = self._unstage(key)
             self._insert_fragment(items)
             self.episodes += 1
             self.successes += int(any(t.success for t in items))
+
+    def _unstage(self, key: EpisodeKey) -> list[StampedTransition]:
+        self._staged_log_index.pop(key, None)
+        self._last_data.pop(key, None)
+        self._closed.add(key)
+        return self._staged.pop(key, [])
+
+    def _close(self, key: EpisodeKey) -> None:
+        """Insert a staged episode that will not go on, its last step marked truncated (it bootstraps)."""
+        items = sorted(self._unstage(key), key=lambda t: t.step)
+        if not items:
+            return
+        items[-1] = dataclasses.replace(items[-1], truncated=True)
+        self._insert_fragment(items)
+        self.episodes += 1
+        self.abandoned += 1
+        self.successes += int(any(t.success for t in items))
+
+    def close_abandoned(self, now: float | None = None) -> list[EpisodeKey]:
+        """Close every staged episode without a new step for `abandon_after_s` (call it about once a second);
+        returns the episodes closed. The decision is logged first, so a restart makes it at the same point."""
+        if not self.attached:
+            return []
+        now = self._clock() if now is None else now
+        if self._last_poll is not None and now - self._last_poll > MAX_POLL_GAP_S:
+            busy = now - self._last_poll
+            self._last_data = {key: seen + busy for key, seen in self._last_data.items()}
+        self._last_poll = now
+        silent = sorted(key for key, seen in self._last_data.items() if now - seen >= self.abandon_after_s)
+        if silent:
+            self.logged_through = self.staged_through = self.log.append_closed(ClosedEpisodes(tuple(silent)))
+            for key in silent:
+                self._close(key)
+        return silent
 
     def _insert_fragment(self, items: list[StampedTransition]) -> None:
         """Insert transitions of one episode in step order; a gap in the steps cuts the replay episode there."""
@@ -171,8 +331,15 @@ class LearnerServer:
             if previous_step is not None and item.step != previous_step + 1:
                 online.end_episode()
                 demo.end_episode()
-            self.learner.insert(item.observation, item.action, item.reward, item.terminated, item.truncated,
-                                item.next_observation, item.intervention)
+            try:
+                self.learner.insert(item.observation, item.action, item.reward, item.terminated, item.truncated,
+                                    item.next_observation, item.intervention)
+            except ValueError as error:  # the learner refuses it (e.g. its observation does not follow the last)
+                online.end_episode()
+                demo.end_episode()
+                self.received -= 1
+                self.rejected += 1
+                self.rejections.append(f"transition seq {item.seq} (episode {item.episode} step {item.step}): {error}")
             previous_step = item.step
         online.end_episode()
         demo.end_episode()
@@ -181,7 +348,7 @@ class LearnerServer:
     @property
     def pending_steps(self) -> int:
         """learner.step() calls owed to the data received so far (one per transition by default)."""
-        if not self.learner.ready:
+        if not self.attached or not self.learner.ready:
             return 0
         usable = min(self.received, self.budget) if self.budget else self.received
         return max(0, int(usable * self.updates_per_transition) - self.steps)
@@ -195,7 +362,7 @@ class LearnerServer:
 
     @property
     def budget_done(self) -> bool:
-        return bool(self.budget) and self.received >= self.budget and self.pending_steps == 0
+        return self.attached and bool(self.budget) and self.received >= self.budget and self.pending_steps == 0
 
     def train_step(self) -> tuple[dict[str, float], bool]:
         """One learner step; returns (info, whether new weights are due)."""
@@ -208,44 +375,56 @@ class LearnerServer:
         self.weights_version += 1
         return self._weights_message(self.weights_version)
 
+    def stored_weights(self) -> bytes | None:
+        """The run folder's policy file (the policy of its last checkpoint) as a new weights version, encoded, or
+        None for a new run: what a respawned learner broadcasts before its agent is built (no JAX needed)."""
+        try:
+            payload = reversion_weights((self.run_dir / POLICY_FILE).read_bytes(), self.weights_version + 1)
+        except (OSError, TransportError):
+            return None
+        self.weights_version += 1
+        return payload
+
     def _weights_message(self, version: int) -> WeightsMessage:
-        agent = self.learner.agent
-        return WeightsMessage(
-            version=version, policy=agent.policy_to_bytes(), observation_spec=agent.observation_spec,
-            action_dim=agent.action_dim, sac_config=config_to_json(agent.config), transitions=self.trained_on,
-            updates=self.learner.updates)
+        return weights_message(self.learner.agent, version=version, transitions=self.trained_on,
+                               updates=self.learner.updates)
 
     # ----- persistence -------------------------------------------------------------------------------------------
     def checkpoint(self, extra: Mapping[str, Any] | None = None) -> None:
-        """Checkpoint learner + protocol state, write the policy file, and drop the log batches it covers."""
+        """Checkpoint learner + protocol state, write the policy file, and drop the log entries it covers."""
+        if not self.attached:
+            raise RuntimeError("no learner attached: nothing to checkpoint yet")
+        learner = self.learner
         staged = [[source, item.seq] for (source, _), items in self._staged.items() for item in items]
         server = {
-            "inbox": self.inbox.to_json(), "logged_through": self.logged_through, "received": self.received,
+            "inbox": self.inbox.to_json(), "logged_through": self.staged_through, "received": self.received,
             "steps": self.steps, "weights_version": self.weights_version, "episodes": self.episodes,
-            "successes": self.successes, "staged": staged, "rejected": self.rejected,
-            "closed": sorted([source, episode] for source, episode in self._closed),
+            "successes": self.successes, "staged": staged, "rejected": self.rejected, "abandoned": self.abandoned,
+            "closed": sorted([source, episode] for source, episode in self._closed), "sources": sorted(self._sources),
+            "observation_spec": {key: entry.to_json() for key, entry in learner.observation_spec.entries},
+            "action_dim": learner.action_dim,
         }
-        self.learner.save(self.run_dir / CHECKPOINT_DIR, extra={"server": server, **dict(extra or {})})
+        learner.save(self.run_dir / CHECKPOINT_DIR, extra={"server": server, **dict(extra or {})})
         self.write_policy()
         # Partial episodes are not in the checkpoint's replay buffers: keep their log batches until inserted.
-        keep_from = min(self._staged_log_index.values(), default=self.logged_through + 1)
-        self.log.truncate(min(self.logged_through, keep_from - 1))
+        keep_from = min(self._staged_log_index.values(), default=self.staged_through + 1)
+        self.log.truncate(min(self.staged_through, keep_from - 1))
 
     def write_policy(self) -> Path:
         """The current policy as a weights file (what `actor_node -p weights_path:=...` and sim_eval load)."""
-        path = self.run_dir / POLICY_FILE
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(encode_weights(self._weights_message(max(self.weights_version, 1))))
-        os.replace(tmp, path)
-        return path
+        return write_policy_file(self.run_dir / POLICY_FILE, self._weights_message(max(self.weights_version, 1)))
 
     def status(self) -> dict[str, Any]:
-        learner = self.learner
+        learner = self.learner if self.attached else None
         return {
             "received": self.received, "rejected": self.rejected, "duplicates": self.inbox.duplicates,
-            "steps": self.steps, "updates": learner.updates, "weights_version": self.weights_version,
-            "online": len(learner.online), "demo": len(learner.demo), "interventions": learner.interventions,
-            "episodes": self.episodes, "successes": self.successes, "acks": self.inbox.acks(),
+            "steps": self.steps, "updates": learner.updates if learner else None,
+            "weights_version": self.weights_version, "learner_ready": self.attached,
+            "online": len(learner.online) if learner else None, "demo": len(learner.demo) if learner else None,
+            "interventions": learner.interventions if learner else None, "episodes": self.episodes,
+            "successes": self.successes, "abandoned": self.abandoned,
+            "staged": {f"{source} episode {episode}": len(items) for (source, episode), items in self._staged.items()},
+            "log_entries": len(self.log.indices()), "acks": self.inbox.acks(),
             "sources": {s: t.to_json() for s, t in self.inbox.trackers.items()}, "time": time.time(),
         }
 

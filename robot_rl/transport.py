@@ -17,12 +17,14 @@ import re
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from robot_rl.codec import CodecError, pack, unpack
-from robot_rl.types import ObservationSpec
+
+if TYPE_CHECKING:  # robot_rl.types imports flax and JAX: the learner acknowledges transitions without them
+    from robot_rl.types import ObservationSpec
 
 PROTOCOL_VERSION = 1
 _SOURCE_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,64}/[A-Za-z0-9_.\-]{1,64}")
@@ -121,15 +123,17 @@ def _observation(value: Any, what: str) -> dict[str, np.ndarray]:
     return {str(k): _array(v, f"{what}[{k!r}]") for k, v in value.items()}
 
 
-def _decode(payload: bytes | bytearray | memoryview, kind: str) -> dict[str, Any]:
+def _decode(payload: bytes | bytearray | memoryview, kind: str, *others: str) -> dict[str, Any]:
+    """The map of a `kind` payload (or one of `others`); TransportError names what is wrong."""
     try:
         message = unpack(payload)
     except CodecError as error:
         raise TransportError(f"undecodable {kind} payload: {error}") from None
     if not isinstance(message, dict):
         raise TransportError(f"{kind} payload is a {type(message).__name__}, not a map")
-    if message.get("kind") != kind:
-        raise TransportError(f"expected a {kind!r} payload, got kind {message.get('kind')!r}")
+    if message.get("kind") not in (kind, *others):
+        expected = " or ".join(repr(k) for k in (kind, *others))
+        raise TransportError(f"expected a {expected} payload, got kind {message.get('kind')!r}")
     if message.get("protocol") != PROTOCOL_VERSION:
         raise TransportError(f"{kind} payload has protocol {message.get('protocol')!r}, this side speaks "
                              f"{PROTOCOL_VERSION}")
@@ -151,7 +155,10 @@ def encode_transitions(source: str, items: Sequence[StampedTransition]) -> bytes
 
 def decode_transitions(payload: bytes | bytearray | memoryview) -> tuple[str, list[StampedTransition]]:
     """(source, transitions) of a payload from `encode_transitions`; TransportError names what is wrong."""
-    message = _decode(payload, "transitions")
+    return _transitions(_decode(payload, "transitions"))
+
+
+def _transitions(message: dict[str, Any]) -> tuple[str, list[StampedTransition]]:
     items = message.get("items")
     if not isinstance(items, list):
         raise TransportError("transitions payload has no list of items")
@@ -196,8 +203,13 @@ def encode_weights(message: WeightsMessage) -> bytes:
     })
 
 
+def reversion_weights(payload: bytes | bytearray | memoryview, version: int) -> bytes:
+    """A weights payload with another version, without decoding the policy (TransportError if not weights)."""
+    return pack({**_decode(payload, "weights"), "version": int(version)})
+
+
 def decode_weights(payload: bytes | bytearray | memoryview) -> WeightsMessage:
-    from robot_rl.types import ArraySpec
+    from robot_rl.types import ArraySpec, ObservationSpec
 
     message = _decode(payload, "weights")
     try:
@@ -266,6 +278,12 @@ class Outbox:
             if item.seq in self._sent_at:
                 self.resent += 1
             self._sent_at[item.seq] = now
+
+    def resend_all(self) -> int:
+        """Make every unacknowledged transition due now (a learner appeared that may lack them); returns how many."""
+        for seq in self._items:
+            self._sent_at[seq] = -float("inf")
+        return len(self._items)
 
     def acknowledge(self, through: int) -> int:
         """Forget every transition with seq <= `through`; returns how many were removed."""
@@ -342,11 +360,44 @@ class Inbox:
         return cls({source: SequenceTracker.from_json(value) for source, value in data.items()})
 
 
-class TransitionLog:
-    """Write-ahead log of accepted transition batches: one msgpack file per batch, fsynced before it is acknowledged.
+class LoggedBatch(NamedTuple):
+    """A transition log entry: transitions of one source, as accepted."""
 
-    A checkpoint records the index of the last batch it contains; after a crash the learner restores the checkpoint
-    and replays the batches after that index, so nothing it acknowledged is lost.
+    source: str
+    items: list[StampedTransition]
+
+
+class ClosedEpisodes(NamedTuple):
+    """A transition log entry: the learner closed these (source, episode) pairs without their last step (their
+    actor went silent); logged so that a restart closes them at the same point of the log."""
+
+    episodes: tuple[tuple[str, int], ...]
+
+
+def encode_closed_episodes(entry: ClosedEpisodes) -> bytes:
+    return pack({"kind": "closed", "protocol": PROTOCOL_VERSION,
+                 "episodes": [[_source(source), int(episode)] for source, episode in entry.episodes]})
+
+
+def decode_log_entry(payload: bytes | bytearray | memoryview) -> LoggedBatch | ClosedEpisodes:
+    """A transition log entry (transitions or closed episodes); TransportError names what is wrong."""
+    message = _decode(payload, "transitions", "closed")
+    return _closed_episodes(message) if message["kind"] == "closed" else LoggedBatch(*_transitions(message))
+
+
+def _closed_episodes(message: dict[str, Any]) -> ClosedEpisodes:
+    episodes = message.get("episodes")
+    if not isinstance(episodes, list) or not all(isinstance(e, list) and len(e) == 2 for e in episodes):
+        raise TransportError("closed-episodes payload has no list of [source, episode] pairs")
+    return ClosedEpisodes(tuple((_source(source), _integer(episode, "closed episode")) for source, episode in episodes))
+
+
+class TransitionLog:
+    """Write-ahead log of the learner: one msgpack file per entry (a `LoggedBatch` of accepted transitions or a
+    `ClosedEpisodes` decision), fsynced before the transitions are acknowledged.
+
+    A checkpoint records the index of the last entry it contains; after a crash the learner restores the checkpoint
+    and replays the entries after that index, so nothing it acknowledged is lost.
     """
 
     SUFFIX = ".msgpack"
@@ -358,7 +409,7 @@ class TransitionLog:
         self.next_index = (indices[-1] + 1) if indices else 0
 
     def continue_after(self, index: int) -> None:
-        """Number new batches after `index` (a checkpoint's last batch), even if the log was emptied since."""
+        """Number new entries after `index` (a checkpoint's last entry), even if the log was emptied since."""
         self.next_index = max(self.next_index, int(index) + 1)
 
     def indices(self) -> list[int]:
@@ -368,30 +419,38 @@ class TransitionLog:
         return self.directory / f"{index:012d}{self.SUFFIX}"
 
     def append(self, source: str, items: Sequence[StampedTransition]) -> int:
-        """Persist one batch (atomically: temp file, fsync, rename); returns its index."""
+        """Persist one batch of transitions; returns its index."""
+        return self._write(encode_transitions(source, items))
+
+    def append_closed(self, entry: ClosedEpisodes) -> int:
+        """Persist a decision to close episodes; returns its index."""
+        return self._write(encode_closed_episodes(entry))
+
+    def _write(self, payload: bytes) -> int:
+        """Atomically (temp file, fsync, rename) write the next entry."""
         index = self.next_index
         path = self._path(index)
         tmp = path.with_suffix(".tmp")
         with open(tmp, "wb") as file:
-            file.write(encode_transitions(source, items))
+            file.write(payload)
             file.flush()
             os.fsync(file.fileno())
         os.replace(tmp, path)
         self.next_index = index + 1
         return index
 
-    def replay(self, after: int = -1) -> Iterator[tuple[int, str, list[StampedTransition]]]:
-        """(index, source, transitions) of every logged batch with index > `after`, in order."""
+    def replay(self, after: int = -1) -> Iterator[tuple[int, LoggedBatch | ClosedEpisodes]]:
+        """(index, entry) of every logged entry with index > `after`, in order."""
         for index in self.indices():
             if index > after:
                 try:
-                    source, items = decode_transitions(self._path(index).read_bytes())
+                    entry = decode_log_entry(self._path(index).read_bytes())
                 except TransportError as error:
                     raise TransportError(f"transition log {self._path(index)} is corrupt: {error}") from None
-                yield index, source, items
+                yield index, entry
 
     def truncate(self, through: int) -> int:
-        """Delete the batches with index <= `through` (they are in a checkpoint); returns how many."""
+        """Delete the entries with index <= `through` (they are in a checkpoint); returns how many."""
         removed = 0
         for index in self.indices():
             if index <= through:

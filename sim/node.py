@@ -43,10 +43,11 @@ Commands are applied to the env's controller target: the position is clipped int
 orientation into its rotation limits around the nominal pointing-down orientation. A NaN / non-unit / wrongly framed
 command is rejected with one log line (throttled) and the last target is held; the node never crashes on a command.
 
-Parameters: ``task``, ``obs_mode`` (pixels | state+pixels), ``image_size``, ``mode`` (realtime | lockstep), ``seed``
-(>= 0: used by the node's start-up reset and by the first reset after each change of the parameter; other resets
-continue the env's random stream, so a run is reproducible; -1: unseeded). ``task``, ``obs_mode``, ``image_size``
-and ``mode`` are read at start-up.
+Parameters (:data:`PARAMETERS`): ``task``, ``obs_mode`` (pixels | state+pixels | state), ``image_size``, ``mode``
+(realtime | lockstep), ``seed`` (>= 0: used by the node's start-up reset and by the first reset after each change of
+the parameter; other resets continue the env's random stream, so a run is reproducible; -1: unseeded). ``task``,
+``obs_mode``, ``image_size`` and ``mode`` are read at start-up. An unknown parameter or an invalid value is one log
+line and exit status 2.
 
 SIGINT / SIGTERM stop the node cleanly (exit status 0).
 """
@@ -61,7 +62,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from robot_rl.ros import qos
-from robot_rl.ros.node_util import declare_parameters, relative_name
+from robot_rl.ros.node_util import NodeStartupError, declare_parameters, relative_name
 
 
 NODE_NAME = "sim"
@@ -209,6 +210,16 @@ class SimRobot:
         self.env.close()
 
 
+PARAMETERS: tuple[tuple[str, object, str], ...] = (
+    ("task", SimNodeConfig.task, "task id, e.g. PickCube-v0 (read at start-up)"),
+    ("obs_mode", SimNodeConfig.obs_mode, "pixels | state+pixels | state (no cameras; read at start-up)"),
+    ("image_size", SimNodeConfig.image_size, "camera image side [px] (read at start-up)"),
+    ("mode", SimNodeConfig.mode, "realtime | lockstep (read at start-up)"),
+    ("seed", SimNodeConfig.seed, ">= 0 seeds the next reset (first one and after each change); -1 unseeded"),
+)
+"""The node's ROS parameters (name, default, description); the command line's options give their defaults."""
+
+
 class SimNode:
     """The ROS 2 side: one rclpy node around a :class:`SimRobot` (see the module doc for topics and modes)."""
 
@@ -223,16 +234,14 @@ class SimNode:
         self._Float32, self._Bool = Float32, Bool
         self.node = rclpy.create_node(node_name, context=context, cli_args=cli_args)
         node = self.node
-        param = declare_parameters(node, (
-            ("task", config.task, "task id, e.g. PickCube-v0 (read at start-up)"),
-            ("obs_mode", config.obs_mode, "pixels | state+pixels | state (no cameras; read at start-up)"),
-            ("image_size", config.image_size, "camera image side [px] (read at start-up)"),
-            ("mode", config.mode, "realtime | lockstep (read at start-up)"),
-            ("seed", config.seed, ">= 0 seeds the next reset (first one and after each change); -1 unseeded"),
-        ))
-        self.config = SimNodeConfig(
-            task=str(param("task")), obs_mode=str(param("obs_mode")), image_size=int(param("image_size")),
-            mode=str(param("mode")), seed=int(param("seed")))
+        param = declare_parameters(node, [(name, getattr(config, name), description)
+                                          for name, _, description in PARAMETERS])
+        try:
+            self.config = SimNodeConfig(
+                task=str(param("task")), obs_mode=str(param("obs_mode")), image_size=int(param("image_size")),
+                mode=str(param("mode")), seed=int(param("seed")))
+        except ValueError as error:
+            raise NodeStartupError(str(error)) from None
         self._used_seed: int | None = None
         self._log = node.get_logger()
 

@@ -1,4 +1,5 @@
-"""Runs a ROS 2 test script in a private network namespace with its own domain id and collects its RESULT line."""
+"""Runs a ROS 2 test script in a private network namespace with its own domain id and collects its RESULT line;
+skips (with the reason) where no private network namespace can be made."""
 
 from __future__ import annotations
 
@@ -7,22 +8,35 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 
 import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_ros_script(script: str, mode: str, domain_id: int, timeout: float) -> tuple[dict, str, int]:
-    """Run `python script mode` on loopback only; returns (the last `RESULT {json}` line, stderr, return code).
+def private_network_or_skip(argv: list[str]) -> list[str]:
+    """`argv` wrapped to run in a private network namespace (only ``lo``); the test is skipped, with the reason,
+    where no namespace can be made: ROS tests never run on the host's network."""
+    from robot_rl.ros.env import RosEnvironmentError, private_network_command
+
+    try:
+        return private_network_command(argv)
+    except RosEnvironmentError as error:
+        pytest.skip(str(error))
+
+
+def run_ros_script(script: str, mode: str, domain_id: int, timeout: float, args: Sequence[str] = ()
+                   ) -> tuple[dict, str, int]:
+    """Run `python script mode *args` on loopback only; returns (the last `RESULT {json}` line, stderr, return code).
 
     The script and every process it starts share one session, killed as a whole on a time-out.
     """
-    from robot_rl.ros.env import private_network_command, ros_environment
+    from robot_rl.ros.env import ros_environment
 
     env = ros_environment(domain_id=domain_id)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH", "")) if p)
-    command = private_network_command([sys.executable, os.path.abspath(script), mode])
+    command = private_network_or_skip([sys.executable, os.path.abspath(script), mode, *args])
     process = subprocess.Popen(command, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, start_new_session=True)
     try:

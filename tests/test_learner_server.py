@@ -1,27 +1,48 @@
-"""LearnerServer without transport: ingest from several actors, episode-wise insertion, de-duplication, acks,
-rejections, training schedule, weights, and crash recovery from checkpoint + transition log."""
+"""LearnerServer without transport, driving a real (tiny) Learner: ingest from several actors, episode-wise
+insertion, de-duplication, acks, rejections, training schedule and real gradient steps, weights, abandoned episodes,
+acknowledging before the learner is built, and crash recovery from checkpoint + transition log."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import Counter
 
+import jax
 import numpy as np
 import pytest
 
 from robot_rl.agents.sac import SACConfig
 from robot_rl.learner import Learner, LearnerConfig
-from robot_rl.learner_server import CHECKPOINT_DIR, LOG_DIR, POLICY_FILE, LearnerServer
+from robot_rl.learner_server import (
+    CHECKPOINT_DIR,
+    LOG_DIR,
+    MAX_POLL_GAP_S,
+    POLICY_FILE,
+    LearnerServer,
+    checkpoint_server_state,
+    compile_learner_step,
+)
 from robot_rl.transport import StampedTransition, TransportError, decode_weights, encode_transitions, make_source
 
 SPEC = {"state": ((14,), np.float32), "object_state": ((10,), np.float32)}
 ACTION_DIM = 4
 SMALL_SAC = SACConfig(actor_hidden_dims=(16, 16), critic_hidden_dims=(16, 16), critic_ensemble_size=2)
-SMALL_LEARNER = LearnerConfig(batch_size=8, utd=1, online_capacity=400, demo_capacity=400, seed=1)
+# No warm-up of random actions: the schedule tests count learner steps from the first transition on.
+SMALL_LEARNER = LearnerConfig(batch_size=8, utd=1, online_capacity=400, demo_capacity=400, seed=1,
+                              warmup_transitions=0)
 
 SOURCE_A = make_source("arm-a", "inc0")
+SOURCE_A_RESTARTED = make_source("arm-a", "inc1")
 SOURCE_B = make_source("arm-b", "inc0")
-SOURCE_ID = {SOURCE_A: 1, SOURCE_B: 2}
+SOURCE_ID = {SOURCE_A: 1, SOURCE_B: 2, SOURCE_A_RESTARTED: 3}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled_learner_step():
+    """Compile the tiny learner's jitted init and update once for the module (the jit cache is process-wide)."""
+    compile_learner_step(new_learner())
 
 
 def new_learner() -> Learner:
@@ -30,6 +51,25 @@ def new_learner() -> Learner:
 
 def new_server(run_dir, **kwargs) -> LearnerServer:
     return LearnerServer(new_learner(), run_dir, **kwargs)
+
+
+class FakeClock:
+    """The learner's clock for abandoned episodes, advanced by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def poll_until(server: LearnerServer, clock: FakeClock, until: float) -> list:
+    """Advance the clock to `until` in one-second polls of close_abandoned (as the node's timer does)."""
+    closed = []
+    while clock.now < until:
+        clock.now = min(clock.now + 1.0, until)
+        closed += server.close_abandoned()
+    return closed
 
 
 def observation(source: str, episode: int, step: int) -> dict[str, np.ndarray]:
@@ -244,48 +284,36 @@ def test_wrong_next_observation_and_action_shapes_are_rejected(tmp_path):
 
 # ----- training schedule and weights ------------------------------------------------------------------------------
 
-def stub_learner_step(learner: Learner) -> list[int]:
-    """Replace the (jitted, slow to compile) gradient step: the schedule around it is what is tested here
-    (tests/test_learner.py covers Learner.step itself)."""
-    calls = []
-
-    def step():
-        calls.append(len(learner.online))
-        learner.updates += learner.config.utd
-        return {"critic_loss": 0.0}
-
-    learner.step = step
-    return calls
-
-
 def test_pending_steps_budget_train_step_and_weights(tmp_path):
     server = new_server(tmp_path, updates_per_transition=2.0, weights_every=3)
     server.start()
-    calls = stub_learner_step(server.learner)
     assert server.pending_steps == 0  # nothing to train on yet
     stream = Stream(SOURCE_A)
     server.ingest(payload(SOURCE_A, stream.episode(0, 3) + stream.episode(1, 2, "truncated")))
     assert server.received == 5
     assert server.pending_steps == 10
 
+    learner = server.learner
+    params_before = jax.tree.leaves(learner.agent.critic.params)
     dues = []
     for _ in range(4):
         info, due = server.train_step()
         dues.append(due)
-        assert isinstance(info, dict) and info
+        assert np.isfinite(info["critic_loss"])
     assert dues == [False, False, True, False]
-    assert len(calls) == 4  # one learner step per train_step
-    assert server.steps == 4 and server.learner.updates == 4 * SMALL_LEARNER.utd
+    assert server.steps == 4 and learner.updates == 4 * SMALL_LEARNER.utd == int(learner.agent.step)
+    changed = [not np.array_equal(a, b) for a, b in zip(params_before, jax.tree.leaves(learner.agent.critic.params))]
+    assert any(changed)  # real gradient steps on the staged transitions
     assert server.pending_steps == 10 - 4
     assert server.trained_on == 2  # 4 steps at 2 updates per transition
 
     first = server.weights()
     second = server.weights()
     assert (first.version, second.version) == (1, 2)
-    assert second.transitions == 2 and second.updates == server.learner.updates
+    assert second.transitions == 2 and second.updates == learner.updates
     assert second.action_dim == ACTION_DIM
-    assert second.observation_spec == server.learner.observation_spec
-    assert second.policy == server.learner.policy_bytes()
+    assert second.observation_spec == learner.observation_spec
+    assert second.policy == learner.policy_bytes()
     assert second.sac_config["actor_hidden_dims"] in ([16, 16], (16, 16))
 
     server.budget = 3  # only 3 transitions' worth of training: 6 steps
@@ -295,18 +323,30 @@ def test_pending_steps_budget_train_step_and_weights(tmp_path):
     server.train_step()
     assert server.pending_steps == 0 and server.budget_done
     server.ingest(payload(SOURCE_A, stream.episode(2, 2)))  # still logged, inserted and acknowledged
-    assert server.received == 7 and len(server.learner.online) == 7
+    assert server.received == 7 and len(learner.online) == 7
     assert server.pending_steps == 0 and server.inbox.acks() == {SOURCE_A: 6}
 
     server.checkpoint()
     restored = new_server(tmp_path, updates_per_transition=2.0, weights_every=3)
     restored.start()
     assert restored.steps == 6 and restored.weights_version >= 2
+    assert restored.learner.updates == learner.updates
+    for a, b in zip(jax.tree.leaves(learner.agent), jax.tree.leaves(restored.learner.agent)):
+        np.testing.assert_array_equal(a, b)
     resumed = restored.weights()
     assert resumed.version > second.version  # versions keep increasing across restarts
     assert resumed.transitions == 3 == restored.trained_on and resumed.updates == 6 * SMALL_LEARNER.utd
     policy = decode_weights((tmp_path / POLICY_FILE).read_bytes())
-    assert policy.observation_spec == server.learner.observation_spec
+    assert policy.observation_spec == learner.observation_spec
+
+
+def test_compiling_the_learner_step_leaves_the_learner_unchanged():
+    learner = new_learner()
+    before = [np.asarray(leaf).copy() for leaf in jax.tree.leaves(learner.agent)]
+    rng_state = learner.rng.bit_generator.state
+    compile_learner_step(learner)
+    assert all(np.array_equal(a, b) for a, b in zip(before, jax.tree.leaves(learner.agent)))
+    assert learner.rng.bit_generator.state == rng_state and learner.updates == 0 and len(learner.online) == 0
 
 
 @pytest.mark.parametrize("upt, received, steps, budget, pending", [
@@ -498,6 +538,156 @@ def test_checkpoint_keeps_only_needed_log_batches(tmp_path):
     server.checkpoint()
     assert server.log.indices() == []
     assert (tmp_path / LOG_DIR).is_dir()
+
+
+# ----- abandoned episodes -----------------------------------------------------------------------------------------
+
+def truncated_steps(buffer) -> Counter:
+    """(source id, episode, step) of the stored transitions flagged truncated."""
+    rows = buffer.actions[buffer.valid & buffer.truncated]
+    return Counter(tuple(int(v) for v in row[:3]) for row in rows)
+
+
+def test_a_new_incarnation_closes_the_episodes_its_predecessor_left_open(tmp_path):
+    a, a_again, b = Stream(SOURCE_A), Stream(SOURCE_A_RESTARTED), Stream(SOURCE_B)
+    a0, b0 = a.episode(0, 6), b.episode(0, 6)
+    server = new_server(tmp_path)
+    server.start()
+    server.ingest(payload(SOURCE_A, a0[:3]))  # the actor is killed after step 2: its episode stays open
+    server.ingest(payload(SOURCE_B, b0[:2]))
+    server.checkpoint()
+    assert len(server.learner.online) == 0 and len(server.log.indices()) == 2  # kept while they are staged
+
+    restarted = a_again.episode(0, 2)
+    server.ingest(payload(SOURCE_A_RESTARTED, restarted[:1]))
+    online = server.learner.online
+    assert contents(online) == expected(SOURCE_A, a0[:3])  # only arm-a's old episode: arm-b goes on
+    assert truncated_steps(online) == Counter({(SOURCE_ID[SOURCE_A], 0, 2): 1})  # its last step bootstraps
+    check_next_observations(online)
+    assert server.abandoned == 1 and server.episodes == 1
+    assert server.learner.ready and np.isfinite(server.train_step()[0]["critic_loss"])  # trainable
+    server.ingest(payload(SOURCE_A, a0[3:4]))  # a late step of the closed episode is not lost
+    assert contents(online) == expected(SOURCE_A, a0[:4])
+
+    server.checkpoint()
+    assert server.log.indices() == [1, 2, 3]  # from arm-b's open episode on; arm-a's old batch is gone
+    assert {key for key in server.status()["staged"]} == {f"{SOURCE_B} episode 0", f"{SOURCE_A_RESTARTED} episode 0"}
+    again = new_server(tmp_path)
+    again.start()
+    assert contents(again.learner.online) == expected(SOURCE_A, a0[:4])
+    assert again.abandoned == 1 and again.received == server.received == 7
+    again.ingest(payload(SOURCE_B, b0[2:]))
+    again.ingest(payload(SOURCE_A_RESTARTED, restarted[1:]))
+    assert contents(again.learner.online) == (expected(SOURCE_A, a0[:4]) + expected(SOURCE_B, b0)
+                                              + expected(SOURCE_A_RESTARTED, restarted))
+    again.checkpoint()
+    assert again.log.indices() == []
+
+
+def test_an_episode_without_data_for_abandon_after_s_is_closed_and_a_restart_keeps_it_closed(tmp_path):
+    clock = FakeClock()
+    a, b = Stream(SOURCE_A), Stream(SOURCE_B)
+    a0, b0 = a.episode(0, 6), b.episode(0, 6)
+    server = new_server(tmp_path, abandon_after_s=120.0, clock=clock)
+    server.start()
+    server.ingest(payload(SOURCE_A, a0[:3]))
+    assert poll_until(server, clock, clock.now + 60.0) == []
+    server.ingest(payload(SOURCE_B, b0[:2]))  # arm-b keeps streaming
+    assert poll_until(server, clock, clock.now + 59.0) == []
+    assert len(server.learner.online) == 0
+    assert poll_until(server, clock, clock.now + 1.0) == [(SOURCE_A, 0)]  # 120 s after arm-a's last step
+    assert contents(server.learner.online) == expected(SOURCE_A, a0[:3])
+    assert truncated_steps(server.learner.online) == Counter({(SOURCE_ID[SOURCE_A], 0, 2): 1})
+    assert server.abandoned == 1 and server.learner.ready
+
+    # a crash before the next checkpoint: the logged decision closes the episode again at the same point
+    crashed = new_server(tmp_path, abandon_after_s=120.0, clock=clock)
+    crashed.start()
+    assert contents(crashed.learner.online) == expected(SOURCE_A, a0[:3])
+    assert crashed.abandoned == 1 and set(crashed.status()["staged"]) == {f"{SOURCE_B} episode 0"}
+    crashed.checkpoint()
+    assert crashed.log.indices() == [1, 2]  # from arm-b's open episode on; arm-a's batch is gone
+    # the human resumes arm-a after the pause: its later steps go in as an episode of their own
+    crashed.ingest(payload(SOURCE_A, a0[3:]))
+    assert contents(crashed.learner.online) == expected(SOURCE_A, a0)
+    assert crashed.episodes == 1 and crashed.abandoned == 1
+
+    later = new_server(tmp_path, abandon_after_s=120.0, clock=clock)
+    later.start()
+    assert contents(later.learner.online) == expected(SOURCE_A, a0)
+    assert set(later.status()["staged"]) == {f"{SOURCE_B} episode 0"}  # arm-b's silence restarts with the learner
+    assert poll_until(later, clock, clock.now + 119.0) == []
+    assert poll_until(later, clock, clock.now + 1.0) == [(SOURCE_B, 0)]
+
+
+def test_time_the_learner_was_busy_does_not_count_as_silence(tmp_path):
+    clock = FakeClock()
+    server = new_server(tmp_path, abandon_after_s=30.0, clock=clock)
+    server.start()
+    server.ingest(payload(SOURCE_A, Stream(SOURCE_A).episode(0, 5)[:2]))
+    assert server.close_abandoned() == []
+    clock.now += MAX_POLL_GAP_S + 50.0  # a long checkpoint: no poll, no message processed meanwhile
+    assert server.close_abandoned() == []
+    assert poll_until(server, clock, clock.now + 29.0) == []
+    assert poll_until(server, clock, clock.now + 1.0) == [(SOURCE_A, 0)]
+
+
+# ----- acknowledging before the learner is built ------------------------------------------------------------------
+
+def test_transitions_are_logged_and_acknowledged_before_the_learner_is_attached(tmp_path):
+    stream = Stream(SOURCE_A)
+    e0, e1, e2 = stream.episode(0, 3), stream.episode(1, 4), stream.episode(2, 3)
+    first = new_server(tmp_path)
+    first.start()
+    first.ingest(payload(SOURCE_A, e0 + e1[:2]))
+    first.checkpoint()
+    first.ingest(payload(SOURCE_A, e1[2:3]))  # acknowledged, then kill -9
+
+    respawned = LearnerServer(None, tmp_path)  # what the node has before JAX is even imported
+    assert "resumed" in respawned.open()
+    assert respawned.inbox.acks() == {SOURCE_A: e1[2].seq}
+    with pytest.raises(RuntimeError, match="nothing to checkpoint"):
+        respawned.checkpoint()
+    assert respawned.pending_steps == 0 and not respawned.budget_done
+    # an actor re-sends (a duplicate) and streams on while the learner is being built
+    assert respawned.ingest(payload(SOURCE_A, e1[2:] + e2[:1])) == {SOURCE_A: e2[0].seq}
+    assert respawned.ingest(payload(SOURCE_A, e2[1:])) == {SOURCE_A: e2[-1].seq}
+    assert respawned.status()["learner_ready"] is False and respawned.status()["online"] is None
+    assert respawned.inbox.duplicates == 1
+
+    learner = new_learner()
+    assert "restored" in respawned.load_learner(learner)
+    assert len(learner.online) == 3  # e0, from the checkpoint
+    respawned.attach(learner)
+    assert respawned.learner is learner and respawned.received == 10
+    assert contents(learner.online) == expected(SOURCE_A, e0 + e1 + e2)
+    check_next_observations(learner.online)
+    assert respawned.pending_steps == 10 - first.steps
+    respawned.checkpoint()
+    assert respawned.log.indices() == []
+    state = checkpoint_server_state(tmp_path)
+    assert state["action_dim"] == ACTION_DIM and state["observation_spec"]["state"]["shape"] == [14]
+
+
+def test_a_respawned_server_offers_its_last_policy_as_new_weights_before_the_learner_exists(tmp_path):
+    assert LearnerServer(None, tmp_path / "new").stored_weights() is None  # a new run has no policy yet
+    first = new_server(tmp_path)
+    first.start()
+    first.weights()
+    first.checkpoint()
+    respawned = LearnerServer(None, tmp_path)
+    respawned.open()
+    stored = decode_weights(respawned.stored_weights())
+    assert stored.version == respawned.weights_version > first.weights_version  # newer than anything sent before
+    assert stored.policy == first.learner.policy_bytes()
+    assert stored.observation_spec == first.learner.observation_spec and stored.action_dim == ACTION_DIM
+
+
+def test_importing_the_server_does_not_import_jax():
+    code = "import sys, robot_rl.learner_server; print(sorted(m for m in ('jax', 'flax') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
 
 
 @pytest.mark.parametrize("lost_send", [

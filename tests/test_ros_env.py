@@ -111,6 +111,8 @@ def test_ensure_refuses_a_process_started_without_the_library_path(monkeypatch):
 
 
 def test_ensure_sets_up_a_fresh_process_that_then_initialises_rclpy():
+    from ros_harness import private_network_or_skip
+
     _wheels_or_skip()
     code = (
         "import os; from robot_rl.ros.env import ensure_ros_environment; ensure_ros_environment(domain_id=61); "
@@ -118,18 +120,59 @@ def test_ensure_sets_up_a_fresh_process_that_then_initialises_rclpy():
         "e = os.environ; print(e['ROS_DOMAIN_ID'], e['ROS_AUTOMATIC_DISCOVERY_RANGE'], e['RMW_IMPLEMENTATION'])"
     )
     base = {k: v for k, v in os.environ.items() if k not in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID")}
-    out = subprocess.run(private_network_command([sys.executable, "-c", code]), env=base,
+    out = subprocess.run(private_network_or_skip([sys.executable, "-c", code]), env=base,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["61", "LOCALHOST", "rmw_fastrtps_cpp"]
 
 
-def test_private_network_command_falls_back_to_the_plain_command(monkeypatch):
-    monkeypatch.setattr(ros_env, "network_namespace_available", lambda: False)
-    assert private_network_command(["python", "-V"]) == ["python", "-V"]
-    monkeypatch.setattr(ros_env, "network_namespace_available", lambda: True)
+@pytest.fixture
+def fresh_namespace_probe():
+    """The namespace probe is cached per process: start and leave each test with a fresh one."""
+    ros_env._private_network_prefix.cache_clear()
+    yield
+    ros_env._private_network_prefix.cache_clear()
+
+
+def test_private_network_command_wraps_the_command_where_a_namespace_can_be_made(fresh_namespace_probe):
+    if ros_env.network_namespace_problem() is not None:
+        pytest.skip(ros_env.network_namespace_problem())
     wrapped = private_network_command(["python", "-V"])
-    assert wrapped[1] == "-n" and wrapped[-2:] == ["python", "-V"] and "link set lo up" in wrapped[4]
+    assert "-n" in wrapped[1:3] and wrapped[-2:] == ["python", "-V"] and "link set lo up" in wrapped[-4]
+    out = subprocess.run(wrapped[:-2] + ["cat", "/proc/net/dev"], capture_output=True, text=True, timeout=30)
+    interfaces = [line.split(":")[0].strip() for line in out.stdout.splitlines()[2:]]
+    assert out.returncode == 0 and interfaces == ["lo"], out
+
+
+def test_private_network_command_refuses_without_unshare(fresh_namespace_probe, monkeypatch):
+    real_which = ros_env.shutil.which
+    monkeypatch.setattr(ros_env.shutil, "which", lambda name: None if name == "unshare" else real_which(name))
+    with pytest.raises(RosEnvironmentError, match="private network namespace.*unshare command .* not installed"):
+        private_network_command(["python", "-V"])
+    assert not ros_env.network_namespace_available()
+
+
+def test_private_network_command_refuses_when_the_kernel_forbids_namespaces(fresh_namespace_probe, monkeypatch):
+    calls = []
+
+    def forbidden(command, **kwargs):
+        calls.append(command)
+        return subprocess.CompletedProcess(command, 1, "", "unshare: unshare failed: Operation not permitted\n")
+
+    monkeypatch.setattr(ros_env.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(ros_env.subprocess, "run", forbidden)
+    with pytest.raises(RosEnvironmentError) as error:
+        private_network_command(["python", "-V"])
+    assert "Operation not permitted" in str(error.value) and "--map-root-user" in str(error.value)
+    assert len(calls) == 2  # as root, then in a user namespace
+
+
+def test_the_harness_skips_with_the_reason_where_no_namespace_can_be_made(fresh_namespace_probe, monkeypatch):
+    from ros_harness import private_network_or_skip
+
+    monkeypatch.setattr(ros_env.shutil, "which", lambda name: None)
+    with pytest.raises(pytest.skip.Exception, match="unshare command"):
+        private_network_or_skip(["python", "-V"])
 
 
 def test_every_topic_has_a_stream_and_streams_are_as_documented():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -137,9 +138,17 @@ def client() -> dict:
         pub["success"].publish(Bool(data=False))
         frame(102.0, position=(0.46, 0.0, 0.2))
         summary["command_after"] = wait_for(lambda: len(commands) > before, 20.0)
+        # malformed transitions are logged and acknowledged at once, and rejected once the agent is built
         status = run_dir / "learner" / "learner_status.json"
-        wait_for(status.exists, 5.0)
-        summary["learner_status"] = json.loads(status.read_text()) if status.exists() else None
+
+        def learner_status() -> dict:
+            try:
+                return json.loads(status.read_text())
+            except (OSError, ValueError):
+                return {}
+
+        wait_for(lambda: learner_status().get("learner_ready") and learner_status().get("rejected"), 60.0)
+        summary["learner_status"] = learner_status() or None
     finally:
         for process in nodes.values():
             if process.poll() is None:
@@ -157,6 +166,7 @@ def client() -> dict:
             log.seek(0)
             summary[f"{name}_log"] = log.read()[-4000:]
             log.close()
+        shutil.rmtree(run_dir, ignore_errors=True)
     return summary
 
 

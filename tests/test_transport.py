@@ -12,7 +12,9 @@ from robot_rl.codec import pack, unpack
 from robot_rl.train import config_to_json
 from robot_rl.transport import (
     PROTOCOL_VERSION,
+    ClosedEpisodes,
     Inbox,
+    LoggedBatch,
     Outbox,
     SequenceTracker,
     StampedTransition,
@@ -26,6 +28,7 @@ from robot_rl.transport import (
     encode_transitions,
     encode_weights,
     make_source,
+    reversion_weights,
 )
 from robot_rl.types import ObservationSpec
 
@@ -243,6 +246,17 @@ def test_decode_weights_rejects_malformed_payloads():
         decode_weights(b"\xc1")
 
 
+def test_reversion_weights_changes_only_the_version():
+    spec = ObservationSpec.from_shapes({"state": ((14,), np.float32)})
+    message = WeightsMessage(3, b"\x00policy", spec, 4, {"discount": 0.9}, transitions=12, updates=24)
+    back = decode_weights(reversion_weights(encode_weights(message), 1_000_000_001))
+    assert back.version == 1_000_000_001
+    assert (back.policy, back.observation_spec, back.action_dim, back.sac_config, back.transitions, back.updates) == (
+        message.policy, spec, 4, {"discount": 0.9}, 12, 24)
+    with pytest.raises(TransportError, match="expected a 'weights' payload"):
+        reversion_weights(encode_ack({}), 2)
+
+
 # ----- outbox -----------------------------------------------------------------------------------------------------
 
 def test_outbox_sends_once_then_resends_after_timeout():
@@ -262,6 +276,20 @@ def test_outbox_sends_once_then_resends_after_timeout():
     assert outbox.resent == 3
     assert [t.seq for t in outbox.due(now=103.9)] == [3]
     assert len(outbox) == 4
+
+
+def test_outbox_resends_everything_at_once_when_a_learner_appears():
+    outbox = Outbox(capacity=10, resend_after_s=2.0)
+    for seq in range(4):
+        outbox.add(stamped(seq))
+    outbox.mark_sent(outbox.due(now=100.0), now=100.0)
+    outbox.acknowledge(0)
+    assert outbox.due(now=100.5) == []
+    assert outbox.resend_all() == 3  # a respawned learner: what it has not acknowledged goes out now
+    due = outbox.due(now=100.5)
+    assert [t.seq for t in due] == [1, 2, 3]
+    outbox.mark_sent(due, now=100.5)
+    assert outbox.resent == 3 and outbox.due(now=101.0) == []
 
 
 def test_outbox_due_respects_max_items_oldest_first():
@@ -393,11 +421,11 @@ def test_transition_log_append_and_replay(tmp_path):
     assert log.append("arm-2/zz", [stamped(0)]) == 1
     assert log.append(SOURCE, [stamped(2, terminated=True)]) == 2
     replayed = list(log.replay())
-    assert [(index, source, [t.seq for t in items]) for index, source, items in replayed] == [
+    assert [(index, batch.source, [t.seq for t in batch.items]) for index, batch in replayed] == [
         (0, SOURCE, [0, 1]), (1, "arm-2/zz", [0]), (2, SOURCE, [2])]
-    assert replayed[2][2][0].terminated
-    np.testing.assert_array_equal(replayed[0][2][1].observation["state"], obs(1)["state"])
-    assert [index for index, _, _ in log.replay(after=1)] == [2]
+    assert replayed[2][1].items[0].terminated
+    np.testing.assert_array_equal(replayed[0][1].items[1].observation["state"], obs(1)["state"])
+    assert [index for index, _ in log.replay(after=1)] == [2]
     assert list(log.replay(after=2)) == []
     assert not list((tmp_path / "log").glob("*.tmp"))
 
@@ -408,14 +436,33 @@ def test_transition_log_truncate_and_continue_numbering(tmp_path):
         log.append(SOURCE, [stamped(seq)])
     assert log.truncate(1) == 2
     assert log.indices() == [2, 3]
-    assert [index for index, _, _ in log.replay()] == [2, 3]
+    assert [index for index, _ in log.replay()] == [2, 3]
     reopened = TransitionLog(tmp_path / "log")
     assert reopened.next_index == 4
     assert reopened.append(SOURCE, [stamped(9)]) == 4
-    assert [index for index, _, _ in reopened.replay(after=2)] == [3, 4]
+    assert [index for index, _ in reopened.replay(after=2)] == [3, 4]
     assert reopened.truncate(10) == 3
     assert reopened.indices() == []
     assert reopened.append(SOURCE, [stamped(10)]) == 5
+
+
+def test_transition_log_keeps_closed_episode_decisions_in_order(tmp_path):
+    log = TransitionLog(tmp_path / "log")
+    log.append(SOURCE, [stamped(0)])
+    assert log.append_closed(ClosedEpisodes(((SOURCE, 0), ("arm-2/zz", 3)))) == 1
+    log.append(SOURCE, [stamped(1)])
+    entries = [entry for _, entry in log.replay()]
+    assert isinstance(entries[0], LoggedBatch) and isinstance(entries[2], LoggedBatch)
+    assert entries[1] == ClosedEpisodes(((SOURCE, 0), ("arm-2/zz", 3)))
+    assert [t.seq for t in entries[2].items] == [1]
+    with pytest.raises(TransportError, match="source"):
+        log.append_closed(ClosedEpisodes((("no slash", 0),)))
+    log._path(1).write_bytes(pack({"kind": "closed", "protocol": 1, "episodes": [[SOURCE]]}))
+    with pytest.raises(TransportError, match=r"000000000001\.msgpack is corrupt.*pairs"):
+        list(log.replay())
+    log._path(1).write_bytes(pack({"kind": "weights", "protocol": 1}))
+    with pytest.raises(TransportError, match="expected a 'transitions' or 'closed' payload"):
+        list(log.replay())
 
 
 def test_transition_log_corrupt_file_names_the_file(tmp_path):
@@ -425,8 +472,8 @@ def test_transition_log_corrupt_file_names_the_file(tmp_path):
     corrupt = log._path(1)
     corrupt.write_bytes(corrupt.read_bytes()[:20])  # truncated by a crash of the disk
     replay = log.replay()
-    index, _, items = next(replay)
-    assert index == 0 and items[0].seq == 0
+    index, batch = next(replay)
+    assert index == 0 and batch.items[0].seq == 0
     with pytest.raises(TransportError) as error:
         next(replay)
     assert corrupt.name in str(error.value)
@@ -462,6 +509,6 @@ def test_transition_log_ignores_leftover_temp_and_foreign_files(tmp_path):
     (tmp_path / "log" / "notes.msgpack").write_bytes(b"not a batch")
     reopened = TransitionLog(tmp_path / "log")
     assert reopened.indices() == [0] and reopened.next_index == 1
-    assert [index for index, _, _ in reopened.replay()] == [0]
+    assert [index for index, _ in reopened.replay()] == [0]
     assert reopened.append(SOURCE, [stamped(1)]) == 1
-    assert [t.seq for _, _, items in reopened.replay() for t in items] == [0, 1]
+    assert [t.seq for _, batch in reopened.replay() for t in batch.items] == [0, 1]

@@ -20,7 +20,16 @@ actor/episode                         out  index of each episode started
 /actor/transitions                    out  msgpack batches of transitions with actor id + sequence numbers
 ====================================  ===  =====================================================================
 
-Service client ``reset`` (std_srvs/Trigger) starts each episode (empty ``reset_service``: no reset call).
+Service client ``reset`` (std_srvs/Trigger) starts each episode (empty ``reset_service``: no reset call). A call
+not answered within ``reset_timeout_s`` (a lost response, a sim or driver that died during the reset) is given up
+and made again, with a log line each time, as is a failed one; while no server is up the actor waits for one. The
+status file counts ``reset_attempts``, ``reset_timeouts`` and ``reset_failures`` and says what the actor is
+``waiting_for``.
+
+Weights: from the learner (``/learner/weights``), or from a policy file with ``weights_path`` (the learner's or
+``robot-rl train``'s ``<run_dir>/policy.msgpack``): then the actor acts at once and never waits for a learner. A file
+that is missing or is not a policy file is one error line and exit status 2, as is any invalid parameter (unknown
+names included).
 
 Modes: ``lockstep`` steps once per new sensor frame (the sim node in lock-step advances once per pose command);
 ``realtime`` steps on a timer at ``control_period`` with the newest readings. A stale or missing sensor (older than
@@ -46,7 +55,7 @@ from pathlib import Path
 import numpy as np
 
 from robot_rl.ros import qos
-from robot_rl.ros.node_util import declare_parameters, relative_name, topic_publisher
+from robot_rl.ros.node_util import NodeStartupError, declare_parameters, relative_name, topic_publisher
 
 NODE_NAME = "actor"
 MODES = ("lockstep", "realtime")
@@ -57,6 +66,42 @@ OBS_MODE_KEYS = {
     "pixels": ("state", "images/front", "images/wrist"),
     "state+pixels": ("state", "object_state", "images/front", "images/wrist"),
 }
+RESET_LOG_EVERY_S = 5.0
+RESET_RETRY_AFTER_FAILURE_S = 1.0  # a server that answers "failed" is not asked again at once
+
+PARAMETERS: tuple[tuple[str, object, str], ...] = (
+    ("actor_id", "robot0", "this actor's id in transitions (letters, digits, _ . -)"),
+    ("task", "PickCube-v0", "sim task whose limits configure safety and episode length"),
+    ("obs_mode", "", "state | pixels | state+pixels: the observation keys of a sim run's obs mode"),
+    ("observation_keys", ["state", "images/front", "images/wrist"], "policy observation keys (no obs_mode)"),
+    ("mode", "lockstep", "lockstep | realtime"),
+    ("control_period", 0.1, "seconds between commands in realtime mode"),
+    ("max_sensor_age", 0.2, "a sensor older than this [s] holds the robot"),
+    ("max_episode_steps", 0, "episode time limit in steps (0: the task's)"),
+    ("episodes", 0, "stop after this many episodes (0: run until stopped)"),
+    ("policy", "learner", "learner: weights from the learner or weights_path | none: hold unless the human acts "
+                          "(episodes start once a teleop node is up)"),
+    ("weights_path", "", "policy file (<run_dir>/policy.msgpack) to act with at once, never waiting for a learner"),
+    ("deterministic", False, "act with the policy mean (evaluation)"),
+    ("seed", 0, "policy sampling seed"),
+    ("stream_transitions", True, "send transitions to the learner"),
+    ("record_path", "", "write every finished episode to this zarr dataset (demos from teleop)"),
+    ("outbox_capacity", 3000, "unacknowledged transitions kept (the oldest is dropped beyond)"),
+    ("resend_after", 2.0, "re-send an unacknowledged transition after this many seconds"),
+    ("max_weight_lag", 0, "lockstep: wait for weights that saw all but this many transitions (0: off)"),
+    ("weight_wait_s", 5.0, "longest wait per step for such weights"),
+    ("reset_service", "reset", "std_srvs/Trigger service that starts an episode ('' for none)"),
+    ("reset_timeout_s", 10.0, "give up a reset call not answered within this many seconds, and call again"),
+    ("stats_path", "", "write a JSON status file here every second"),
+)
+"""The node's ROS parameters (name, default, description)."""
+
+
+def _choice(param, name: str, choices: tuple[str, ...]) -> str:
+    value = str(param(name))
+    if value not in choices:
+        raise NodeStartupError(f"{name}={value!r} must be one of {', '.join(repr(c) for c in choices)}")
+    return value
 
 
 class ActorNode:
@@ -65,6 +110,7 @@ class ActorNode:
     def __init__(self, *, node_name: str = NODE_NAME, context=None, cli_args: list[str] | None = None):
         import rclpy
         from geometry_msgs.msg import PoseStamped, TwistStamped
+        from rclpy.event_handler import SubscriptionEventCallbacks
         from sensor_msgs.msg import Image, JointState
         from std_msgs.msg import Bool, Float32, Float32MultiArray, Float64, String, UInt8MultiArray, UInt32
         from std_srvs.srv import Trigger
@@ -78,39 +124,13 @@ class ActorNode:
         self.node = rclpy.create_node(node_name, context=context, cli_args=cli_args)
         node = self.node
         self._log = node.get_logger()
-        param = declare_parameters(node, (
-            ("actor_id", "robot0", "this actor's id in transitions (letters, digits, _ . -)"),
-            ("task", "PickCube-v0", "sim task whose limits configure safety and episode length"),
-            ("obs_mode", "", "state | pixels | state+pixels: the observation keys of a sim run's obs mode"),
-            ("observation_keys", ["state", "images/front", "images/wrist"], "policy observation keys (no obs_mode)"),
-            ("mode", "lockstep", "lockstep | realtime"),
-            ("control_period", 0.1, "seconds between commands in realtime mode"),
-            ("max_sensor_age", 0.2, "a sensor older than this [s] holds the robot"),
-            ("max_episode_steps", 0, "episode time limit in steps (0: the task's)"),
-            ("episodes", 0, "stop after this many episodes (0: run until stopped)"),
-            ("policy", "learner", "learner: weights from the learner or weights_path | none: hold unless the human acts "
-                                  "(episodes start once a teleop node is up)"),
-            ("weights_path", "", "policy weights file (as the learner writes) to act with, instead of waiting"),
-            ("deterministic", False, "act with the policy mean (evaluation)"),
-            ("seed", 0, "policy sampling seed"),
-            ("stream_transitions", True, "send transitions to the learner"),
-            ("record_path", "", "write every finished episode to this zarr dataset (demos from teleop)"),
-            ("outbox_capacity", 3000, "unacknowledged transitions kept (the oldest is dropped beyond)"),
-            ("resend_after", 2.0, "re-send an unacknowledged transition after this many seconds"),
-            ("max_weight_lag", 0, "lockstep: wait for weights that saw all but this many transitions (0: off)"),
-            ("weight_wait_s", 5.0, "longest wait per step for such weights"),
-            ("reset_service", "reset", "std_srvs/Trigger service that starts an episode ('' for none)"),
-            ("stats_path", "", "write a JSON status file here every second"),
-        ))
-        self.mode = str(param("mode"))
-        if self.mode not in MODES:
-            raise ValueError(f"mode={self.mode!r} must be one of {MODES}")
-        self.policy_kind = str(param("policy"))
-        if self.policy_kind not in POLICIES:
-            raise ValueError(f"policy={self.policy_kind!r} must be one of {POLICIES}")
-        obs_mode = str(param("obs_mode"))
-        if obs_mode and obs_mode not in OBS_MODE_KEYS:
-            raise ValueError(f"obs_mode={obs_mode!r} must be one of {sorted(OBS_MODE_KEYS)} (or empty)")
+        param = declare_parameters(node, PARAMETERS)
+        self.mode = _choice(param, "mode", MODES)
+        self.policy_kind = _choice(param, "policy", POLICIES)
+        obs_mode = _choice(param, "obs_mode", ("", *OBS_MODE_KEYS))
+        self.reset_timeout_s = float(param("reset_timeout_s"))
+        if self.reset_timeout_s <= 0:
+            raise NodeStartupError(f"reset_timeout_s={self.reset_timeout_s} must be > 0")
         self.observation_keys = OBS_MODE_KEYS[obs_mode] if obs_mode else tuple(str(k) for k in param("observation_keys"))
         self.required = sensors_for(self.observation_keys)
         env = make_env(str(param("task")), obs_mode="state")
@@ -121,7 +141,10 @@ class ActorNode:
         max_age = float(param("max_sensor_age"))
         safety = Safety(sim_safety_config(env, required_sensors=self.required, stale_timeout=max_age))
         env.close()
-        self.source = make_source(str(param("actor_id")))
+        try:
+            self.source = make_source(str(param("actor_id")))
+        except ValueError as error:
+            raise NodeStartupError(f"actor_id: {error}") from None
         self.outbox = Outbox(int(param("outbox_capacity")), float(param("resend_after")))
         self.session = ActorSession(safety, self.source, self.outbox, max_episode_steps=max_steps)
         self.sensors = SensorCache(self.observation_keys, max_age_s=max_age)
@@ -168,7 +191,8 @@ class ActorNode:
         node.create_subscription(Bool, relative_name(qos.SAFETY_ESTOP), self._on_estop, qos.topic_qos(qos.SAFETY_ESTOP))
         node.create_subscription(UInt8MultiArray, qos.LEARNER_WEIGHTS, self._on_weights,
                                  qos.topic_qos(qos.LEARNER_WEIGHTS))
-        node.create_subscription(UInt8MultiArray, qos.LEARNER_ACK, self._on_ack, qos.topic_qos(qos.LEARNER_ACK))
+        node.create_subscription(UInt8MultiArray, qos.LEARNER_ACK, self._on_ack, qos.topic_qos(qos.LEARNER_ACK),
+                                 event_callbacks=SubscriptionEventCallbacks(matched=self._on_learner_matched))
         self._pose_pub = topic_publisher(node, PoseStamped, qos.COMMAND_TARGET_POSE)
         self._gripper_pub = topic_publisher(node, Float64, qos.COMMAND_GRIPPER)
         self._episode_pub = topic_publisher(node, UInt32, qos.ACTOR_EPISODE)
@@ -177,6 +201,7 @@ class ActorNode:
         self._Float64, self._UInt32 = Float64, UInt32
         reset_service = str(param("reset_service"))
         self._reset_client = node.create_client(Trigger, reset_service) if reset_service else None
+        self._reset_name = self._reset_client.service_name if self._reset_client is not None else ""
         self._Trigger = Trigger
 
         # per-step inputs
@@ -190,6 +215,13 @@ class ActorNode:
         # episode state machine: "idle" -> "resetting" -> "starting" -> "running" -> "idle"
         self._phase = "idle"
         self._reset_future = None
+        self._reset_sent_at = 0.0  # monotonic time of the pending reset call
+        self._reset_wait_started: float | None = None  # monotonic time this episode's reset began
+        self._reset_attempt = 0  # calls made for this episode's reset
+        self._reset_retry_at = 0.0  # monotonic time before which no reset call is made (after a failed one)
+        self._reset_logged = -math.inf
+        self.reset_counters: collections.Counter[str] = collections.Counter()
+        self.waiting_for: str | None = None
         self._reset_requested_at_stamp = -math.inf
         self._pending_object_state = None
         self._last_stepped_stamp = -math.inf
@@ -199,9 +231,9 @@ class ActorNode:
         self._episode_steps: list[tuple] = []
         self._last_stats = 0.0
 
-        weights_path = str(param("weights_path"))
-        if weights_path:
-            self._load_weights(Path(weights_path).read_bytes(), origin=weights_path)
+        self.weights_path = str(param("weights_path"))
+        if self.weights_path:
+            self._load_policy_file(self.weights_path)
         # Real time steps on this timer; lock-step steps on each frame, the timer only polls waiting phases.
         node.create_timer(float(param("control_period")) if self.mode == "realtime" else 0.002, self._on_timer)
         node.create_timer(0.05, self._flush_outbox)
@@ -322,33 +354,54 @@ class ActorNode:
 
         self._load_weights(msg_to_bytes(msg), origin="learner")
 
+    def _load_policy_file(self, path: str) -> None:
+        """Act with the policy in a policy file from the start; any problem with it is a NodeStartupError."""
+        from robot_rl.policy_file import PolicyFileError, read_policy_file
+
+        try:
+            weights = read_policy_file(path)
+        except PolicyFileError as error:
+            raise NodeStartupError(f"weights_path: {error}") from None
+        if self.policy_kind == "none":
+            raise NodeStartupError(f"weights_path={path!r} with policy:=none: the actor would not use it")
+        problem = self._use_weights(weights, origin=path)
+        if problem:
+            raise NodeStartupError(f"weights_path: policy file {path}: {problem}")
+
     def _load_weights(self, payload: bytes, origin: str) -> None:
-        from robot_rl.actor import Actor
-        from robot_rl.agents.sac import SACAgent, SACConfig
-        from robot_rl.train import config_from_json
         from robot_rl.transport import TransportError, decode_weights
 
         try:
             weights = decode_weights(payload)
-            if self.policy_kind == "none":
-                return
-            if weights.version <= self.weights_version:
-                return
+        except TransportError as error:
+            self._log.error(f"rejected weights from {origin}: {error}", throttle_duration_sec=5.0)
+            return
+        if self.policy_kind == "none" or weights.version <= self.weights_version:
+            return
+        problem = self._use_weights(weights, origin)
+        if problem:
+            self._log.error(f"rejected weights from {origin}: {problem}", throttle_duration_sec=5.0)
+
+    def _use_weights(self, weights, origin: str) -> str | None:
+        """Act with `weights` from now on; returns why they cannot be used, or None."""
+        from robot_rl.policy_file import actor_from_weights
+
+        try:
             if self.session.actor is None:
                 missing = [k for k in weights.observation_spec.keys if k not in self.observation_keys]
                 if missing:
-                    raise TransportError(f"the policy needs observation keys {missing} this actor does not build")
-                agent = SACAgent.create(self.seed, weights.observation_spec, weights.action_dim,
-                                        config_from_json(SACConfig, weights.sac_config))
-                self.session.actor = Actor(agent, seed=self.seed, deterministic=self.deterministic)
-            self.session.actor.update_weights(weights.policy, weights.version)
-        except (TransportError, ValueError, KeyError, TypeError) as error:
-            self._log.error(f"rejected weights from {origin}: {error}", throttle_duration_sec=5.0)
-            return
+                    return (f"the policy needs observation keys {missing} this actor does not build (it builds "
+                            f"{list(self.observation_keys)}: set obs_mode)")
+                self.session.actor = actor_from_weights(weights, seed=self.seed, deterministic=self.deterministic)
+            else:
+                self.session.actor.update_weights(weights.policy, weights.version)
+        except (ValueError, KeyError, TypeError) as error:
+            return str(error)
         first = self.weights_version == 0
         self.weights_version, self.weights_transitions = weights.version, weights.transitions
         if first:
             self._log.info(f"policy weights v{weights.version} loaded from {origin}")
+        return None
 
     def _on_ack(self, msg) -> None:
         from robot_rl.ros.convert import msg_to_bytes
@@ -361,6 +414,14 @@ class ActorNode:
             return
         if self.source in acks:
             self.outbox.acknowledge(acks[self.source])
+
+    def _on_learner_matched(self, info) -> None:
+        """A learner's acks appeared (it started or respawned): re-send what it has not acknowledged now, rather
+        than after `resend_after`, so its cumulative acks catch up at once."""
+        if info.current_count_change > 0 and self.stream:
+            pending = self.outbox.resend_all()
+            if pending:
+                self._log.info(f"a learner appeared: re-sending {pending} unacknowledged transitions")
 
     def _flush_outbox(self) -> None:
         from robot_rl.ros.convert import bytes_to_msg
@@ -408,13 +469,17 @@ class ActorNode:
                 return  # the step's reward / success have not arrived yet
         if self._phase == "starting":
             if stamp is None or stamp <= self._reset_requested_at_stamp:
+                self.waiting_for = "a sensor frame after the reset"
                 return
             if self.policy_kind == "learner" and self.session.actor is None and not self._teleop_engaged:
+                self.waiting_for = "policy weights from the learner"
                 self._log.info("waiting for policy weights from the learner", throttle_duration_sec=5.0)
                 return
             if self.policy_kind == "none" and not self._teleop_seen:  # recording demos: nobody would act yet
+                self.waiting_for = "a teleop node (teleop/engaged)"
                 self._log.info("waiting for a teleop node (teleop/engaged)", throttle_duration_sec=5.0)
                 return
+            self.waiting_for = None
             position, quat = self.sensors.tcp_pose()
             episode = self.session.start_episode(position, quat)
             self._episode_pub.publish(self._UInt32(data=episode % (2**32)))
@@ -427,7 +492,7 @@ class ActorNode:
         self._step(stamp)
 
     def _must_wait_for_weights(self) -> bool:
-        if self.mode != "lockstep" or self.max_weight_lag <= 0 or self.session.actor is None:
+        if self.mode != "lockstep" or self.max_weight_lag <= 0 or self.session.actor is None or self.weights_path:
             return False
         if self.session.next_seq - self.weights_transitions <= self.max_weight_lag:
             self._wait_started = None
@@ -509,29 +574,72 @@ class ActorNode:
 
     # ----- episodes ----------------------------------------------------------------------------------------------
     def _begin_reset(self) -> None:
+        """Call the reset service (phase idle -> resetting), or wait for one to come up."""
         self._commanded_since_frame = False
-        stamp = self.sensors.stamp("tcp_pose")
-        self._reset_requested_at_stamp = -math.inf if stamp is None else stamp
-        if self._reset_client is None:
+        if self._reset_client is None:  # no reset: the episode starts at the first frame not stepped on yet
+            self._reset_requested_at_stamp = self._last_stepped_stamp
             self._phase = "starting"
             return
-        if not self._reset_client.service_is_ready():
-            self._log.info("waiting for the reset service", throttle_duration_sec=5.0)
+        stamp = self.sensors.stamp("tcp_pose")  # the episode starts at a frame taken after the reset
+        self._reset_requested_at_stamp = -math.inf if stamp is None else stamp
+        now = time.monotonic()
+        if self._reset_wait_started is None:
+            self._reset_wait_started = now
+        if now < self._reset_retry_at:
             return
+        if not self._reset_client.service_is_ready():
+            self.waiting_for = f"the reset service {self._reset_name}"
+            self._reset_log(f"waiting for the reset service {self._reset_name} ({self._reset_waited(now):.0f} s)")
+            return
+        self.reset_counters["reset_attempts"] += 1
+        self._reset_attempt += 1
+        self.waiting_for = f"a response of the reset service {self._reset_name}"
         self._reset_future = self._reset_client.call_async(self._Trigger.Request())
+        self._reset_sent_at = now
         self._phase = "resetting"
 
     def _check_reset(self) -> None:
-        if not self._reset_future.done():
+        """A reset call answered (-> starting), failed or not answered in time (-> idle: call again)."""
+        future, now, attempt = self._reset_future, time.monotonic(), self._reset_attempt
+        if not future.done():
+            if now - self._reset_sent_at < self.reset_timeout_s:
+                return
+            # A lost response, or a sim / driver that died during the reset: this future would never complete.
+            self._reset_client.remove_pending_request(future)
+            future.cancel()
+            self.reset_counters["reset_timeouts"] += 1
+            self._reset_future, self._phase = None, "idle"
+            self._reset_log(f"reset service {self._reset_name} did not answer within {self.reset_timeout_s:g} s "
+                            f"(attempt {attempt}, {self._reset_waited(now):.1f} s since the reset began); calling "
+                            "again", warning=True, force=True)
             return
-        response = self._reset_future.result()
+        response = future.result()
         self._reset_future = None
         if response is None or not response.success:
-            self._log.error(f"reset failed: {getattr(response, 'message', 'no response')}; retrying",
-                            throttle_duration_sec=2.0)
-            self._phase = "idle"
+            self.reset_counters["reset_failures"] += 1
+            self._phase, self._reset_retry_at = "idle", now + RESET_RETRY_AFTER_FAILURE_S
+            self._reset_log(f"reset failed: {getattr(response, 'message', 'no response')} (attempt {attempt}, "
+                            f"{self._reset_waited(now):.1f} s since the reset began); retrying in "
+                            f"{RESET_RETRY_AFTER_FAILURE_S:g} s", warning=True, force=True)
             return
+        if attempt > 1:
+            self._log.info(f"reset service {self._reset_name} answered attempt {attempt}, "
+                           f"{self._reset_waited(now):.1f} s after the reset began")
+        self._reset_attempt, self._reset_wait_started = 0, None
         self._phase = "starting"
+
+    def _reset_waited(self, now: float) -> float:
+        return now - (self._reset_wait_started if self._reset_wait_started is not None else now)
+
+    def _reset_log(self, message: str, warning: bool = False, force: bool = False) -> None:
+        """Log about the reset at most every RESET_LOG_EVERY_S (each timeout and failure is logged)."""
+        now = time.monotonic()
+        if force or now - self._reset_logged >= RESET_LOG_EVERY_S:
+            self._reset_logged = now
+            if warning:  # rclpy wants one severity per call site
+                self._log.warning(message)
+            else:
+                self._log.info(message)
 
     def _end_episode(self, result, final_obs) -> None:
         session = self.session
@@ -592,7 +700,10 @@ class ActorNode:
             "transitions": session.next_seq, "commands": session.counters["commands"],
             "held": session.counters["held"], "acked_through": self.outbox.acknowledged_through,
             "outbox": len(self.outbox), "dropped": self.outbox.dropped, "resent": self.outbox.resent,
-            "weights_version": self.weights_version, "rejected": dict(self.rejected), "time": time.time(),
+            "weights_version": self.weights_version, "rejected": dict(self.rejected), "phase": self._phase,
+            "waiting_for": self.waiting_for, "reset_attempts": self.reset_counters["reset_attempts"],
+            "reset_timeouts": self.reset_counters["reset_timeouts"],
+            "reset_failures": self.reset_counters["reset_failures"], "time": time.time(),
         }
 
     def write_stats(self) -> None:

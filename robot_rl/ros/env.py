@@ -13,7 +13,8 @@ Every ROS process of the project gets the same environment (see /work/shared/ROS
 - ``AMENT_PREFIX_PATH`` starting with the venv prefix (package look-ups).
 
 Use :func:`ros_environment` for child processes and :func:`ensure_ros_environment` in-process before importing rclpy.
-:func:`private_network_command` wraps a command in a private network namespace (only ``lo``) where the kernel allows it.
+:func:`private_network_command` wraps a command in a private network namespace (only ``lo``), and refuses (raises
+RosEnvironmentError with the reason) where the kernel does not allow one.
 """
 
 from __future__ import annotations
@@ -230,27 +231,56 @@ def _ip_command() -> str | None:
     return found or next((p for p in ("/usr/sbin/ip", "/sbin/ip") if Path(p).exists()), None)
 
 
+# Ways to get a private network namespace: as root (or with CAP_SYS_ADMIN), else inside a user namespace where the
+# kernel allows unprivileged ones (the user is mapped to root there; files it writes stay the user's).
+_UNSHARE_OPTIONS = (("-n",), ("--map-root-user", "-n"))
+
+
 @functools.lru_cache(maxsize=1)
+def _private_network_prefix() -> tuple[tuple[str, ...] | None, str]:
+    """(unshare command prefix that works here, or None; why none works)."""
+    unshare, ip = shutil.which("unshare"), _ip_command()
+    if not unshare:
+        return None, "the unshare command (util-linux) is not installed"
+    if not ip:
+        return None, "the ip command (iproute2) is not installed"
+    failures = []
+    for options in _UNSHARE_OPTIONS:
+        command = [unshare, *options]
+        try:
+            result = subprocess.run([*command, ip, "link", "set", "lo", "up"], capture_output=True, text=True,
+                                    timeout=10, check=False)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            failures.append(f"unshare {' '.join(options)}: {error}")
+            continue
+        if result.returncode == 0:
+            return tuple(command), ""
+        lines = (result.stderr or result.stdout).strip().splitlines()
+        failures.append(f"unshare {' '.join(options)}: " + (lines[-1] if lines else f"exit status {result.returncode}"))
+    return None, "; ".join(failures)
+
+
+def network_namespace_problem() -> str | None:
+    """Why this process cannot create a private network namespace with only ``lo`` up, or None if it can."""
+    prefix, problem = _private_network_prefix()
+    return None if prefix is not None else problem
+
+
 def network_namespace_available() -> bool:
     """True if this process may create a private network namespace (``unshare -n``) and bring its ``lo`` up."""
-    unshare, ip = shutil.which("unshare"), _ip_command()
-    if not unshare or not ip:
-        return False
-    try:
-        result = subprocess.run(
-            [unshare, "-n", ip, "link", "set", "lo", "up"], capture_output=True, timeout=10, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return result.returncode == 0
+    return network_namespace_problem() is None
 
 
 def private_network_command(argv: Sequence[str]) -> list[str]:
-    """Wrap `argv` to run in a private network namespace with only ``lo`` up; unchanged where that is unavailable.
+    """Wrap `argv` to run in a private network namespace with only ``lo`` up.
 
-    Processes that must talk to each other over DDS have to share one namespace: wrap one launcher, not each node.
+    Fails closed: where no namespace can be made, RosEnvironmentError says why, rather than running the command on
+    the host's network. Processes that must talk to each other over DDS have to share one namespace: wrap one
+    launcher, not each node.
     """
-    if not network_namespace_available():
-        return list(argv)
+    prefix, problem = _private_network_prefix()
+    if prefix is None:
+        raise RosEnvironmentError(f"cannot make a private network namespace (only loopback) to run {argv[0]} in: "
+                                  f"{problem}")
     ip = _ip_command() or "ip"
-    return [shutil.which("unshare") or "unshare", "-n", "sh", "-c", f'"{ip}" link set lo up && exec "$@"', "sh", *argv]
+    return [*prefix, "sh", "-c", f'"{ip}" link set lo up && exec "$@"', "sh", *argv]

@@ -24,23 +24,30 @@ Example (every key shown; ``$(...)`` substitutions work in any string value)::
         - {from: command/target_pose, to: /other/target}
         env:                           # added to this process's environment
         - {name: MUJOCO_GL, value: $(env MUJOCO_GL egl)}
-        args: "--mode lockstep"        # split like a shell would, placed before --ros-args
+        args: "--mode lockstep"        # substituted, split like a shell would, placed before --ros-args
         respawn: false                 # true: restart it respawn_delay seconds after it exits
         respawn_delay: 2.0
         on_exit: shutdown              # when it exits, stop the rest (ROS 2's "required"; required: true works)
         if: $(var with_sim)            # start it only if true (`unless:` the opposite)
     - node: {module: robot_rl.ros.learner_node, name: learner}  # our extension: python -m MODULE
     - executable: {cmd: "python3 $(dirname)/helper.py --flag", name: helper, env: [{name: X, value: "1"}]}
+    - node: {pkg: robot_rl, exec: scripted_teleop, if: "$(equals $(var device) scripted)"}
 
-Substitutions: ``$(var NAME)`` (a declared arg), ``$(env NAME)`` / ``$(env NAME default)``, ``$(dirname)`` (the
-launch file's folder). The whole file is validated before anything starts; every problem is a :class:`LaunchError`
-naming the file, the entry and the key.
+Substitutions (they nest, as in ROS 2): ``$(var NAME)`` (a declared arg), ``$(env NAME)`` / ``$(env NAME default)``,
+``$(dirname)`` (the launch file's folder), ``$(equals A B)`` / ``$(not-equals A B)`` (text comparison),
+``$(not X)``, ``$(and X Y)``, ``$(or X Y)``; the last five give ``true`` / ``false`` (and read true/false/1/0).
+``cmd`` and ``args`` are substituted first, then split into words like a shell command line, so an argument such as
+``camera_driver:="python3 -m my_driver --fps 30"`` becomes several words; quote a substitution (``'$(var path)'``)
+to keep a value with spaces one word. The whole file is validated before anything starts; every problem is a
+:class:`LaunchError` naming the file and line, the entry and the key (YAML syntax errors: FILE:LINE:COLUMN).
 
 Lifecycle (:class:`Launcher`): processes start in file order, each in its own session (a terminal Ctrl-C reaches only
 the launcher). SIGINT/SIGTERM to the launcher, or the exit of an ``on_exit: shutdown`` process, stops every process:
-SIGINT, then SIGTERM after ``grace_s``, then SIGKILL. Exit status: 0 after a signal-triggered shutdown; the status of
-a required process that stopped the launch (1 if it died by a signal); otherwise, once every process has exited on its
-own, 0 if all exited 0, else 1. Children read stdin from /dev/null.
+SIGINT, then SIGTERM after ``grace_s``, then SIGKILL. A ``respawn`` process is restarted after it exits, except when
+it exits with status 2 (a usage or configuration error, which a restart would only repeat): then it ends the launch
+like a required process. Exit status: 0 after a signal-triggered shutdown; the status of the process that ended the
+launch (1 if it died by a signal), named again on the launcher's last line; otherwise, once every process has exited
+on its own, 0 if all exited 0, else 1. Children read stdin from /dev/null.
 """
 
 from __future__ import annotations
@@ -77,7 +84,6 @@ _NODE_KEYS = _COMMON_KEYS | {"pkg", "exec", "module", "namespace", "param", "rem
 _EXECUTABLE_KEYS = _COMMON_KEYS | {"cmd"}
 _ARG_KEYS = {"name", "default", "description"}
 _ON_EXIT_ACTIONS = ("shutdown",)
-_SUBSTITUTION = re.compile(r"\$\(([^()]*)\)")
 _ROS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ROS_NAMESPACE = re.compile(r"/?([A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*)?")
 # Strings that rcl's YAML parser would read as something other than a string unless quoted.
@@ -85,6 +91,8 @@ _RCL_SPECIAL_WORDS = {
     "y", "yes", "n", "no", "true", "false", "on", "off", "null", "~", "nan", "inf", "infinity", ".nan", ".inf",
 }
 _PLAIN_STRING = re.compile(r"[A-Za-z_/][A-Za-z0-9_./\-]*")
+# A process that exits with this status had a usage or configuration error (the project's nodes, argparse).
+EXIT_CONFIGURATION_ERROR = 2
 _COLOURS = ("36", "32", "33", "35", "34", "96", "92", "93", "95", "94")
 
 
@@ -108,6 +116,52 @@ _Loader.add_implicit_resolver(
     ),
     list("-+0123456789."),
 )
+
+
+def _construct_mapping(loader: _Loader, node: yaml.MappingNode):
+    """A mapping that refuses duplicate keys (PyYAML would silently keep the last one)."""
+    mapping: dict[Any, Any] = {}
+    yield mapping
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node)
+        try:
+            duplicate = key in seen
+            seen.add(key)
+        except TypeError:  # unhashable: construct_mapping below reports it
+            continue
+        if duplicate:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+    mapping.update(loader.construct_mapping(node))
+
+
+_Loader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
+
+
+def _yaml_error(path: Path, exc: yaml.YAMLError) -> LaunchError:
+    """One line: FILE:LINE:COLUMN: what PyYAML found (and while doing what)."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    problem, context = getattr(exc, "problem", None), getattr(exc, "context", None)
+    context_mark = getattr(exc, "context_mark", None)
+    if context and context_mark is not None and mark is not None and context_mark.line != mark.line:
+        context += f" that starts on line {context_mark.line + 1}"
+    detail = (f"{problem} ({context})" if context else problem) if problem else str(exc)
+    return LaunchError(f"{where}: invalid YAML: {' '.join(detail.split())}")
+
+
+def _at(path: Path, node: yaml.Node | None) -> str:
+    return f"{path}:{node.start_mark.line + 1}:{node.start_mark.column + 1}" if node is not None else str(path)
+
+
+def _yaml_type(value: Any) -> str:
+    """What a YAML value is, in YAML's words."""
+    for kind, name in ((dict, "a mapping"), (list, "a list"), (str, "a string"), (bool, "a boolean")):
+        if isinstance(value, kind):
+            return name
+    return "a number" if isinstance(value, (int, float)) else "null" if value is None else type(value).__name__
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,6 +206,78 @@ class LaunchDescription:
 # ----------------------------------------------------------------------------------------------------------- parsing
 
 
+@dataclasses.dataclass(frozen=True)
+class _Substitution:
+    """One parsed ``$(kind arg ...)``; each argument is a sequence of literal text and nested substitutions."""
+
+    kind: str
+    args: tuple[tuple[str | _Substitution, ...], ...]
+    source: str
+
+
+def _parse_substitutions(text: str) -> list[str | _Substitution]:
+    """Split `text` into literal strings and (possibly nested) substitutions; ValueError if one is unterminated."""
+    parts, _ = _parse_parts(text, 0, in_argument=False)
+    return parts
+
+
+def _parse_parts(text: str, i: int, in_argument: bool) -> tuple[list[str | _Substitution], int]:
+    parts: list[str | _Substitution] = []
+    literal_start = i
+    while i < len(text):
+        if text.startswith("$(", i):
+            if i > literal_start:
+                parts.append(text[literal_start:i])
+            substitution, i = _parse_substitution(text, i)
+            parts.append(substitution)
+            literal_start = i
+        elif in_argument and (text[i].isspace() or text[i] == ")"):
+            break
+        else:
+            i += 1
+    if i > literal_start:
+        parts.append(text[literal_start:i])
+    return parts, i
+
+
+def _parse_substitution(text: str, start: int) -> tuple[_Substitution, int]:
+    i = start + 2
+    kind_end = i
+    while kind_end < len(text) and not text[kind_end].isspace() and text[kind_end] != ")":
+        kind_end += 1
+    kind, i = text[i:kind_end], kind_end
+    args = []
+    while True:
+        while i < len(text) and text[i].isspace():
+            i += 1
+        if i >= len(text):
+            raise ValueError(f"unterminated substitution {text[start:]!r}")
+        if text[i] == ")":
+            return _Substitution(kind, tuple(args), text[start:i + 1]), i + 1
+        arg, i = _parse_parts(text, i, in_argument=True)
+        args.append(tuple(arg))
+
+
+# kind: (usage, fewest arguments, most arguments)
+_SUBSTITUTIONS: dict[str, tuple[str, int, float]] = {
+    "var": ("$(var NAME)", 1, 1),
+    "env": ("$(env NAME [default])", 1, math.inf),
+    "dirname": ("$(dirname)", 0, 0),
+    "equals": ("$(equals A B)", 2, 2),
+    "not-equals": ("$(not-equals A B)", 2, 2),
+    "not": ("$(not X)", 1, 1),
+    "and": ("$(and X Y)", 2, 2),
+    "or": ("$(or X Y)", 2, 2),
+}
+_TRUE_WORDS, _FALSE_WORDS = ("true", "1"), ("false", "0")
+
+
+def _truth(text: str) -> bool | None:
+    """`true`/`1` -> True, `false`/`0` -> False (any case), anything else None."""
+    word = text.strip().lower()
+    return True if word in _TRUE_WORDS else False if word in _FALSE_WORDS else None
+
+
 class _Context:
     """Where we are in the file (for error messages) and what substitutions resolve to."""
 
@@ -164,63 +290,93 @@ class _Context:
         return LaunchError(f"{self.where}: {message}")
 
     def substitute(self, text: str, key: str) -> str:
-        def replace(match: re.Match[str]) -> str:
-            return self._resolve(match.group(1), key)
+        try:
+            parts = _parse_substitutions(text)
+        except ValueError as exc:
+            raise self.error(f"key {key!r}: {exc}") from None
+        return self._evaluate(parts, key)
 
-        if "$(" in _SUBSTITUTION.sub("", text):
-            raise self.error(f"key {key!r}: unterminated or nested substitution in {text!r}")
-        return _SUBSTITUTION.sub(replace, text)
+    def _evaluate(self, parts: Sequence[str | _Substitution], key: str) -> str:
+        return "".join(part if isinstance(part, str) else self._resolve(part, key) for part in parts)
 
-    def _resolve(self, body: str, key: str) -> str:
-        parts = body.split()
-        kind, rest = (parts[0], parts[1:]) if parts else ("", [])
-        if kind == "var" and len(rest) == 1:
-            if rest[0] not in self.variables:
+    def _resolve(self, substitution: _Substitution, key: str) -> str:
+        kind, source = substitution.kind, substitution.source
+        if kind not in _SUBSTITUTIONS:
+            supported = ", ".join(usage for usage, _, _ in _SUBSTITUTIONS.values())
+            raise self.error(f"key {key!r}: unknown substitution {source}; supported: {supported}")
+        usage, fewest, most = _SUBSTITUTIONS[kind]
+        args = [self._evaluate(arg, key) for arg in substitution.args]
+        if not fewest <= len(args) <= most:
+            raise self.error(f"key {key!r}: {source} has {len(args)} argument(s); write {usage}")
+        if kind == "var":
+            if args[0] not in self.variables:
                 known = ", ".join(sorted(self.variables)) or "none"
-                raise self.error(f"key {key!r}: $(var {rest[0]}) names an undeclared argument (declared: {known})")
-            return self.variables[rest[0]]
-        if kind == "env" and len(rest) >= 1:
-            name, default = rest[0], " ".join(rest[1:]) if len(rest) > 1 else None
+                raise self.error(f"key {key!r}: $(var {args[0]}) names an undeclared argument (declared: {known})")
+            return self.variables[args[0]]
+        if kind == "env":
+            name, default = args[0], " ".join(args[1:]) if len(args) > 1 else None
             value = os.environ.get(name, default)
             if value is None:
                 raise self.error(
                     f"key {key!r}: environment variable {name} is not set and $(env {name}) has no default"
                 )
             return value
-        if kind == "dirname" and not rest:
+        if kind == "dirname":
             return str(self.path.parent)
-        raise self.error(
-            f"key {key!r}: unknown substitution $({body}); supported: $(var NAME), $(env NAME [default]), $(dirname)"
-        )
+        if kind in ("equals", "not-equals"):
+            return "true" if (args[0] == args[1]) == (kind == "equals") else "false"
+        values = [_truth(arg) for arg in args]
+        if None in values:
+            raise self.error(f"key {key!r}: {source} needs true or false, got {', '.join(map(repr, args))}")
+        result = not values[0] if kind == "not" else all(values) if kind == "and" else any(values)
+        return "true" if result else "false"
 
 
 def load_launch_file(path: str | os.PathLike[str], arguments: Mapping[str, str] | None = None) -> LaunchDescription:
     """Read, validate and resolve a YAML launch file; `arguments` override the declared args' defaults."""
     path = Path(path).resolve()
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise LaunchError(f"cannot read launch file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise LaunchError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    loader = _Loader(text)
     try:
-        document = yaml.load(text, Loader=_Loader)
+        root = loader.get_single_node()
+        document = loader.construct_document(root) if root is not None else None
     except yaml.YAMLError as exc:
-        raise LaunchError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(document, dict) or set(document) != {"launch"} or not isinstance(document["launch"], list):
-        raise LaunchError(f"{path}: expected a mapping with one key 'launch' holding a list of entries")
+        raise _yaml_error(path, exc) from None
+    finally:
+        loader.dispose()
+    expected = "expected a mapping with one key 'launch' holding a list of entries"
+    if not isinstance(document, dict):
+        got = "an empty file" if document is None else _yaml_type(document)
+        raise LaunchError(f"{_at(path, root)}: {expected}, got {got}")
+    key_nodes = {key.value: (key, value) for key, value in root.value if isinstance(key, yaml.ScalarNode)}
+    if set(document) != {"launch"}:
+        others = [key for key in document if key != "launch"]
+        bad = key_nodes.get(others[0], (root, None))[0] if others else root
+        got = f"key(s) {', '.join(map(repr, others))}" if others else "no 'launch' key"
+        raise LaunchError(f"{_at(path, bad)}: {expected}, got {got}")
+    entries_node = key_nodes["launch"][1]
+    if not isinstance(document["launch"], list):
+        raise LaunchError(f"{_at(path, entries_node)}: {expected}, got {_yaml_type(document['launch'])}")
+    entry_nodes = entries_node.value
     given = dict(arguments or {})
     ctx = _Context(path, {})
     declared: list[LaunchArgument] = []
     processes: list[ProcessSpec] = []
-    for index, entry in enumerate(document["launch"]):
-        ctx.where = f"{path}: entry {index}"
+    for index, (entry, entry_node) in enumerate(zip(document["launch"], entry_nodes)):
+        ctx.where = f"{_at(path, entry_node)}: entry {index}"
         if not isinstance(entry, dict) or len(entry) != 1:
             raise ctx.error("expected a mapping with one key: arg, node or executable")
         kind, body = next(iter(entry.items()))
-        ctx.where = f"{path}: entry {index} ({kind})"
+        ctx.where = f"{_at(path, entry_node)}: entry {index} ({kind})"
         if kind not in ("arg", "node", "executable"):
             raise ctx.error(f"unknown entry kind {kind!r}; expected arg, node or executable")
         if not isinstance(body, dict):
-            raise ctx.error(f"expected a mapping of keys, got {type(body).__name__}")
+            raise ctx.error(f"expected a mapping of keys, got {_yaml_type(body)}")
         if kind == "arg":
             declared.append(_parse_arg(body, ctx, given))
         else:
@@ -256,7 +412,7 @@ def _scalar_text(value: Any, key: str, ctx: _Context) -> str:
         return repr(value)
     if isinstance(value, str):
         return ctx.substitute(value, key)
-    raise ctx.error(f"key {key!r}: expected a string or number, got {type(value).__name__}")
+    raise ctx.error(f"key {key!r}: expected a string or number, got {_yaml_type(value)}")
 
 
 def _parse_arg(body: dict[str, Any], ctx: _Context, given: Mapping[str, str]) -> LaunchArgument:
@@ -278,11 +434,14 @@ def _parse_arg(body: dict[str, Any], ctx: _Context, given: Mapping[str, str]) ->
 
 
 def _parse_bool(value: Any, key: str, ctx: _Context) -> bool:
-    if isinstance(value, str):
-        value = {"true": True, "false": False}.get(ctx.substitute(value, key).strip().lower(), value)
-    if not isinstance(value, bool):
-        raise ctx.error(f"key {key!r}: expected true or false, got {value!r}")
-    return value
+    if isinstance(value, bool):
+        return value
+    text = ctx.substitute(value, key) if isinstance(value, str) else value
+    truth = _truth(text) if isinstance(text, str) else None
+    if truth is None:
+        shown = f"{value!r}" + (f" (= {text!r})" if text != value else "")
+        raise ctx.error(f"key {key!r}: expected true or false, got {shown}")
+    return truth
 
 
 def _parse_delay(value: Any, ctx: _Context) -> float:
@@ -311,19 +470,13 @@ def _name_value_list(body: dict[str, Any], key: str, first: str, second: str, ct
 
 
 def _split_command(text: str, key: str, ctx: _Context) -> list[str]:
-    """Split like a shell, then substitute each word, so a substituted value with spaces stays one word."""
-    found: list[str] = []
-
-    def hide(match: re.Match[str]) -> str:
-        found.append(match.group(0))
-        return f"\x00{len(found) - 1}\x00"
-
+    """Substitute, then split like a shell command line: quote a substituted value that must stay one word."""
+    substituted = ctx.substitute(text, key)
     try:
-        words = shlex.split(_SUBSTITUTION.sub(hide, text))
+        return shlex.split(substituted)
     except ValueError as exc:
-        raise ctx.error(f"key {key!r}: cannot split {text!r}: {exc}") from None
-    restore = re.compile("\x00([0-9]+)\x00")
-    return [ctx.substitute(restore.sub(lambda m: found[int(m.group(1))], word), key) for word in words]
+        shown = repr(text) if substituted == text else f"{text!r} (substituted: {substituted!r})"
+        raise ctx.error(f"key {key!r}: cannot split {shown} into words: {exc}") from None
 
 
 def _parse_process(kind: str, body: dict[str, Any], ctx: _Context) -> ProcessSpec:
@@ -341,7 +494,7 @@ def _parse_process(kind: str, body: dict[str, Any], ctx: _Context) -> ProcessSpe
     env["PYTHONUNBUFFERED"] = env.get("PYTHONUNBUFFERED", "1")
     extra = _split_command(body["args"], "args", ctx) if isinstance(body.get("args"), str) else []
     if "args" in body and not isinstance(body["args"], str):
-        raise ctx.error(f"key 'args': expected a string, got {type(body['args']).__name__}")
+        raise ctx.error(f"key 'args': expected a string, got {_yaml_type(body['args'])}")
     required = _parse_bool(body.get("required", False), "required", ctx)
     if "on_exit" in body:
         action = _scalar_text(body["on_exit"], "on_exit", ctx)
@@ -353,7 +506,7 @@ def _parse_process(kind: str, body: dict[str, Any], ctx: _Context) -> ProcessSpe
 
     if kind == "executable":
         if not isinstance(body["cmd"], str):
-            raise ctx.error(f"key 'cmd': expected a string, got {type(body['cmd']).__name__}")
+            raise ctx.error(f"key 'cmd': expected a string, got {_yaml_type(body['cmd'])}")
         argv = _split_command(body["cmd"], "cmd", ctx) + extra
         if not argv:
             raise ctx.error("key 'cmd': the command is empty")
@@ -417,7 +570,7 @@ def _flatten_param(name: str, value: Any, key: str, ctx: _Context) -> list[tuple
         for sub, subvalue in value.items():
             out += _flatten_param(f"{name}.{sub}", subvalue, f"{key}.{sub}", ctx)
         return out
-    if isinstance(value, str) and _SUBSTITUTION.search(value):
+    if isinstance(value, str) and "$(" in value:
         # A substitution yields text; read it as YAML (as launch_ros does) so $(var rate) can be a number.
         text = ctx.substitute(value, key)
         try:
@@ -633,7 +786,7 @@ class Launcher:
         for node in self._nodes:
             if self._signals:
                 break
-            self._start(node)
+            self._start_or_stop_all(node)
         while True:
             if self._signals:
                 self.log(f"received {signal.Signals(self._signals[0]).name}, shutting down")
@@ -645,9 +798,10 @@ class Launcher:
                 if code is not None:
                     status = _describe(code)
                     if node.spec.required:
-                        self.log(f"{node.spec.name} {status}; it is required (on_exit: shutdown), shutting down")
-                        self._shutdown()
-                        return 0 if code == 0 else (code if code > 0 else 1)
+                        return self._end_launch(node, f"{node.spec.name} {status}; it is required (on_exit: shutdown)")
+                    if node.spec.respawn and code == EXIT_CONFIGURATION_ERROR:
+                        return self._end_launch(node, f"{node.spec.name} {status}, a configuration error that a "
+                                                      "restart would repeat: not respawning it")
                     if node.spec.respawn:
                         node.restarts += 1
                         node.restart_at = now + node.spec.respawn_delay
@@ -659,12 +813,31 @@ class Launcher:
                     if node.stray_group and node.process is not None:
                         self.log(f"killing what {node.spec.name} left running before respawning it")
                         self._signal_group(node, signal.SIGKILL)
-                    self._start(node)
+                    self._start_or_stop_all(node)
             if all(n.returncode is not None and n.restart_at is None and not n.stray_group for n in self._nodes):
                 failed = [n.spec.name for n in self._nodes if n.returncode != 0]
                 self.log("all processes exited" + (f"; failed: {', '.join(failed)}" if failed else ""))
                 return 1 if failed else 0
             time.sleep(0.05)
+
+    def _start_or_stop_all(self, node: _Running) -> None:
+        """Start `node`; if it cannot start, stop the running ones cleanly (SIGINT first) and raise."""
+        try:
+            self._start(node)
+        except LaunchError as error:
+            self.log(f"{error}; shutting down")
+            self._shutdown()
+            raise
+
+    def _end_launch(self, node: _Running, reason: str) -> int:
+        """`node` ended the launch: stop the others, say why once more at the end, return its exit status."""
+        self.log(f"{reason}; shutting down")
+        self._shutdown()
+        code = node.returncode if node.returncode is not None else 1
+        status = code if code > 0 else (0 if code == 0 else 1)
+        outcome = "finished" if status == 0 else "failed"
+        self.log(f"launch {outcome}: {node.spec.name} {_describe(code)} (exit status {status})")
+        return status
 
     def _shutdown(self) -> None:
         """SIGINT every process group, then SIGTERM after the grace period, then SIGKILL; each stage ends early

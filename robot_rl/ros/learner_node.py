@@ -9,40 +9,99 @@ numbers), ``/learner/ack`` out (cumulative per actor run, sent once the transiti
 log), ``/learner/weights`` out (transient-local, versioned, every ``weights_every`` learner steps).
 
 Restarting the node with the same ``run_dir`` resumes: checkpoint (agent, optimiser, replay, counters) plus every
-logged transition after it, so a crash (even ``kill -9``) loses nothing that was acknowledged. The node does one
-learner step (``utd`` gradient steps) per received transition, like the in-process loop; with ``steps`` > 0 it stops
-after that many transitions, checkpoints, optionally evaluates the final policy in the sim (``final_eval_episodes``)
-and exits 0. Status: ``<run_dir>/learner_status.json`` (every second).
+logged transition after it, so a crash (even ``kill -9``) loses nothing that was acknowledged. A respawned node
+logs and acknowledges transitions from about 0.4 s after its start (2-core machine; after a ``kill -9``, Fast DDS
+itself takes 1.5-3 s to deliver the first message to a new participant): it listens before it imports JAX, while a
+background thread builds the agent (observation spec from the checkpoint, no sim env), restores the checkpoint and
+compiles the gradient step (JAX's persistent compilation cache in ``<run_dir>/jax_cache`` makes that fast after the
+first run); meanwhile it broadcasts the policy of its last checkpoint. Training starts once the agent is ready.
+
+The node does one learner step (``utd`` gradient steps) per received transition, like the in-process loop; with
+``steps`` > 0 it stops after that many transitions, checkpoints, optionally evaluates the final policy in the sim
+(``final_eval_episodes``) and exits 0. An episode whose actor went silent (killed, or no step for
+``abandon_after_s``) is closed as truncated and trained on (robot_rl.learner_server). Status:
+``<run_dir>/learner_status.json`` (every second), with ``startup``: the wall-clock time each start-up stage ended.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
+import threading
 import time
 from pathlib import Path
 
 from robot_rl.ros import qos
-from robot_rl.ros.node_util import declare_parameters
+from robot_rl.ros.node_util import NodeStartupError, declare_parameters
 
 NODE_NAME = "learner"
 STATUS_FILE = "learner_status.json"
+CONFIG_FILE = "config.json"
+JAX_CACHE_DIR = "jax_cache"
+# Settings that shape the observation spec and the task: a run folder cannot be resumed with others.
+RUN_SETTINGS = ("task", "obs_mode", "image_size")
+_started_at = time.time()  # module import: the node's start-up stages are measured from the earliest point we see
+
+PARAMETERS: tuple[tuple[str, object, str], ...] = (
+    ("run_dir", "runs/ros-learner", "checkpoints, transition log, policy file, status (resumed if present)"),
+    ("task", "PickCube-v0", "sim task (observation/action spaces, demos, final evaluation)"),
+    ("obs_mode", "pixels", "state | pixels | state+pixels: what the policy sees"),
+    ("image_size", 64, "camera image side [px] for pixel modes"),
+    ("demos", 20, "scripted demos to record in the sim for a new run (0: none)"),
+    ("demo_path", "", "demo dataset (zarr) to use instead of recording"),
+    ("steps", 0, "stop after this many received transitions (0: run until stopped)"),
+    ("utd", 2, "gradient steps per learner step"),
+    ("batch_size", 256, "batch size"),
+    ("critics", 2, "critic ensemble size"),
+    ("updates_per_transition", 1.0, "learner steps per received transition"),
+    ("weights_every", 5, "learner steps between weight broadcasts"),
+    ("checkpoint_every", 500, "received transitions between checkpoints"),
+    ("abandon_after_s", 120.0, "close an actor's open episode (as truncated) after this long without a step of it"),
+    ("final_eval_episodes", 0, "after `steps`: evaluate the final policy in-process in the sim"),
+    ("jax_cache_dir", "", "JAX persistent compilation cache (empty: <run_dir>/jax_cache), for a fast respawn"),
+    ("seed", 0, "seed"),
+)
+"""The node's ROS parameters (name, default, description)."""
 
 
-def _train_config(param):
-    """TrainConfig (the CPU preset) with the node's parameters (`param`: name -> value) applied."""
+def _train_config(settings):
+    """TrainConfig (the CPU preset) with the node's parameters (`settings`: name -> value) applied."""
     from robot_rl.train import TrainConfig
 
     base = TrainConfig()
-    learner = dataclasses.replace(base.learner, utd=int(param("utd")), batch_size=int(param("batch_size")),
-                                  seed=int(param("seed")))
-    sac = dataclasses.replace(base.sac, critic_ensemble_size=int(param("critics")))
-    demo_path = str(param("demo_path"))
+    learner = dataclasses.replace(base.learner, utd=int(settings["utd"]), batch_size=int(settings["batch_size"]),
+                                  seed=int(settings["seed"]))
+    sac = dataclasses.replace(base.sac, critic_ensemble_size=int(settings["critics"]))
+    demo_path = str(settings["demo_path"])
     return TrainConfig(
-        task=str(param("task")), obs_mode=str(param("obs_mode")), image_size=int(param("image_size")),
-        demos=int(param("demos")), demo_path=Path(demo_path) if demo_path else None, steps=max(int(param("steps")), 1),
-        weights_every=int(param("weights_every")), seed=int(param("seed")), learner=learner, sac=sac)
+        task=str(settings["task"]), obs_mode=str(settings["obs_mode"]), image_size=int(settings["image_size"]),
+        demos=int(settings["demos"]), demo_path=Path(demo_path) if demo_path else None,
+        steps=max(int(settings["steps"]), 1), weights_every=int(settings["weights_every"]),
+        seed=int(settings["seed"]), learner=learner, sac=sac)
+
+
+def _checked_train_config(settings):
+    """`_train_config`, with an invalid setting as a NodeStartupError (TrainConfig names it and its range)."""
+    try:
+        return _train_config(settings)
+    except ValueError as error:
+        raise NodeStartupError(str(error)) from None
+
+
+def check_run_settings(run_dir: Path, settings) -> None:
+    """NodeStartupError if `run_dir` was started with another task / observation mode / image size."""
+    try:
+        recorded = json.loads((run_dir / CONFIG_FILE).read_text())
+    except (OSError, ValueError):
+        return  # a new run (or one from before config.json): nothing to compare
+    names = [n for n in RUN_SETTINGS if n != "image_size" or "pixels" in str(settings["obs_mode"])]
+    different = [f"{n}={recorded.get(n)!r} (this node: {settings[n]!r})" for n in names
+                 if n in recorded and recorded[n] != settings[n]]
+    if different:
+        raise NodeStartupError(f"run_dir {run_dir} was started with {', '.join(different)}: use the same settings "
+                               "to resume it, or another run_dir")
 
 
 class LearnerNode:
@@ -50,69 +109,67 @@ class LearnerNode:
 
     def __init__(self, *, node_name: str = NODE_NAME, context=None, cli_args: list[str] | None = None):
         import rclpy
+        from rclpy.event_handler import PublisherEventCallbacks
         from std_msgs.msg import UInt8MultiArray
 
-        from robot_rl.learner import Learner
-        from robot_rl.learner_server import LearnerServer
-        from robot_rl.loop import make_env
-        from robot_rl.train import config_to_json, record_demos
+        from robot_rl.learner_server import LearnerServer, checkpoint_dir
+        from robot_rl.ros.convert import bytes_to_msg  # also what the callbacks use: loaded before the builder starts
 
+        self.startup: dict[str, float | int] = {"pid": os.getpid(), "interpreter_imports": _started_at}
         self.node = rclpy.create_node(node_name, context=context, cli_args=cli_args)
         node = self.node
         self._log = node.get_logger()
-        param = declare_parameters(node, (
-            ("run_dir", "runs/ros-learner", "checkpoints, transition log, policy file, status (resumed if present)"),
-            ("task", "PickCube-v0", "sim task (observation/action spaces, demos, final evaluation)"),
-            ("obs_mode", "pixels", "state | pixels | state+pixels: what the policy sees"),
-            ("image_size", 64, "camera image side [px] for pixel modes"),
-            ("demos", 20, "scripted demos to record in the sim for a new run (0: none)"),
-            ("demo_path", "", "demo dataset (zarr) to use instead of recording"),
-            ("steps", 0, "stop after this many received transitions (0: run until stopped)"),
-            ("utd", 2, "gradient steps per learner step"),
-            ("batch_size", 256, "batch size"),
-            ("critics", 2, "critic ensemble size"),
-            ("updates_per_transition", 1.0, "learner steps per received transition"),
-            ("weights_every", 5, "learner steps between weight broadcasts"),
-            ("checkpoint_every", 500, "received transitions between checkpoints"),
-            ("final_eval_episodes", 0, "after `steps`: evaluate the final policy in-process in the sim"),
-            ("seed", 0, "seed"),
-        ))
-        self.cfg = _train_config(param)
-        self.run_dir = Path(param("run_dir"))
+        param = declare_parameters(node, PARAMETERS)
+        self.settings = {name: param(name) for name, _, _ in PARAMETERS}
+        self.run_dir = Path(self.settings["run_dir"])
+        check_run_settings(self.run_dir, self.settings)
+        # A new run checks its settings before it writes anything (a resumed one had them checked when it began, and
+        # its respawn does not wait for the import this takes).
+        self.cfg = None if checkpoint_dir(self.run_dir) else _checked_train_config(self.settings)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.budget = int(param("steps"))
-        self.checkpoint_every = int(param("checkpoint_every"))
-        self.final_eval_episodes = int(param("final_eval_episodes"))
-        config_file = self.run_dir / "config.json"
-        if not config_file.exists():
-            config_file.write_text(json.dumps(config_to_json(self.cfg), indent=2))
+        self.budget = int(self.settings["steps"])
+        self.checkpoint_every = int(self.settings["checkpoint_every"])
+        self.final_eval_episodes = int(self.settings["final_eval_episodes"])
+        self._mark("node")
 
-        env = make_env(self.cfg.task, obs_mode=self.cfg.obs_mode, image_size=self.cfg.image_size)
-        learner = Learner(env.observation_space, env.action_space.shape[0], self.cfg.sac, self.cfg.learner)
-        env.close()
-        self.server = LearnerServer(learner, self.run_dir, updates_per_transition=float(param("updates_per_transition")),
-                                    weights_every=self.cfg.weights_every, budget=self.budget)
-        resuming = Learner.checkpoint_path(self.run_dir / "checkpoint") is not None
-        demos = None if resuming else record_demos(self.cfg, self.run_dir)
-        self._log.info(self.server.start(demos))
-        self._next_checkpoint = self.server.received + self.checkpoint_every
-        self.done = False
-
+        self.server = LearnerServer(None, self.run_dir,
+                                    updates_per_transition=float(self.settings["updates_per_transition"]),
+                                    weights_every=int(self.settings["weights_every"]), budget=self.budget,
+                                    abandon_after_s=float(self.settings["abandon_after_s"]))
+        self._log.info(self.server.open())
         self._weights_pub = node.create_publisher(UInt8MultiArray, qos.LEARNER_WEIGHTS,
                                                   qos.topic_qos(qos.LEARNER_WEIGHTS))
-        self._ack_pub = node.create_publisher(UInt8MultiArray, qos.LEARNER_ACK, qos.topic_qos(qos.LEARNER_ACK))
+        # Acks are volatile: those sent before an actor's subscription matched are lost, so a new match (an actor, or
+        # every actor after this node respawned) gets the current acks at once rather than at the next timer tick.
+        self._ack_pub = node.create_publisher(
+            UInt8MultiArray, qos.LEARNER_ACK, qos.topic_qos(qos.LEARNER_ACK),
+            event_callbacks=PublisherEventCallbacks(matched=self._counted(self._on_ack_matched)))
+        stored = self.server.stored_weights()  # the last checkpoint's policy, for actors that start without one
+        if stored is not None:
+            self._weights_pub.publish(bytes_to_msg(stored))
         # Counted, so the node loop runs every ready callback between gradient steps (node_util.spin_callbacks).
         self.callbacks_run = 0
         node.create_subscription(UInt8MultiArray, qos.ACTOR_TRANSITIONS, self._counted(self._on_transitions),
                                  qos.topic_qos(qos.ACTOR_TRANSITIONS))
         node.create_timer(0.5, self._counted(self._publish_acks))
         node.create_timer(1.0, self._counted(self._write_status))
+        node.create_timer(1.0, self._counted(self._close_abandoned))
+        self._mark("listening")
         self._last_info: dict[str, float] = {}
         self._started = time.monotonic()
-        self.publish_weights()
-        self._log.info(f"learner up: run_dir={self.run_dir} task={self.cfg.task} obs_mode={self.cfg.obs_mode} "
-                       f"utd={self.cfg.learner.utd} critics={self.cfg.sac.critic_ensemble_size} "
-                       f"budget={self.budget or 'none'} transitions")
+        self._next_checkpoint = 0
+        self.done = False
+        self.exit_status = 0
+        self._built = None
+        self._build_error: BaseException | None = None
+        self._builder = threading.Thread(target=self._build_learner, name="learner-build", daemon=True)
+        self._builder.start()
+        self._log.info(f"learner listening: run_dir={self.run_dir} task={self.settings['task']} "
+                       f"obs_mode={self.settings['obs_mode']} budget={self.budget or 'none'} transitions "
+                       f"({self.startup['listening'] - _started_at:.2f}s after start; building the agent)")
+
+    def _mark(self, stage: str) -> None:
+        self.startup[stage] = time.time()
 
     def _counted(self, callback):
         def run(*args) -> None:
@@ -121,19 +178,103 @@ class LearnerNode:
 
         return run
 
+    # ----- start-up (builder thread) -----------------------------------------------------------------------------
+    def _build_learner(self) -> None:
+        """Build, restore and compile the learner off the node loop, which meanwhile logs and acknowledges."""
+        try:
+            import jax
+
+            cache = str(self.settings["jax_cache_dir"]) or str(self.run_dir / JAX_CACHE_DIR)
+            jax.config.update("jax_compilation_cache_dir", cache)
+            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+            from robot_rl.learner import Learner
+            from robot_rl.learner_server import compile_learner_step
+            from robot_rl.train import config_to_json, record_demos
+
+            cfg = self.cfg or _checked_train_config(self.settings)
+            spec, action_dim = self._spaces(cfg)
+            self._mark("spaces")
+            learner = Learner(spec, action_dim, cfg.sac, cfg.learner)
+            self._mark("learner")
+            resuming = self.server.checkpoint_state is not None
+            if not resuming and not (self.run_dir / CONFIG_FILE).exists():
+                (self.run_dir / CONFIG_FILE).write_text(json.dumps(config_to_json(cfg), indent=2))
+            message = self.server.load_learner(learner, None if resuming else record_demos(cfg, self.run_dir))
+            self._mark("restore")
+            compile_learner_step(learner)
+            self._mark("compile")
+            self.cfg = cfg
+            self._built = (learner, message)
+        except BaseException as error:  # noqa: BLE001 - reported by the node loop
+            self._build_error = error
+
+    def _spaces(self, cfg):
+        """(observation spec, action dim): recorded in the checkpoint, else from the task's sim env."""
+        state = self.server.checkpoint_state or {}
+        if "observation_spec" in state:
+            from robot_rl.types import ArraySpec, ObservationSpec
+
+            recorded = state["observation_spec"].items()
+            spec = ObservationSpec.from_shapes({key: ArraySpec.from_json(entry) for key, entry in recorded})
+            return spec, int(state["action_dim"])
+        from robot_rl.loop import make_env
+
+        env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size)
+        try:
+            return env.observation_space, env.action_space.shape[0]
+        finally:
+            env.close()
+
+    def _attach(self) -> None:
+        """The builder is done: stage the logged transitions, broadcast weights, start training (node loop)."""
+        self._builder.join()
+        if self._build_error is not None:
+            error = self._build_error
+            status = error.status if isinstance(error, NodeStartupError) else 1
+            self._log.error(f"learner start-up failed: {type(error).__name__}: {error}")
+            self.exit_status, self.done = status, True
+            return
+        learner, message = self._built
+        self._log.info(message)
+        self._log.info(self.server.attach(learner))
+        self._log_rejections()
+        self._mark("replay")
+        self._next_checkpoint = self.server.received + self.checkpoint_every
+        self.publish_weights()
+        stages = ", ".join(f"{k} {v - _started_at:.2f}s" for k, v in self.startup.items() if k != "pid")
+        self._log.info(f"learner ready: utd={self.cfg.learner.utd} critics={self.cfg.sac.critic_ensemble_size} "
+                       f"(start-up: {stages})")
+
+    # ----- callbacks ---------------------------------------------------------------------------------------------
     def _on_transitions(self, msg) -> None:
         from robot_rl.ros.convert import payload_view
         from robot_rl.transport import TransportError
 
+        abandoned = self.server.abandoned
         try:
             self.server.ingest(payload_view(msg))
         except TransportError as error:
             self._log.warning(f"dropped a malformed transitions message: {error}", throttle_duration_sec=1.0)
             return
+        self._log_rejections()
+        if self.server.abandoned > abandoned:
+            self._log.info(f"an actor restarted: closed {self.server.abandoned - abandoned} episode(s) its previous "
+                           "run left open (inserted as truncated)")
+        self._publish_acks()
+
+    def _log_rejections(self) -> None:
         for reason in self.server.rejections:
             self._log.warning(f"dropped {reason}", throttle_duration_sec=1.0)
         self.server.rejections.clear()
-        self._publish_acks()
+
+    def _close_abandoned(self) -> None:
+        for source, episode in self.server.close_abandoned():
+            self._log.warning(f"closed episode {episode} of {source}: no step for "
+                              f"{self.server.abandon_after_s:.0f}s (inserted as truncated)")
+
+    def _on_ack_matched(self, info) -> None:
+        if info.current_count_change > 0:
+            self._publish_acks()
 
     def _publish_acks(self) -> None:
         from robot_rl.ros.convert import bytes_to_msg
@@ -151,11 +292,17 @@ class LearnerNode:
 
     def _write_status(self) -> None:
         self.server.write_status(self.run_dir / STATUS_FILE, info=self._last_info,
-                                 seconds=time.monotonic() - self._started)
+                                 seconds=time.monotonic() - self._started, startup=dict(self.startup))
 
+    # ----- node loop ---------------------------------------------------------------------------------------------
     def work(self) -> bool:
-        """One unit of training work if any is owed; returns whether it did some."""
+        """One unit of start-up or training work if any is owed; returns whether it did some."""
         server = self.server
+        if not server.attached:
+            if self._builder.is_alive() or self.done:
+                return False
+            self._attach()
+            return True
         if server.budget_done and not self.done:
             self.finish()
             return False
@@ -202,6 +349,12 @@ class LearnerNode:
         return self.done
 
     def stop(self, executor, signal_number: int | None) -> None:
+        if not self.server.attached:
+            if not self.done:
+                self._log.info(f"stopping (signal {signal_number}) before the learner was ready: nothing to "
+                               "checkpoint (the transition log holds every acknowledged transition)")
+            self._builder.join(timeout=30.0)  # a JAX compile cannot be interrupted; let it end before exiting
+            return
         if not self.done:
             self._log.info(f"stopping (signal {signal_number}): checkpointing")
             self.checkpoint()

@@ -6,6 +6,8 @@
 - :func:`run_node`: the main loop every node module uses: environment bootstrap, rclpy without its own signal
   handlers, SIGINT / SIGTERM set a :class:`StopFlag`, the node object is spun until then (or until it is finished),
   stopped, destroyed, and rclpy shut down.
+- :func:`declare_parameters`: a node's parameter table (each node module's ``PARAMETERS``) declared at once; a
+  parameter the node does not know, or a value of the wrong type, is a :class:`NodeStartupError` (exit status 2).
 """
 
 from __future__ import annotations
@@ -75,7 +77,8 @@ def run_node(build: Callable[[], object], argv: list[str], name: str) -> int:
     means it did work, so the loop does not sleep), ``callbacks_run`` (a count of its callbacks: see
     :func:`spin_callbacks`), ``finished`` (leave the loop), ``stop(executor, signal_number)`` (called once the loop
     ends, to hand control back, drain or checkpoint) and ``exit_status``.
-    A :class:`NodeStartupError` from `build()` is logged and its status returned.
+    A :class:`NodeStartupError` from `build()` (or a parameter given on the command line that the node does not
+    declare) is logged as one line and its status returned.
     """
     from robot_rl.ros.env import ensure_ros_environment
 
@@ -94,6 +97,7 @@ def run_node(build: Callable[[], object], argv: list[str], name: str) -> int:
     try:
         try:
             host = build()
+            check_parameter_overrides(host.node)  # also for a node that declared its parameters another way
         except NodeStartupError as error:
             rclpy.logging.get_logger(name).error(str(error))
             return error.status
@@ -117,13 +121,51 @@ def run_node(build: Callable[[], object], argv: list[str], name: str) -> int:
         restore()
 
 
-def declare_parameters(node, table: Iterable[tuple[str, object, str]]) -> Callable[[str], object]:
-    """Declare a node's (name, default, description) parameters; returns their values by name."""
-    from rcl_interfaces.msg import ParameterDescriptor
+_TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list"}
 
+
+def declare_parameters(node, table: Iterable[tuple[str, object, str]]) -> Callable[[str], object]:
+    """Declare all of a node's (name, default, description) parameters; returns their values by name.
+
+    rclpy ignores a ``-p name:=value`` for a parameter the node never declares, so a typo would pass silently: every
+    given parameter must be in `table`, else NodeStartupError names it, the closest known name and the known ones.
+    A value of the wrong type is a NodeStartupError too; an integer is accepted for a float parameter.
+    """
+    from rcl_interfaces.msg import ParameterDescriptor
+    from rclpy.exceptions import InvalidParameterTypeException
+    from rclpy.parameter import Parameter
+
+    # rclpy keeps the command line's and parameter files' values in this dict (no public accessor).
+    overrides = getattr(node, "_parameter_overrides", {})
     for name, default, description in table:
-        node.declare_parameter(name, default, ParameterDescriptor(description=description))
+        given = overrides.get(name)
+        if isinstance(default, float) and given is not None and given.type_ == Parameter.Type.INTEGER:
+            overrides[name] = Parameter(name, Parameter.Type.DOUBLE, float(given.value))
+        try:
+            node.declare_parameter(name, default, ParameterDescriptor(description=description))
+        except InvalidParameterTypeException:
+            value = overrides[name].value
+            kind = _TYPE_NAMES.get(type(default), type(default).__name__)
+            raise NodeStartupError(f"parameter {name!r} of node {node.get_name()} must be {kind} (default "
+                                   f"{default!r}), got {value!r}") from None
+    check_parameter_overrides(node)
     return lambda name: node.get_parameter(name).value
+
+
+def check_parameter_overrides(node) -> None:
+    """NodeStartupError if the node was given a parameter it does not declare (a typo would otherwise be ignored)."""
+    import difflib
+
+    declared = sorted(node.get_parameters_by_prefix(""))
+    unknown = sorted(name for name in getattr(node, "_parameter_overrides", {})
+                     if not node.has_parameter(name) and not name.startswith("qos_overrides."))
+    if unknown:
+        name = unknown[0]
+        close = difflib.get_close_matches(name, declared, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        others = f" (and {', '.join(repr(n) for n in unknown[1:])})" if unknown[1:] else ""
+        raise NodeStartupError(f"unknown parameter {name!r}{others} for node {node.get_name()}{hint}; "
+                               f"known: {', '.join(declared)}")
 
 
 MAX_CALLBACKS_PER_WORK = 64

@@ -1,0 +1,181 @@
+"""Node start-up over ROS 2, as a user meets it: a typo in a parameter name, a value of the wrong type and a wrong or
+missing policy file are each one error line naming the problem and exit status 2 (no traceback, no run folder made);
+and a learner node acknowledges and logs transitions while its agent is still being built (here: its demo dataset
+cannot be read until the test lets it, then the start-up fails with one line).
+
+Runs in a private network namespace with its own ROS_DOMAIN_ID (tests/ros_harness.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+DOMAIN_ID = 75
+DEADLINE_S = 120.0
+
+
+def bad_starts(work: Path) -> dict[str, list[str]]:
+    """Command lines that must fail at start-up, by case name."""
+    checkpoint = work / "run" / "checkpoint" / "agent.msgpack"
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(os.urandom(256))  # agent and optimiser state: not a policy file
+    actor = [sys.executable, "-m", "robot_rl.ros.actor_node", "--ros-args", "-p", "obs_mode:=state"]
+    return {
+        "actor_typo": [*actor, "-p", "episode:=3"],
+        "actor_type": [*actor, "-p", "episodes:=abc"],
+        "actor_checkpoint": [*actor, "-p", f"weights_path:={checkpoint}"],
+        "actor_missing": [*actor, "-p", f"weights_path:={work / 'nowhere' / 'policy.msgpack'}"],
+        "learner_typo": [sys.executable, "-m", "robot_rl.ros.learner_node", "--ros-args",
+                         "-p", f"run_dir:={work / 'never'}", "-p", "step:=10"],
+        "learner_value": [sys.executable, "-m", "robot_rl.ros.learner_node", "--ros-args",
+                          "-p", f"run_dir:={work / 'never'}", "-p", "obs_mode:=pixels", "-p", "image_size:=4"],
+        "sim_typo": [sys.executable, "-m", "robot_rl.sim.node", "--mode", "lockstep", "--ros-args", "-p", "sed:=3"],
+    }
+
+
+def client() -> dict:
+    from robot_rl.ros.env import ensure_ros_environment
+
+    ensure_ros_environment()
+    import rclpy
+    from std_msgs.msg import UInt8MultiArray
+
+    from robot_rl.ros import qos
+    from robot_rl.ros.convert import bytes_to_msg, msg_to_bytes
+    from robot_rl.transport import StampedTransition, decode_ack, encode_transitions, make_source
+
+    work = Path(tempfile.mkdtemp(prefix="ros-node-startup-"))
+    starts = {name: subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+              for name, command in bad_starts(work).items()}
+
+    # A learner whose agent cannot be built yet: its demo dataset's metadata is a pipe nobody writes to.
+    demos = work / "demos.zarr"
+    demos.mkdir()
+    os.mkfifo(demos / "zarr.json")
+    run_dir = work / "learner"
+    learner_log = open(work / "learner.log", "w+")
+    learner = subprocess.Popen(
+        [sys.executable, "-m", "robot_rl.ros.learner_node", "--ros-args", "-p", f"run_dir:={run_dir}",
+         "-p", "obs_mode:=state", "-p", f"demo_path:={demos}"],
+        stdout=learner_log, stderr=subprocess.STDOUT, start_new_session=True)
+    rclpy.init()
+    node = rclpy.create_node("startup_client")
+    source = make_source("startup")
+    acks: list[int] = []
+
+    def on_ack(msg) -> None:
+        acks.append(decode_ack(msg_to_bytes(msg)).get(source, -1))
+
+    node.create_subscription(UInt8MultiArray, qos.LEARNER_ACK, on_ack, qos.topic_qos(qos.LEARNER_ACK))
+    transitions = node.create_publisher(UInt8MultiArray, qos.ACTOR_TRANSITIONS, qos.topic_qos(qos.ACTOR_TRANSITIONS))
+    obs = {"state": np.zeros(14, np.float32), "object_state": np.zeros(10, np.float32)}
+    items = [StampedTransition(seq=i, episode=0, step=i, observation=obs, action=np.zeros(4, np.float32),
+                               reward=0.0, terminated=False, truncated=False, next_observation=obs) for i in range(5)]
+    summary: dict = {}
+    try:
+        deadline = time.monotonic() + 60.0
+        while max(acks, default=-1) < items[-1].seq and time.monotonic() < deadline and learner.poll() is None:
+            transitions.publish(bytes_to_msg(encode_transitions(source, items)))  # re-sent until acknowledged
+            end = time.monotonic() + 0.5
+            while time.monotonic() < end:
+                rclpy.spin_once(node, timeout_sec=0.05)
+        summary["acked_through"] = max(acks, default=-1)
+        status_path = run_dir / "learner_status.json"
+        end = time.monotonic() + 5.0
+        status: dict = {}
+        while time.monotonic() < end and status.get("acks", {}).get(source) != items[-1].seq:
+            time.sleep(0.2)
+            try:
+                status = json.loads(status_path.read_text())
+            except (OSError, ValueError):
+                pass
+        summary["status"] = {k: status.get(k) for k in ("learner_ready", "received", "acks", "log_entries")}
+        summary["alive_while_blocked"] = learner.poll() is None
+        with open(demos / "zarr.json", "w") as pipe:  # let the build go on: it finds no usable dataset
+            pipe.write("not zarr metadata")
+        summary["learner_exit"] = learner.wait(timeout=60)
+    finally:
+        if learner.poll() is None:
+            os.killpg(learner.pid, signal.SIGKILL)
+            learner.wait()
+        node.destroy_node()
+        rclpy.try_shutdown()
+        learner_log.seek(0)
+        summary["learner_log"] = learner_log.read()[-4000:]
+        learner_log.close()
+        summary["bad_starts"] = {}
+        for name, process in starts.items():
+            try:
+                output, _ = process.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                output, _ = process.communicate()
+            summary["bad_starts"][name] = {"exit": process.returncode, "output": output[-3000:]}
+        summary["never_made"] = not (work / "never").exists()
+        shutil.rmtree(work, ignore_errors=True)
+    return summary
+
+
+@pytest.fixture(scope="module")
+def summary() -> dict:
+    pytest.importorskip("rclpy")
+    from ros_harness import run_ros_script
+
+    result, _, _ = run_ros_script(__file__, "client", DOMAIN_ID, DEADLINE_S)
+    return result
+
+
+def error_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if "[ERROR]" in line]
+
+
+@pytest.mark.parametrize("case, words", [
+    ("actor_typo", ["unknown parameter 'episode' for node actor (did you mean 'episodes'?); known: ", "actor_id"]),
+    ("actor_type", ["parameter 'episodes' of node actor must be an integer (default 0), got 'abc'"]),
+    ("actor_checkpoint", ["weights_path:", "checkpoint/agent.msgpack is a learner checkpoint, not a policy file; "
+                                           "pass ", "run/policy.msgpack"]),
+    ("actor_missing", ["weights_path: policy file ", "nowhere/policy.msgpack does not exist"]),
+    ("learner_typo", ["unknown parameter 'step' for node learner (did you mean 'steps'?)"]),
+    ("learner_value", ["image_size=4 must be in [16, 640]"]),
+    ("sim_typo", ["unknown parameter 'sed' for node sim (did you mean 'seed'?)"]),
+])
+def test_bad_parameters_and_policy_files_are_one_error_line_and_exit_2(summary, case, words):
+    result = summary["bad_starts"][case]
+    errors = error_lines(result["output"])
+    assert result["exit"] == 2, result
+    assert len(errors) == 1 and "Traceback" not in result["output"], result["output"]
+    for word in words:
+        assert word in errors[0], errors[0]
+    if case.startswith("learner"):
+        assert summary["never_made"]  # no half-made run folder
+
+
+def test_learner_acknowledges_and_logs_while_its_agent_is_being_built(summary):
+    context = {k: v for k, v in summary.items() if k != "bad_starts"}
+    assert summary["acked_through"] == 4, context
+    status = summary["status"]
+    assert status["learner_ready"] is False and status["received"] == 0, context  # acked, logged, not yet staged
+    assert status["log_entries"] >= 1 and list(status["acks"].values()) == [4], context
+    assert summary["alive_while_blocked"], context
+    log = summary["learner_log"]
+    assert "learner listening" in log and "learner ready" not in log, log
+    assert summary["learner_exit"] != 0 and len(error_lines(log)) == 1, log
+    assert "learner start-up failed" in error_lines(log)[0] and "demos.zarr" in error_lines(log)[0], log
+    assert "Traceback" not in log, log
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["client"]:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        print("RESULT " + json.dumps(client()))

@@ -1,0 +1,207 @@
+"""The actor's reset service calls over ROS 2: no reset server yet, a lost response, a failed reset, and a server that
+dies during a reset and comes back. The actor logs, counts and calls again until an episode starts, and then
+commands. It acts with a policy file (weights_path) and no learner at all, and never waits for one (max_weight_lag is
+set; weight_wait_s is given as an integer where a float is declared, which is accepted).
+
+A stand-in robot in this script plays a lock-step sim: the reset service (std_srvs/Trigger, behaviour scripted per
+request) and a sensor frame after every reset and every command. Runs in a private network namespace with its own
+ROS_DOMAIN_ID (tests/ros_harness.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+DOMAIN_ID = 74
+DEADLINE_S = 90.0
+RESET_TIMEOUT_S = 1.5
+# What the stand-in does with each reset request: drop = the response is lost; fail = it answers that the reset
+# failed; die = the server goes away without answering and comes back after a while; answer = reset and answer.
+PLAN = ("drop", "fail", "answer", "die", "answer")
+
+
+def client(weights: str) -> dict:
+    from robot_rl.ros.env import ensure_ros_environment
+
+    ensure_ros_environment()
+    import rclpy
+    from geometry_msgs.msg import PoseStamped, TwistStamped
+    from rclpy.callback_groups import ReentrantCallbackGroup
+    from rclpy.task import Future
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Bool, Float32, Float32MultiArray, UInt32
+    from std_srvs.srv import Trigger
+
+    from robot_rl.ros import qos
+    from robot_rl.ros.convert import floats_to_msg, joint_state_to_msg, pose_to_msg, twist_to_msg
+
+    run_dir = Path(tempfile.mkdtemp(prefix="ros-reset-"))
+    stats_path = run_dir / "actor_status.json"
+    log = open(run_dir / "actor.log", "w+")
+    actor = subprocess.Popen(
+        [sys.executable, "-m", "robot_rl.ros.actor_node", "--ros-args", "-p", "obs_mode:=state",
+         "-p", "mode:=lockstep", "-p", f"weights_path:={weights}", "-p", "stream_transitions:=false",
+         "-p", "max_episode_steps:=3", "-p", "episodes:=2", "-p", "max_weight_lag:=2", "-p", "weight_wait_s:=60",
+         "-p", f"reset_timeout_s:={RESET_TIMEOUT_S}", "-p", f"stats_path:={stats_path}"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    rclpy.init()
+    node = rclpy.create_node("reset_stand_in")
+    sensors = qos.qos_profile(qos.SENSORS)
+    pub = {
+        "pose": node.create_publisher(PoseStamped, "tcp_pose", sensors),
+        "twist": node.create_publisher(TwistStamped, "tcp_twist", sensors),
+        "gripper": node.create_publisher(JointState, "gripper/state", sensors),
+        "object": node.create_publisher(Float32MultiArray, "sim/object_state", sensors),
+        "reward": node.create_publisher(Float32, "task/reward", qos.qos_profile(qos.EVENTS)),
+        "success": node.create_publisher(Bool, "task/success", qos.qos_profile(qos.EVENTS)),
+    }
+    clock = {"stamp": 100.0}
+
+    def frame() -> None:
+        clock["stamp"] += 1.0
+        stamp = clock["stamp"]
+        pub["object"].publish(floats_to_msg(np.zeros(10, np.float32)))
+        pub["gripper"].publish(joint_state_to_msg(("gripper",), [0.08], [0.0], stamp=stamp))
+        pub["twist"].publish(twist_to_msg(np.zeros(3), np.zeros(3), stamp=stamp, frame_id="base"))
+        pub["pose"].publish(pose_to_msg((0.45, 0.0, 0.2), (0.0, 1.0, 0.0, 0.0), stamp=stamp, frame_id="base"))
+
+    commands: list[float] = []
+    episodes: list[int] = []
+
+    def on_command(_msg) -> None:  # lock-step: the step's task result, then the next frame
+        commands.append(time.monotonic())
+        pub["reward"].publish(Float32(data=0.0))
+        pub["success"].publish(Bool(data=False))
+        frame()
+
+    node.create_subscription(PoseStamped, "command/target_pose", on_command, qos.qos_profile(qos.COMMANDS))
+    node.create_subscription(UInt32, "actor/episode", lambda msg: episodes.append(int(msg.data)),
+                             qos.topic_qos(qos.ACTOR_EPISODE))
+    requests: list[str] = []
+    never = Future()  # awaited by a request whose response is lost
+    reentrant = ReentrantCallbackGroup()  # a request left waiting must not block the other callbacks
+
+    async def on_reset(request, response):
+        behaviour = PLAN[len(requests)] if len(requests) < len(PLAN) else "answer"
+        requests.append(behaviour)
+        if behaviour == "fail":
+            response.success, response.message = False, "the arm is not homed"
+            return response
+        if behaviour != "answer":
+            await never
+        frame()
+        response.success, response.message = True, f"reset {len(requests)}"
+        return response
+
+    def spin(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            rclpy.spin_once(node, timeout_sec=0.02)
+
+    def wait_for(predicate, seconds: float) -> bool:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if predicate():
+                return True
+            if actor.poll() is not None:
+                return False
+            spin(0.1)
+        return predicate()
+
+    def stats() -> dict:
+        try:
+            return json.loads(stats_path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    summary: dict = {}
+    try:
+        # no reset server yet: the actor waits for one and says so
+        summary["waiting_for_server"] = wait_for(
+            lambda: stats().get("waiting_for") == "the reset service /reset", 40.0)
+        summary["attempts_without_server"] = stats().get("reset_attempts")
+        service = node.create_service(Trigger, "reset", on_reset, callback_group=reentrant)
+        # the first response is lost: after reset_timeout_s the actor calls again, starts the episode, commands
+        summary["first_episode"] = wait_for(lambda: len(episodes) >= 1 and len(commands) >= 1, 20.0)
+        # the server dies during the next reset and comes back later
+        summary["died"] = wait_for(lambda: "die" in requests, 20.0)
+        node.destroy_service(service)
+        summary["waiting_again"] = wait_for(
+            lambda: stats().get("waiting_for") == "the reset service /reset", 4 * RESET_TIMEOUT_S + 5.0)
+        before = len(commands)
+        node.create_service(Trigger, "reset", on_reset, callback_group=reentrant)
+        summary["second_episode"] = wait_for(lambda: len(episodes) >= 2 and len(commands) > before, 20.0)
+        summary["finished"] = wait_for(lambda: stats().get("episodes") == 2, 20.0)  # then the actor exits
+        summary["stats"] = stats()
+        summary["requests"] = list(requests)
+        summary["exit"] = actor.wait(timeout=20)
+    finally:
+        if actor.poll() is None:
+            os.killpg(actor.pid, signal.SIGKILL)
+            summary["exit"] = "killed"
+            actor.wait()
+        node.destroy_node()
+        rclpy.try_shutdown()
+        log.seek(0)
+        summary["actor_log"] = log.read()[-6000:]
+        log.close()
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return summary
+
+
+@pytest.fixture(scope="module")
+def policy_file(tmp_path_factory) -> Path:
+    """A policy file for the state observations of PickCube (untrained weights)."""
+    from robot_rl.agents.sac import SACAgent
+    from robot_rl.loop import make_env
+    from robot_rl.policy_file import POLICY_FILE, weights_message, write_policy_file
+    from robot_rl.train import TrainConfig
+    from robot_rl.types import ObservationSpec
+
+    env = make_env("PickCube-v0", obs_mode="state")
+    spec = ObservationSpec.from_space(env.observation_space)
+    env.close()
+    agent = SACAgent.create(0, spec, 4, TrainConfig().sac)
+    return write_policy_file(tmp_path_factory.mktemp("run") / POLICY_FILE, weights_message(agent, version=1))
+
+
+def test_reset_calls_time_out_are_retried_and_wait_for_the_server(policy_file):
+    pytest.importorskip("rclpy")
+    from ros_harness import run_ros_script
+
+    summary, stderr, _ = run_ros_script(__file__, "client", DOMAIN_ID, DEADLINE_S, args=[str(policy_file)])
+    log = summary["actor_log"]
+    context = {k: v for k, v in summary.items() if k != "actor_log"}, log[-3000:]
+    assert summary["waiting_for_server"] and summary["attempts_without_server"] == 0, context
+    assert summary["first_episode"], context
+    assert summary["died"] and summary["waiting_again"], context
+    assert summary["second_episode"] and summary["finished"], context
+    assert tuple(summary["requests"]) == PLAN, context
+    stats = summary["stats"]
+    # the calls the server saw, plus any made while the dead server was still listed
+    assert stats["reset_attempts"] >= 5 and stats["reset_timeouts"] >= 2 and stats["reset_failures"] == 1, stats
+    assert stats["reset_attempts"] == stats["reset_timeouts"] + stats["reset_failures"] + 2, stats  # 2 episodes
+    assert stats["weights_version"] == 1 and stats["transitions"] >= 3, stats  # the file's policy, no learner
+    assert "waiting for the reset service /reset" in log, log
+    assert f"did not answer within {RESET_TIMEOUT_S:g} s (attempt 1," in log, log
+    assert "reset failed: the arm is not homed (attempt 2," in log, log
+    assert "answered attempt 3" in log, log
+    assert "waiting for policy weights" not in log and "no fresh weights" not in log, log
+    assert summary["exit"] == 0, context
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["client"]:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        print("RESULT " + json.dumps(client(sys.argv[2])))
