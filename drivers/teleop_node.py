@@ -16,8 +16,8 @@ teleop/engaged  std_msgs/Bool (latched)       true while the human overrides the
 teleop/episode  std_msgs/String               "success" | "failure" | "reset" when the operator presses that key
 ==============  ============================  ===================================================================
 
-Parameters (read at start-up): ``rate_hz`` (device poll and publish rate), ``max_linear_speed`` [m/s],
-``max_angular_speed`` [rad/s], ``deadzone`` (analog axes), ``key_hold_s`` (keyboard).
+Parameters (:data:`PARAMETERS`, read at start-up): ``rate_hz`` (device poll and publish rate), ``max_linear_speed``
+[m/s], ``max_angular_speed`` [rad/s], ``deadzone`` (analog axes), ``key_hold_s`` (keyboard).
 
 Exit status: 0 after SIGINT / SIGTERM or the keyboard's quit key; 2 when the device is missing (one log line says
 what was looked for and how to fix it); 1 when an open device stops answering. On every exit the node first
@@ -42,6 +42,18 @@ EXIT_DEVICE_LOST = 1
 EXIT_NO_DEVICE = 2
 
 
+_DEFAULTS = TeleopConfig()
+PARAMETERS: tuple[tuple[str, object, str], ...] = (
+    ("rate_hz", _DEFAULTS.rate_hz, "device poll and publish rate [Hz] (read at start-up)"),
+    ("max_linear_speed", _DEFAULTS.max_linear_speed, "TCP speed at full deflection [m/s] (read at start-up)"),
+    ("max_angular_speed", _DEFAULTS.max_angular_speed,
+     "TCP angular speed at full deflection [rad/s] (read at start-up)"),
+    ("deadzone", _DEFAULTS.deadzone, "fraction of an analog axis read as zero (read at start-up)"),
+    ("key_hold_s", _DEFAULTS.key_hold_s, "keyboard: seconds one key press keeps moving (read at start-up)"),
+)
+"""The node's ROS parameters (name, default, description); the device is chosen with --device."""
+
+
 class TeleopNode:
     """One rclpy node that polls a teleop device at ``rate_hz`` and publishes its commands (see the module doc)."""
 
@@ -54,15 +66,7 @@ class TeleopNode:
         self._Bool, self._Float64, self._String = Bool, Float64, String
         self.node = rclpy.create_node(node_name, context=context, cli_args=cli_args)
         node = self.node
-        defaults = TeleopConfig()
-        param = declare_parameters(node, (
-            ("rate_hz", defaults.rate_hz, "device poll and publish rate [Hz] (read at start-up)"),
-            ("max_linear_speed", defaults.max_linear_speed, "TCP speed at full deflection [m/s] (read at start-up)"),
-            ("max_angular_speed", defaults.max_angular_speed,
-             "TCP angular speed at full deflection [rad/s] (read at start-up)"),
-            ("deadzone", defaults.deadzone, "fraction of an analog axis read as zero (read at start-up)"),
-            ("key_hold_s", defaults.key_hold_s, "keyboard: seconds one key press keeps moving (read at start-up)"),
-        ))
+        param = declare_parameters(node, PARAMETERS)
         self.config = TeleopConfig(
             max_linear_speed=float(param("max_linear_speed")), max_angular_speed=float(param("max_angular_speed")),
             deadzone=float(param("deadzone")), rate_hz=float(param("rate_hz")), key_hold_s=float(param("key_hold_s")))

@@ -31,10 +31,10 @@ Over ROS the policy's action is not visible, so the push direction is inferred f
 (:func:`inferred_push`): an axis pushes out when the target moved towards a face by more than half a step, or sits
 on the face itself (within 0.1 mm: the actor's safety layer clipped it there, so the policy asked for more).
 
-Parameters (read at start-up): ``task`` (its env gives the workspace box and the defaults of ``max_translation``,
-``max_rotation`` and ``control_dt``), ``takeover_steps``, ``episode_budget``, ``total_budget`` (-1: none),
-``stuck_window``, ``stuck_distance``, ``boundary_margin``, ``boundary_steps``, ``max_translation``, ``max_rotation``,
-``control_dt``. Invalid parameters: one log line, exit status 2. SIGINT / SIGTERM: clean exit 0.
+Parameters (:data:`PARAMETERS`, read at start-up): ``task`` (its env gives the workspace box and, where they are 0,
+``max_translation``, ``max_rotation`` and ``control_dt``), ``takeover_steps``, ``episode_budget``, ``total_budget``
+(-1: none), ``stuck_window``, ``stuck_distance``, ``boundary_margin``, ``boundary_steps``, ``max_translation``,
+``max_rotation``, ``control_dt``. Invalid parameters: one log line, exit status 2. SIGINT / SIGTERM: clean exit 0.
 """
 
 from __future__ import annotations
@@ -175,18 +175,24 @@ def task_limits(task: str) -> dict[str, object]:
         env.close()
 
 
-_PARAMETERS = (
-    ("takeover_steps", "steps the expert keeps control once it took over"),
-    ("episode_budget", "at most this many intervention steps per episode"),
-    ("total_budget", "at most this many intervention steps over the whole run; -1: no limit"),
-    ("stuck_window", "stuck: the TCP moved less than stuck_distance over this many steps"),
-    ("stuck_distance", "stuck: distance threshold [m]"),
-    ("boundary_margin", "pushing out: target within this margin [m] of a workspace face..."),
-    ("boundary_steps", "...while pushing further out this many steps in a row"),
-    ("max_translation", "[m] per control step at action 1 (default: the task env's)"),
-    ("max_rotation", "[rad] per control step at action 1 (default: the task env's)"),
-    ("control_dt", "[s] control period (default: the task env's)"),
+ENV_DEFAULT = 0.0
+"""The value of max_translation, max_rotation and control_dt that stands for "the task env's"."""
+_DEFAULTS = ScriptedTeleopConfig
+PARAMETERS: tuple[tuple[str, object, str], ...] = (
+    ("task", _DEFAULTS.task, "task id, e.g. PickCube-v0: its env gives the workspace box"),
+    ("takeover_steps", _DEFAULTS.takeover_steps, "steps the expert keeps control once it took over"),
+    ("episode_budget", _DEFAULTS.episode_budget, "at most this many intervention steps per episode"),
+    ("total_budget", _DEFAULTS.total_budget, "at most this many intervention steps over the whole run; -1: no limit"),
+    ("stuck_window", _DEFAULTS.stuck_window, "stuck: the TCP moved less than stuck_distance over this many steps"),
+    ("stuck_distance", _DEFAULTS.stuck_distance, "stuck: distance threshold [m]"),
+    ("boundary_margin", _DEFAULTS.boundary_margin,
+     "pushing out: target within this margin [m] of a workspace face..."),
+    ("boundary_steps", _DEFAULTS.boundary_steps, "...while pushing further out this many steps in a row"),
+    ("max_translation", ENV_DEFAULT, "[m] per control step at action 1 (0: the task env's)"),
+    ("max_rotation", ENV_DEFAULT, "[rad] per control step at action 1 (0: the task env's)"),
+    ("control_dt", ENV_DEFAULT, "[s] control period (0: the task env's)"),
 )
+"""The node's ROS parameters (name, default, description), all read at start-up."""
 
 
 class ScriptedTeleopNode:
@@ -202,17 +208,13 @@ class ScriptedTeleopNode:
         node = self.node
         self._log = node.get_logger()
         try:
-            defaults = ScriptedTeleopConfig()
-            task = str(declare_parameters(node, [(
-                "task", defaults.task, "task id, e.g. PickCube-v0: its env gives the workspace box (read at start-up)",
-            )])("task"))
-            limits = task_limits(task)
-            env_defaults = {k: limits[k] for k in ("max_translation", "max_rotation", "control_dt")}
-            start_values = {name: env_defaults.get(name, getattr(defaults, name)) for name, _ in _PARAMETERS}
-            param = declare_parameters(node, [(name, start_values[name], f"{description} (read at start-up)")
-                                              for name, description in _PARAMETERS])
-            values = {name: type(default)(param(name)) for name, default in start_values.items()}
-            self.config = ScriptedTeleopConfig(task=task, **values)
+            param = declare_parameters(node, PARAMETERS)
+            values = {name: type(default)(param(name)) for name, default, _ in PARAMETERS}
+            limits = task_limits(values["task"])
+            for name in ("max_translation", "max_rotation", "control_dt"):
+                if values[name] == ENV_DEFAULT:
+                    values[name] = limits[name]
+            self.config = ScriptedTeleopConfig(**values)
         except Exception:
             node.destroy_node()
             raise

@@ -1,12 +1,22 @@
-"""The project's ROS 2 launcher: parsing, substitutions, argv rendering, output, signals, respawn, no orphans.
+"""The project's ROS 2 launcher: parsing, substitutions, argv rendering, output, signals, respawn, no orphans; and
+every shipped launch file, run end to end.
 
-The children are tiny Python scripts written to tmp_path (no ROS needed); the SIGINT test runs the launcher as
-`python -m robot_rl.cli launch` in its own subprocess, the others run a `Launcher` in-process.
+The launcher tests use tiny Python scripts written to tmp_path as children (no ROS needed); the SIGINT test runs the
+launcher as `python -m robot_rl.cli launch` in its own subprocess, the others run a `Launcher` in-process. The
+shipped files run as `robot-rl launch` in a private network namespace (only `lo`) with their own ROS_DOMAIN_ID:
+sim_train (tiny budget) -> sim_eval on its policy; teleop_record with the scripted human -> robot_train on those
+demos, with the sim node standing in for the robot's drivers; teleop_record with a missing gamepad. Every `param`
+name in the shipped files is checked against the parameters its node declares. Timing figures: bench/launch.py.
 """
 
 from __future__ import annotations
 
+import glob
+import importlib
 import io
+import json
+import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -20,6 +30,7 @@ import yaml
 
 from robot_rl.cli import main
 from robot_rl.ros.launch import (
+    LaunchDescription,
     LaunchError,
     Launcher,
     load_launch_file,
@@ -28,6 +39,7 @@ from robot_rl.ros.launch import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
+LAUNCH_DIR = REPO / "launch"
 
 
 def _wheels_or_skip() -> None:
@@ -73,11 +85,10 @@ def _wait_for(predicate, timeout: float = 10.0) -> None:
         time.sleep(0.02)
 
 
-def _run(description, **kwargs) -> tuple[int, str, str, float]:
+def _run(description, **kwargs) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    start = time.monotonic()
     status = Launcher(description, stdout=out, stderr=err, **kwargs).run()
-    return status, out.getvalue(), err.getvalue(), time.monotonic() - start
+    return status, out.getvalue(), err.getvalue()
 
 
 # A child that records its pid, reports SIGINT/SIGTERM, says it is ready and then waits.
@@ -123,7 +134,7 @@ def test_substitutions_defaults_and_command_line_overrides(tmp_path, monkeypatch
         {"arg": {"name": "config", "default": "$(dirname)/$(var robot).yaml"}},
         {"executable": {
             "cmd": "tool --task $(var task) --file '$(var config)' --gl $(env LAUNCH_TEST_GL) "
-                   "--x $(env LAUNCH_TEST_UNSET fall back)",
+                   "--x '$(env LAUNCH_TEST_UNSET fall back)'",
             "name": "tool",
             "env": [{"name": "WHO", "value": "$(var robot)"}, {"name": "N", "value": 3}],
         }},
@@ -133,7 +144,7 @@ def test_substitutions_defaults_and_command_line_overrides(tmp_path, monkeypatch
         "task": "PickCube-v0", "robot": "arm 2", "rate": "10", "config": f"{tmp_path}/arm 2.yaml",
     }
     (spec,) = description.processes
-    # A substituted value with spaces stays one word; so does $(env NAME default with spaces).
+    # A quoted substitution stays one word, spaces and all.
     assert spec.argv == (
         "tool", "--task", "PickCube-v0", "--file", f"{tmp_path}/arm 2.yaml", "--gl", "osmesa", "--x", "fall back",
     )
@@ -183,6 +194,51 @@ def test_node_argv_rendering(tmp_path):
     assert bare.argv == (sys.executable, "-m", "some.python.module") and bare.name == "module"
 
 
+def test_commands_are_split_like_a_shell_after_substitution(tmp_path):
+    path = _write(tmp_path, [
+        {"arg": {"name": "driver", "default": "python3 -m my.driver --fps 30 --label 'front cam'"}},
+        {"arg": {"name": "node_args", "default": "--mode 'lock step'"}},
+        {"arg": {"name": "folder", "default": "my data"}},
+        {"executable": {"cmd": "$(var driver) --out '$(dirname)/$(var folder)'", "name": "driver"}},
+        {"node": {"module": "some.node", "name": "n", "args": "$(var node_args) --in $(var folder)"}},
+    ])
+    driver, node = load_launch_file(path).processes
+    # A substituted command line becomes words, its own quotes respected; a quoted substitution stays one word.
+    assert driver.argv == ("python3", "-m", "my.driver", "--fps", "30", "--label", "front cam",
+                           "--out", f"{tmp_path}/my data")
+    assert node.argv == (sys.executable, "-m", "some.node", "--mode", "lock step", "--in", "my", "data",
+                         "--ros-args", "-r", "__node:=n")
+    # A value that cannot be split names the key and shows what the substitution made of it.
+    quote = _write(tmp_path, [{"arg": {"name": "driver", "default": "it's"}}, {"executable": {"cmd": "$(var driver)"}}],
+                   "quote.yaml")
+    with pytest.raises(LaunchError, match=r"key 'cmd': cannot split '\$\(var driver\)' \(substituted: \"it's\"\)"):
+        load_launch_file(quote)
+
+
+def test_nested_and_boolean_substitutions(tmp_path):
+    path = _write(tmp_path, [
+        {"arg": {"name": "device", "default": "gamepad"}},
+        {"arg": {"name": "sim", "default": "true"}},
+        {"executable": {"cmd": "teleop --device $(var device)", "name": "teleop",
+                        "unless": "$(or $(equals $(var device) scripted) $(equals $(var device) none))"}},
+        {"executable": {"cmd": "human", "name": "human", "if": "$(equals $(var device) scripted)"}},
+        {"executable": {"cmd": "sim", "name": "sim", "if": "$(and $(var sim) $(not-equals $(var device) none))"}},
+        {"executable": {"cmd": "echo $(not $(var sim)) $(env LAUNCH_TEST_UNSET_$(var device) $(var device)-x)",
+                        "name": "echo"}},
+    ])
+
+    def started(**arguments):
+        return {p.name: p.argv for p in load_launch_file(path, arguments).processes}
+
+    assert list(started()) == ["teleop", "sim", "echo"]
+    assert started()["echo"] == ("echo", "false", "gamepad-x")
+    assert list(started(device="scripted")) == ["human", "sim", "echo"]
+    assert list(started(device="none", sim="1")) == ["echo"]
+    assert list(started(device="scripted", sim="FALSE")) == ["human", "echo"]
+    with pytest.raises(LaunchError, match=r"key 'if': \$\(and \$\(var sim\) .*needs true or false, got 'maybe'"):
+        started(sim="maybe")
+
+
 @pytest.mark.parametrize(
     "value,rendered",
     [(True, "true"), (False, "false"), (3, "3"), (-2.5, "-2.5"), ("abc", "abc"), ("/a/b_c.d", "/a/b_c.d"),
@@ -221,6 +277,11 @@ def test_param_values_rcl_cannot_type_are_rejected():
         ([{"executable": {"cmd": "a", "name": "x"}}, {"executable": {"cmd": "b", "name": "x"}}], {},
          ["several processes are named x"]),
         ([{"arg": {"name": "a", "default": "1"}}], {"b": "2"}, ["unknown launch argument(s) b", "declared: a"]),
+        ([{"executable": {"cmd": "x $(equals a)"}}], {}, ["key 'cmd'", "$(equals a) has 1 argument(s)", "A B"]),
+        ([{"executable": {"cmd": "x", "if": "maybe"}}], {}, ["key 'if'", "expected true or false", "'maybe'"]),
+        ([{"arg": {"name": "on", "default": "yes"}}, {"executable": {"cmd": "x", "if": "$(var on)"}}], {},
+         ["entry 1 (executable)", "key 'if'", "'$(var on)' (= 'yes')"]),
+        ([{"executable": {"cmd": "x 'unbalanced"}}], {}, ["key 'cmd'", "cannot split", "No closing quotation"]),
     ],
 )
 def test_errors_name_file_entry_and_key(tmp_path, entries, arguments, fragments):
@@ -228,19 +289,74 @@ def test_errors_name_file_entry_and_key(tmp_path, entries, arguments, fragments)
     with pytest.raises(LaunchError) as info:
         load_launch_file(path, arguments)
     message = str(info.value)
-    assert str(path) in message
+    assert str(path) in message and "\n" not in message
     for fragment in fragments:
         assert fragment in message, message
 
 
-def test_whole_file_is_validated_before_anything_starts(tmp_path):
+def test_errors_give_the_line_of_the_entry(tmp_path):
+    path = tmp_path / "lines.yaml"
+    path.write_text("launch:\n- arg: {name: a, default: x}\n\n- node:\n    pkg: robot_rl\n    exec: sim_node\n"
+                    "    colour: red\n")
+    with pytest.raises(LaunchError) as info:
+        load_launch_file(path)
+    assert str(info.value).startswith(f"{path}:4:3: entry 1 (node): unknown key(s) 'colour'"), info.value
+
+
+@pytest.mark.parametrize(
+    "text,where,fragment",
+    [
+        ("launch:\n- arg: {name: a\n- node: {}\n", ":3:7:", "invalid YAML: expected ',' or '}', but got ':' "
+         "(while parsing a flow mapping that starts on line 2)"),
+        ("launch:\n  - arg: {name: a}\n - node: {}\n", ":3:2:", "invalid YAML: expected <block end>"),
+        ("launch:\n- node:\n    pkg: robot_rl\n    exec: sim_node\n    pkg: robot_rl\n", ":5:5:",
+         "invalid YAML: duplicate key 'pkg'"),
+        ("launch:\n- executable:\n    cmd: \"x y\n", ":4:1:",
+         "invalid YAML: found unexpected end of stream (while scanning a quoted scalar that starts on line 3)"),
+        ("", ": ", "expected a mapping with one key 'launch' holding a list of entries, got an empty file"),
+        ("- node: {}\n", ":1:1:", "got a list"),
+        ("launch: []\nnodes: []\n", ":2:1:", "got key(s) 'nodes'"),
+        ("launch:\n  node: {}\n", ":2:3:", "got a mapping"),
+        ("launch:\n- arg: {name: a, default: x}\n- just text\n", ":3:3:", "entry 1: expected a mapping with one key"),
+    ],
+    ids=["unclosed-flow", "indentation", "duplicate-key", "unclosed-quote", "empty", "list", "other-key",
+         "launch-not-a-list", "entry-not-a-mapping"],
+)
+def test_yaml_and_structure_errors_name_file_line_and_column(tmp_path, text, where, fragment):
+    path = tmp_path / "broken.yaml"
+    path.write_text(text)
+    with pytest.raises(LaunchError) as info:
+        load_launch_file(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}{where}"), message
+    assert fragment in message and "\n" not in message, message
+
+
+def test_launch_file_errors_through_the_cli_are_one_line_with_status_2(tmp_path, capsys):
+    path = tmp_path / "broken.yaml"
+    path.write_text("launch:\n- arg: {name: a\n")
+    with pytest.raises(SystemExit) as info:
+        main(["launch", str(path)])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}:") and "invalid YAML" in err and err.count("\n") == 1, err
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"launch: \xff\n")
+    with pytest.raises(SystemExit) as info:
+        main(["launch", str(binary)])
+    assert info.value.code == 2 and "not UTF-8 text" in capsys.readouterr().err
+
+
+def test_whole_file_is_validated_before_anything_starts(tmp_path, capsys):
     marker = tmp_path / "started"
     path = _write(tmp_path, [
         {"executable": {"cmd": f"touch {marker}"}},
         {"executable": {"cmd": "x", "bogus": 1}},
     ])
-    with pytest.raises(SystemExit, match=r"error: .*entry 1 \(executable\).*'bogus'"):
+    with pytest.raises(SystemExit) as info:
         main(["launch", str(path)])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.startswith(f"error: {path}:4:3: entry 1 (executable): unknown key(s) 'bogus'")
     assert not marker.exists()
 
 
@@ -270,8 +386,10 @@ def test_dry_run_through_the_cli(tmp_path, capsys):
         "--ros-args -r __node:=learner -p task:=PegInsert-v0",
         "[helper] A=b PYTHONUNBUFFERED=1 echo hi",
     ]
-    with pytest.raises(SystemExit, match="error: .*argument 'task'.*task:=VALUE"):
+    with pytest.raises(SystemExit) as info:
         main(["launch", str(_write(tmp_path, [{"arg": {"name": "task"}}], "noarg.yaml")), "--dry-run"])
+    assert info.value.code == 2
+    assert "argument 'task' has no default and was not given: pass task:=VALUE" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------------------ running
@@ -297,7 +415,7 @@ def test_prefixed_output_environment_and_clean_exit(tmp_path, monkeypatch):
         {"node": {"module": "dummy_pkg.hello", "name": "hello", "namespace": "/robot1",
                   "env": [{"name": "PYTHONPATH", "value": str(tmp_path / "pkgdir")}]}},
     ])
-    status, out, err, _ = _run(load_launch_file(path), domain_id=42)
+    status, out, err = _run(load_launch_file(path), domain_id=42)
     assert status == 0, out + err
     lines = out.splitlines()
     for i in range(3):
@@ -318,7 +436,7 @@ def test_a_failed_process_makes_the_exit_status_1(tmp_path):
         {"executable": {"cmd": f"{sys.executable} -c 'pass'", "name": "ok"}},
         {"executable": {"cmd": f"{sys.executable} -c 'import sys; sys.exit(5)'", "name": "bad"}},
     ])
-    status, out, _, _ = _run(load_launch_file(path))
+    status, out, _ = _run(load_launch_file(path))
     assert status == 1
     assert "[launch] bad exited with code 5" in out and "failed: bad" in out
 
@@ -364,18 +482,37 @@ def test_required_process_exit_stops_the_others_with_its_status(tmp_path):
         {"executable": {"cmd": _cmd(polite, str(pid_file)), "name": "worker"}},
         {"executable": {"cmd": _cmd(exit_when, str(pid_file), "3"), "name": "boss", "on_exit": "shutdown"}},
     ])
-    status, out, _, elapsed = _run(load_launch_file(path), grace_s=5.0)
+    status, out, _ = _run(load_launch_file(path), grace_s=5.0)
     assert status == 3, out
-    assert elapsed < 5.0
-    assert "[launch] boss exited with code 3; it is required" in out
+    assert "[launch] boss exited with code 3; it is required (on_exit: shutdown); shutting down" in out
     assert "[worker] worker got SIGINT" in out
+    assert "sending SIGTERM" not in out  # the worker stopped on SIGINT, within the grace period
+    assert out.splitlines()[-1] == "[launch] launch failed: boss exited with code 3 (exit status 3)"
     assert _gone(int(pid_file.read_text()))
 
     # `required: true` is accepted too; a required process killed by a signal gives status 1.
     killed = _script(tmp_path, "killed.py", "os.kill(os.getpid(), signal.SIGKILL)\n")
     path = _write(tmp_path, [{"executable": {"cmd": _cmd(killed), "name": "k", "required": True}}], "k.yaml")
-    status, out, _, _ = _run(load_launch_file(path))
+    status, out, _ = _run(load_launch_file(path))
     assert status == 1 and "k died by signal SIGKILL" in out
+    assert out.splitlines()[-1] == "[launch] launch failed: k died by signal SIGKILL (exit status 1)"
+
+
+def test_a_process_that_cannot_start_stops_the_others_cleanly(tmp_path):
+    """A mistyped driver command: the processes already started get SIGINT (no SIGKILL mid-start-up), then the error."""
+    _wheels_or_skip()
+    polite = _script(tmp_path, "polite.py", POLITE)
+    path = _write(tmp_path, [
+        {"executable": {"cmd": _cmd(polite, str(tmp_path / "worker.pid")), "name": "worker"}},
+        {"executable": {"cmd": f"{tmp_path}/no_such_driver --fps 30", "name": "driver"}},
+    ])
+    out = io.StringIO()
+    with pytest.raises(LaunchError, match="cannot start driver .*no_such_driver --fps 30.*: No such file"):
+        Launcher(load_launch_file(path), stdout=out, stderr=io.StringIO()).run()
+    lines = out.getvalue().splitlines()
+    assert any(line.startswith("[launch] cannot start driver") and "shutting down" in line for line in lines), lines
+    assert any(line.startswith("[launch] worker ") and ("exited" in line or "SIGINT" in line) for line in lines), lines
+    assert not any("sending SIGTERM" in line or "SIGKILL" in line for line in lines), lines
 
 
 def test_respawn_restarts_a_process_until_shutdown(tmp_path):
@@ -400,13 +537,43 @@ def test_respawn_restarts_a_process_until_shutdown(tmp_path):
 
     thread = threading.Thread(target=release)
     thread.start()
-    status, out, _, _ = _run(description)
+    status, out, _ = _run(description)
     thread.join()
     assert status == 0, out
     runs = len(counter.read_text().split())
     assert runs >= 4
     assert "[launch] flaky exited with code 1; respawning in 0.1 s (restart 1)" in out
     assert out.count("[launch] started flaky") == runs
+
+
+def test_a_respawning_process_with_a_configuration_error_ends_the_launch(tmp_path):
+    """Exit status 2 (bad parameters, a missing device) would repeat on every restart: the launch stops instead."""
+    _wheels_or_skip()
+    counter = tmp_path / "runs.txt"
+    misconfigured = _script(tmp_path, "misconfigured.py", f"""
+        while not Path(sys.argv[1]).exists():
+            time.sleep(0.02)
+        with open({str(counter)!r}, "a") as f:
+            f.write("run\\n")
+        print("error: unknown parameter 'utd_typo'", file=sys.stderr, flush=True)
+        sys.exit(2)
+    """)
+    polite = _script(tmp_path, "polite.py", POLITE)
+    pid_file = tmp_path / "worker.pid"
+    path = _write(tmp_path, [
+        {"executable": {"cmd": _cmd(polite, str(pid_file)), "name": "worker"}},
+        {"executable": {"cmd": _cmd(misconfigured, str(pid_file)), "name": "learner", "respawn": True,
+                        "respawn_delay": 0.1}},
+    ])
+    status, out, err = _run(load_launch_file(path))
+    assert status == 2, out
+    assert counter.read_text().split() == ["run"]  # not respawned
+    assert "[learner] error: unknown parameter 'utd_typo'" in err
+    assert ("[launch] learner exited with code 2, a configuration error that a restart would repeat: not respawning "
+            "it; shutting down") in out
+    assert "[worker] worker got SIGINT" in out
+    assert out.splitlines()[-1] == "[launch] launch failed: learner exited with code 2 (exit status 2)"
+    assert _gone(int(pid_file.read_text()))
 
 
 def test_a_child_ignoring_sigint_is_terminated_then_killed(tmp_path):
@@ -426,14 +593,14 @@ def test_a_child_ignoring_sigint_is_terminated_then_killed(tmp_path):
         {"executable": {"cmd": _cmd(stubborn, str(pid_deaf), "deaf"), "name": "deaf"}},
         {"executable": {"cmd": _cmd(exit_when, str(pid_deaf), "0", "0.3"), "name": "boss", "on_exit": "shutdown"}},
     ])
-    status, out, _, elapsed = _run(load_launch_file(path), grace_s=0.5, term_timeout_s=0.5)
+    status, out, _ = _run(load_launch_file(path), grace_s=0.5, term_timeout_s=0.5)
     assert status == 0, out  # the required process exited 0
     assert "[stubborn] ignoring SIGINT" in out and "[deaf] ignoring SIGINT" in out
     assert "[launch] stubborn, deaf still running: sending SIGTERM" in out
     assert "[deaf] ignoring SIGTERM" in out
     assert "[launch] deaf still running: sending SIGKILL" in out
     assert "stubborn died by signal SIGTERM" in out and "deaf died by signal SIGKILL" in out
-    assert 1.0 <= elapsed < 5.0
+    assert out.splitlines()[-1] == "[launch] launch finished: boss exited with code 0 (exit status 0)"
     assert _gone(int(pid_stubborn.read_text())) and _gone(int(pid_deaf.read_text()))
 
 
@@ -491,31 +658,286 @@ def test_a_real_rclpy_node_reads_the_rendered_names_and_parameters(tmp_path):
     ]
 
 
-SHIPPED_ARGUMENTS = {
-    "sim_train.yaml": {},
-    "sim_eval.yaml": {"weights": "runs/x/policy.msgpack"},
-    "teleop_record.yaml": {"out": "demos.zarr"},
-    "robot_train.yaml": {"camera_driver": "cam_driver", "robot_driver": "arm_driver", "demo_path": "demos.zarr"},
+# ------------------------------------------------------------------------------------------ the shipped launch files
+
+ROBOT_DRIVERS = {"camera_driver": "cam_driver", "robot_driver": "arm_driver", "demo_path": "demos.zarr"}
+# Each shipped file with arguments that, together, start every node it can start.
+SHIPPED_VARIANTS = {
+    "sim_train.yaml": [{}, {"human": "false"}],
+    "sim_eval.yaml": [{"weights": "runs/x/policy.msgpack"}],
+    "teleop_record.yaml": [{"out": "demos.zarr", "device": device} for device in ("gamepad", "scripted", "none")],
+    "robot_train.yaml": [{**ROBOT_DRIVERS, "device": device} for device in ("spacemouse", "scripted", "none")],
 }
-
-
-@pytest.mark.parametrize("name", sorted(SHIPPED_ARGUMENTS))
-def test_shipped_launch_files_resolve_to_existing_modules(name):
-    import importlib.util
-
-    description = load_launch_file(REPO / "launch" / name, SHIPPED_ARGUMENTS[name])
-    modules = [spec.argv[2] for spec in description.processes if spec.argv[1:2] == ("-m",)]
-    assert modules, description.commands()
-    for module in modules:
-        assert importlib.util.find_spec(module) is not None, f"{name}: module {module} does not exist"
+VARIANTS = [(name, arguments) for name, variants in SHIPPED_VARIANTS.items() for arguments in variants]
+VARIANT_IDS = [f"{name[:-5]}-{'-'.join(a.get('device', a.get('human', 'default')) for a in [args])}"
+               for name, args in VARIANTS]
 
 
 def test_shipped_launch_files_are_all_covered():
-    assert sorted(p.name for p in (REPO / "launch").glob("*.yaml")) == sorted(SHIPPED_ARGUMENTS)
+    assert sorted(p.name for p in LAUNCH_DIR.glob("*.yaml")) == sorted(SHIPPED_VARIANTS)
+
+
+def declared_parameters(module_name: str) -> set[str]:
+    """The ROS parameter names a node module declares: its PARAMETERS table of (name, default, description)."""
+    return {row[0] for row in importlib.import_module(module_name).PARAMETERS}
+
+
+def undeclared_parameters(description: LaunchDescription) -> list[str]:
+    """One line per `param` of a project node that its module does not declare."""
+    problems = []
+    for spec in description.processes:
+        if spec.argv[1:2] != ("-m",) or not spec.argv[2].startswith("robot_rl."):
+            continue  # not one of the project's nodes
+        module, argv = spec.argv[2], list(spec.argv)
+        ros_args = argv[argv.index("--ros-args") + 1:] if "--ros-args" in argv else []
+        names = [value.split(":=", 1)[0] for flag, value in zip(ros_args, ros_args[1:]) if flag == "-p"]
+        known = declared_parameters(module)
+        problems += [f"{spec.name}: {name!r} is not a parameter of {module} (it declares {', '.join(sorted(known))})"
+                     for name in names if name not in known]
+    return problems
+
+
+@pytest.mark.parametrize("name,arguments", VARIANTS, ids=VARIANT_IDS)
+def test_shipped_files_set_only_parameters_their_nodes_declare(name, arguments):
+    description = load_launch_file(LAUNCH_DIR / name, arguments)
+    modules = [spec.argv[2] for spec in description.processes if spec.argv[1:2] == ("-m",)]
+    assert modules and all(m.startswith("robot_rl.") for m in modules), description.commands()
+    assert undeclared_parameters(description) == []
+
+
+def test_the_parameter_check_finds_a_typo(tmp_path):
+    path = _write(tmp_path, [
+        {"node": {"pkg": "robot_rl", "exec": "learner_node", "name": "learner",
+                  "param": [{"name": "utd", "value": 1}, {"name": "critcs", "value": 2}]}},
+        {"node": {"pkg": "robot_rl", "exec": "scripted_teleop", "name": "human",
+                  "param": [{"name": "stuck", "value": {"window": 2}}]}},
+        {"node": {"module": "robot_rl.drivers.teleop_node", "args": "--device gamepad",
+                  "param": [{"name": "rate_hz", "value": 50.0}]}},
+    ])
+    problems = undeclared_parameters(load_launch_file(path))
+    assert len(problems) == 2, problems
+    assert problems[0].startswith("learner: 'critcs' is not a parameter of robot_rl.ros.learner_node (it declares ")
+    assert "critics" in problems[0]
+    assert problems[1].startswith("human: 'stuck.window' is not a parameter of robot_rl.sim.scripted_teleop")
+
+
+@pytest.mark.parametrize("name,arguments", VARIANTS, ids=VARIANT_IDS)
+def test_no_shipped_process_can_leave_the_others_waiting(name, arguments):
+    """Every process either ends the launch when it exits (required) or is restarted (respawn)."""
+    for spec in load_launch_file(LAUNCH_DIR / name, arguments).processes:
+        assert spec.required or spec.respawn, f"{name}: {spec.name} may exit while the others wait for it"
+
+
+@pytest.mark.parametrize("name", ["teleop_record.yaml", "robot_train.yaml"])
+def test_the_teleop_device_picks_the_teleop_node(name):
+    from robot_rl.drivers.teleop import DEVICES
+
+    base = {"out": "demos.zarr"} if name == "teleop_record.yaml" else ROBOT_DRIVERS
+    for device in DEVICES:
+        processes = {p.name: p for p in load_launch_file(LAUNCH_DIR / name, {**base, "device": device}).processes}
+        assert "human" not in processes
+        assert processes["teleop"].argv[3:5] == ("--device", device)
+    scripted = {p.name: p for p in load_launch_file(LAUNCH_DIR / name, {**base, "device": "scripted"}).processes}
+    assert "teleop" not in scripted and scripted["human"].argv[2] == "robot_rl.sim.scripted_teleop"
+    none = [p.name for p in load_launch_file(LAUNCH_DIR / name, {**base, "device": "none"}).processes]
+    assert "teleop" not in none and "human" not in none
 
 
 def test_sim_train_human_can_be_switched_off():
-    with_human = load_launch_file(REPO / "launch" / "sim_train.yaml", {})
-    without = load_launch_file(REPO / "launch" / "sim_train.yaml", {"human": "false"})
+    with_human = load_launch_file(LAUNCH_DIR / "sim_train.yaml", {})
+    without = load_launch_file(LAUNCH_DIR / "sim_train.yaml", {"human": "false"})
     assert [p.name for p in with_human.processes] == ["sim", "learner", "actor", "human"]
     assert [p.name for p in without.processes] == ["sim", "learner", "actor"]
+
+
+def test_teleop_record_uses_the_training_image_size():
+    from robot_rl.train import TrainConfig
+
+    (sim,) = [p for p in load_launch_file(LAUNCH_DIR / "teleop_record.yaml", {"out": "d.zarr"}).processes
+              if p.name == "sim"]
+    assert f"image_size:={TrainConfig().image_size}" in sim.argv
+
+
+# -------------------------------------------------------------------------------- the shipped files, end to end
+
+
+class LaunchRun:
+    """`robot-rl launch FILE name:=value ...` as a subprocess in a private network namespace, output in a log file."""
+
+    def __init__(self, name: str, arguments: dict, domain_id: int, log: Path):
+        from robot_rl.ros.env import private_network_command
+
+        self.name, self.log = name, log
+        argv = [sys.executable, "-m", "robot_rl.cli", "launch", str(LAUNCH_DIR / name),
+                *(f"{key}:={value}" for key, value in arguments.items()), "--domain-id", str(domain_id)]
+        with open(log, "w") as out:
+            self.process = subprocess.Popen(private_network_command(argv), cwd=REPO, stdin=subprocess.DEVNULL,
+                                            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def wait(self, timeout: float) -> int:
+        """The launcher's exit status; a launch still running after `timeout` (a failure detector) fails the test."""
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            pytest.fail(f"{self.name} still running after {timeout:.0f} s; output:\n{self.output()[-4000:]}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)  # the launcher stops its children
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+
+def _launcher_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith("[launch] ")]
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@pytest.fixture(scope="module")
+def sim_train_run(tmp_path_factory):
+    _wheels_or_skip()
+    folder = tmp_path_factory.mktemp("sim_train")
+    run = LaunchRun("sim_train.yaml", {"steps": 60, "demos": 2, "eval_episodes": 1, "run_dir": folder / "run"},
+                    domain_id=81, log=folder / "launch.log")
+    status = run.wait(timeout=300)
+    return folder / "run", status, run.output()
+
+
+def test_sim_train_trains_evaluates_and_ends(sim_train_run):
+    from robot_rl.policy_file import read_policy_file
+
+    run_dir, status, out = sim_train_run
+    assert status == 0, out[-4000:]
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["received"] >= 60 and result["updates"] > 0 and result["final_eval_episodes"] == 1, result
+    assert read_policy_file(run_dir / "policy.msgpack").version >= 1
+    launcher = _launcher_lines(out)
+    assert "[launch] learner exited with code 0; it is required (on_exit: shutdown); shutting down" in launcher, out
+    assert launcher[-1] == "[launch] launch finished: learner exited with code 0 (exit status 0)", out[-4000:]
+    for node in ("sim", "actor", "human"):  # stopped with SIGINT, each cleanly
+        assert f"[launch] {node} exited with code 0" in launcher, out[-4000:]
+
+
+def test_sim_eval_runs_the_trained_policy(sim_train_run, tmp_path):
+    run_dir, status, _ = sim_train_run
+    if status != 0:
+        pytest.skip("sim_train failed (see its test)")
+    run = LaunchRun("sim_eval.yaml", {"weights": run_dir / "policy.msgpack", "episodes": 1}, domain_id=82,
+                    log=tmp_path / "launch.log")
+    status = run.wait(timeout=180)
+    out = run.output()
+    assert status == 0, out[-4000:]
+    episodes = [line for line in out.splitlines() if line.startswith("[actor] ") and "episode 0: success=" in line]
+    assert len(episodes) == 1, out[-4000:]
+    assert any(line.startswith("[actor] ") and "/1 episodes successful" in line for line in out.splitlines()), out
+    assert _launcher_lines(out)[-1] == "[launch] launch finished: actor exited with code 0 (exit status 0)", out
+
+
+@pytest.fixture(scope="module")
+def recorded_demos(tmp_path_factory):
+    _wheels_or_skip()
+    folder = tmp_path_factory.mktemp("teleop_record")
+    run = LaunchRun("teleop_record.yaml", {"device": "scripted", "episodes": 1, "out": folder / "demos.zarr"},
+                    domain_id=83, log=folder / "launch.log")
+    status = run.wait(timeout=180)
+    return folder / "demos.zarr", status, run.output()
+
+
+def test_teleop_record_with_the_scripted_human(recorded_demos):
+    import numpy as np
+
+    from robot_rl.data.episodes import EpisodeDataset
+
+    path, status, out = recorded_demos
+    assert status == 0, out[-4000:]
+    dataset = EpisodeDataset(path)
+    assert dataset.num_episodes == 1
+    episode = dataset.episode(0)
+    assert episode["obs"]["images/front"].shape[1:] == (64, 64, 3)
+    assert np.mean(episode["intervention"]) >= 0.5  # the scripted human drove it
+    launcher = _launcher_lines(out)
+    assert "[launch] started human" in " ".join(launcher) and "started teleop" not in " ".join(launcher)
+    assert launcher[-1] == "[launch] launch finished: actor exited with code 0 (exit status 0)", out[-4000:]
+
+
+def test_teleop_record_ends_when_the_teleop_device_is_missing(tmp_path):
+    """A required partner that dies (no gamepad here: exit 2) ends the launch instead of leaving the actor waiting."""
+    _wheels_or_skip()
+    if glob.glob("/dev/input/js*"):
+        pytest.skip("a gamepad is connected")
+    run = LaunchRun("teleop_record.yaml", {"device": "gamepad", "out": tmp_path / "demos.zarr"}, domain_id=84,
+                    log=tmp_path / "launch.log")
+    status = run.wait(timeout=120)
+    out = run.output()
+    assert status == 2, out[-4000:]
+    assert any(line.startswith("[teleop] ") and "no gamepad found" in line for line in out.splitlines()), out
+    launcher = _launcher_lines(out)
+    assert "[launch] teleop exited with code 2; it is required (on_exit: shutdown); shutting down" in launcher, out
+    assert launcher[-1] == "[launch] launch failed: teleop exited with code 2 (exit status 2)", out[-4000:]
+    assert not (tmp_path / "demos.zarr").exists()
+
+
+IDLE_DRIVER = """
+import signal, sys
+signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+print("robot driver stand-in up", flush=True)
+while True:
+    signal.pause()
+"""
+
+
+def test_robot_train_with_stand_in_drivers(recorded_demos, tmp_path):
+    """robot_train.yaml with the sim node (real time, cameras) as the camera driver, an idle process as the arm driver
+    (the sim node drives the arm too) and the scripted human: the actor commands the robot, the learner acknowledges
+    its transitions; SIGINT stops everything cleanly."""
+    demos, status, _ = recorded_demos
+    if status != 0:
+        pytest.skip("teleop_record failed (see its test)")
+    python = shlex.quote(sys.executable)
+    idle = tmp_path / "idle_driver.py"
+    idle.write_text(IDLE_DRIVER)
+    run_dir = tmp_path / "run"
+    run = LaunchRun("robot_train.yaml", {
+        "camera_driver": f"{python} -m robot_rl.sim.node --task PickCube-v0 --obs-mode pixels --image-size 64 "
+                         "--mode realtime --seed 0",
+        "robot_driver": f"{python} {shlex.quote(str(idle))}",
+        "device": "scripted", "demo_path": demos, "run_dir": run_dir, "critics": 2, "utd": 1,
+    }, domain_id=85, log=tmp_path / "launch.log")
+    try:
+        deadline = time.monotonic() + 240
+
+        def running():
+            actor = _read_json(run_dir / "actor_status.json")
+            learner = _read_json(run_dir / "learner_status.json")
+            return actor is not None and learner is not None and actor["commands"] - actor["held"] >= 20 \
+                and actor["acked_through"] >= 10 and actor["weights_version"] >= 1 and learner["received"] >= 10
+
+        while not running():
+            assert run.process.poll() is None, f"robot_train ended early:\n{run.output()[-4000:]}"
+            assert time.monotonic() < deadline, f"robot_train did not get going:\n{run.output()[-4000:]}"
+            time.sleep(0.5)
+        run.process.send_signal(signal.SIGINT)
+        status = run.wait(timeout=60)
+    finally:
+        run.stop()
+    out = run.output()
+    assert status == 0, out[-4000:]
+    launcher = _launcher_lines(out)
+    assert "[launch] received SIGINT, shutting down" in launcher, out[-4000:]
+    assert not any("still running: sending" in line for line in launcher), out[-4000:]
+    for name in ("cameras", "robot", "learner", "actor", "human"):
+        assert f"[launch] {name} exited with code 0" in launcher, out[-4000:]

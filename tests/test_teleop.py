@@ -397,3 +397,23 @@ def test_scripted_supervisor_engages_with_the_expert_action():
     assert supervisor.rule.last_trigger == TRIGGER_PUSHING_OUT
     with pytest.raises(ValueError, match="4 or 7"):
         supervisor.on_expert_action([1.0, 2.0])
+
+
+def test_node_parameter_tables_match_the_configs():
+    """Each teleop node declares exactly its config's fields, with the config's defaults (0: the task env's)."""
+    import dataclasses
+
+    from robot_rl.drivers.teleop_node import PARAMETERS as TELEOP_PARAMETERS
+    from robot_rl.sim.scripted_teleop import ENV_DEFAULT, PARAMETERS as SCRIPTED_PARAMETERS
+
+    teleop = {name: default for name, default, _ in TELEOP_PARAMETERS}
+    assert teleop == dataclasses.asdict(TeleopConfig())
+    scripted = {name: default for name, default, _ in SCRIPTED_PARAMETERS}
+    from_env = {"max_translation", "max_rotation", "control_dt"}
+    config = dataclasses.asdict(ScriptedTeleopConfig())
+    assert scripted.keys() == config.keys()
+    assert {k: v for k, v in scripted.items() if k not in from_env} == {k: v for k, v in config.items()
+                                                                         if k not in from_env}
+    assert all(scripted[name] == ENV_DEFAULT for name in from_env)
+    for table in (TELEOP_PARAMETERS, SCRIPTED_PARAMETERS):
+        assert all(isinstance(description, str) and description for _, _, description in table)

@@ -1,0 +1,289 @@
+"""Launcher timings: how long each shipped launch file takes to come up and to stop after SIGINT; prints ONE JSON line.
+
+Usage::
+
+    python bench/launch.py              # every shipped file (about 3 minutes on 2 idle cores)
+    python bench/launch.py --only sim_train.yaml sim_eval.yaml
+
+What is measured (seconds, wall clock, on this machine):
+
+1. Per shipped launch file (``files.<name>``), run as ``robot-rl launch`` in a private network namespace:
+   ``start_s``: launcher start -> every node has logged that it is up (its ``... up`` line); ``stop_s``: SIGINT to the
+   launcher -> the launcher has exited, every node stopped; ``exit_status`` (0 expected) and ``escalated`` (whether
+   any node needed SIGTERM / SIGKILL after the grace period: false expected). The files run in the order the data
+   needs. ``teleop_record`` (scripted human) records one episode for ``robot_train`` (``one_episode_run_s``), then
+   runs again until SIGINT for its figures. ``robot_train`` trains on those demos with the sim node standing in for
+   the drivers. ``sim_train`` runs with a tiny budget to its end (``run_s``: launcher start -> exit, no ``stop_s``);
+   ``sim_eval`` runs its policy (``episodes:=0``) until SIGINT.
+2. The launcher alone (``launcher``), with tiny Python children instead of nodes: ``required_exit_to_end_s`` (a
+   required process exits -> the launch has stopped a polite partner and returned) and ``escalation_s`` (a launch
+   whose children ignore SIGINT, one also SIGTERM, with ``grace_s = term_timeout_s = 0.5``: required exit -> end;
+   about 1 s of waiting by design).
+
+These were asserts in tests/test_launch.py; on shared cores they are figures, not pass / fail. ``loadavg_1m_*`` is
+recorded: compare runs on the same machine only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+LAUNCH_DIR = REPO_ROOT / "launch"
+FILES = ("teleop_record.yaml", "robot_train.yaml", "sim_train.yaml", "sim_eval.yaml")
+DOMAINS = {"teleop_record.yaml": 101, "robot_train.yaml": 102, "sim_train.yaml": 103, "sim_eval.yaml": 104}
+UP_LINE = re.compile(r"^\[([^\]]+)\] .*\bup(:| \(|$)")
+IDLE_DRIVER = """
+import signal, sys
+signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+print("robot driver stand-in up", flush=True)
+while True:
+    signal.pause()
+"""
+
+
+def log(message: str) -> None:
+    print(f"[bench/launch {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+class Launch:
+    """`robot-rl launch FILE args` in a private network namespace; its output is read line by line as it comes."""
+
+    def __init__(self, name: str, arguments: dict, domain_id: int):
+        from robot_rl.ros.env import private_network_command
+
+        argv = [sys.executable, "-m", "robot_rl.cli", "launch", str(LAUNCH_DIR / name),
+                *(f"{key}:={value}" for key, value in arguments.items()), "--domain-id", str(domain_id)]
+        self.name = name
+        self.started = time.monotonic()
+        self.process = subprocess.Popen(private_network_command(argv), cwd=REPO_ROOT, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                        start_new_session=True)
+        self.lines: list[str] = []
+        self.nodes: list[str] = []
+        self.expected: int | None = None  # from the launcher's first line: "..., N process(es)"
+
+    def _read_line(self) -> str | None:
+        line = self.process.stdout.readline()
+        if not line:
+            return None
+        line = line.rstrip("\n")
+        self.lines.append(line)
+        found = re.match(r"^\[launch\] started (\S+) \(pid", line)
+        if found:
+            self.nodes.append(found.group(1))
+        found = re.match(r"^\[launch\] .* on ROS domain \d+, (\d+) process\(es\)$", line)
+        if found:
+            self.expected = int(found.group(1))
+        return line
+
+    def wait_until_up(self, timeout: float) -> float:
+        """Seconds from start until every started node logged its `up` line."""
+        up: set[str] = set()
+        deadline = self.started + timeout
+        while time.monotonic() < deadline:
+            line = self._read_line()
+            if line is None:
+                raise RuntimeError(f"{self.name} ended before its nodes were up:\n" + "\n".join(self.lines[-30:]))
+            found = UP_LINE.match(line)
+            if found and found.group(1) != "launch":
+                up.add(found.group(1))
+            if self.expected is not None and len(self.nodes) == self.expected and up >= set(self.nodes):
+                return time.monotonic() - self.started
+        raise TimeoutError(f"{self.name}: not up after {timeout} s (up: {sorted(up)}, nodes: {self.nodes})")
+
+    def wait_for(self, text: str, timeout: float) -> float:
+        deadline = self.started + timeout
+        while time.monotonic() < deadline:
+            line = self._read_line()
+            if line is None:
+                raise RuntimeError(f"{self.name} ended before {text!r}:\n" + "\n".join(self.lines[-30:]))
+            if text in line:
+                return time.monotonic() - self.started
+        raise TimeoutError(f"{self.name}: no {text!r} after {timeout} s")
+
+    def finish(self, timeout: float) -> int:
+        """Read to the end; the launcher's exit status."""
+        deadline = time.monotonic() + timeout
+        while self._read_line() is not None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.name} still running after {timeout} s")
+        return self.process.wait(timeout=max(1.0, deadline - time.monotonic()))
+
+    def stop(self, timeout: float = 60.0) -> tuple[float, int]:
+        """SIGINT -> (seconds until the launcher exited, its exit status)."""
+        start = time.monotonic()
+        self.process.send_signal(signal.SIGINT)
+        status = self.finish(timeout)
+        return time.monotonic() - start, status
+
+    def escalated(self) -> bool:
+        return any("still running: sending" in line for line in self.lines)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+
+def measure_files(only: set[str], folder: Path, figures: dict) -> None:
+    """Fill `figures` with one entry per measured file (entries measured before an error stay)."""
+    python = shlex.quote(sys.executable)
+    demos, policy = folder / "demos.zarr", folder / "sim_train" / "policy.msgpack"
+
+    def run(name: str, arguments: dict, until_end: bool = False) -> dict:
+        launch = Launch(name, arguments, DOMAINS[name])
+        try:
+            figure = {"nodes": launch.nodes, "start_s": round(launch.wait_until_up(timeout=300), 2)}
+            if until_end:
+                figure["exit_status"] = launch.finish(timeout=600)
+                figure["run_s"] = round(time.monotonic() - launch.started, 2)
+            else:
+                stop_s, status = launch.stop()
+                figure.update(stop_s=round(stop_s, 2), exit_status=status)
+            figure["escalated"] = launch.escalated()
+            return figure
+        finally:
+            launch.kill()
+
+    if only & {"teleop_record.yaml", "robot_train.yaml"}:
+        log("teleop_record: one scripted episode (the demos robot_train trains on)")
+        recorded = run("teleop_record.yaml", {"device": "scripted", "episodes": 1, "out": demos}, until_end=True)
+        if "teleop_record.yaml" in only:
+            log("teleop_record: until SIGINT")
+            figures["teleop_record.yaml"] = run("teleop_record.yaml", {"device": "scripted", "out": folder / "x.zarr"})
+            figures["teleop_record.yaml"]["one_episode_run_s"] = recorded["run_s"]
+    if "robot_train.yaml" in only:
+        log("robot_train: stand-in drivers, scripted human")
+        idle = folder / "idle_driver.py"
+        idle.write_text(IDLE_DRIVER)
+        figures["robot_train.yaml"] = run("robot_train.yaml", {
+            "camera_driver": f"{python} -m robot_rl.sim.node --obs-mode pixels --image-size 64 --mode realtime",
+            "robot_driver": f"{python} {shlex.quote(str(idle))}", "device": "scripted", "demo_path": demos,
+            "run_dir": folder / "robot_train", "critics": 2, "utd": 1})
+    if only & {"sim_train.yaml", "sim_eval.yaml"}:
+        log("sim_train: tiny budget, to its end")
+        train = run("sim_train.yaml", {"steps": 60, "demos": 2, "eval_episodes": 1, "run_dir": policy.parent},
+                    until_end=True)
+        if "sim_train.yaml" in only:
+            figures["sim_train.yaml"] = train
+    if "sim_eval.yaml" in only:
+        log("sim_eval: until SIGINT")
+        figures["sim_eval.yaml"] = run("sim_eval.yaml", {"weights": policy, "episodes": 0})
+
+
+# A child that reports SIGINT / SIGTERM and exits, or ignores them (argv[2]: polite | stubborn | deaf).
+CHILD = """
+import signal, sys, time
+from pathlib import Path
+Path(sys.argv[1]).write_text("ready")
+def on_signal(signum, frame):
+    if sys.argv[2] == "polite" or (sys.argv[2] == "stubborn" and signum == signal.SIGTERM):
+        sys.exit(0)
+signal.signal(signal.SIGINT, on_signal)
+signal.signal(signal.SIGTERM, on_signal)
+while True:
+    time.sleep(0.05)
+"""
+# Exits with status 3 once the file argv[1] exists.
+BOSS = """
+import sys, time
+from pathlib import Path
+while not Path(sys.argv[1]).exists():
+    time.sleep(0.02)
+sys.exit(3)
+"""
+
+
+def measure_launcher(folder: Path) -> dict:
+    """The launcher's own reaction times, with tiny Python children (no ROS nodes)."""
+    import yaml
+
+    from robot_rl.ros.launch import Launcher, load_launch_file
+
+    child, boss = folder / "child.py", folder / "boss.py"
+    child.write_text(textwrap.dedent(CHILD))
+    boss.write_text(textwrap.dedent(BOSS))
+
+    def timed(children: list[str], **kwargs) -> float:
+        ready = [folder / f"{kind}{i}.ready" for i, kind in enumerate(children)]
+        for marker in ready:
+            marker.unlink(missing_ok=True)
+        entries = [{"executable": {"cmd": f"{sys.executable} {child} {marker} {kind}", "name": f"{kind}{i}"}}
+                   for i, (kind, marker) in enumerate(zip(children, ready))]
+        go = folder / "go"
+        go.unlink(missing_ok=True)
+        entries.append({"executable": {"cmd": f"{sys.executable} {boss} {go}", "name": "boss", "on_exit": "shutdown"}})
+        path = folder / "bench.launch.yaml"
+        path.write_text(yaml.safe_dump({"launch": entries}))
+        launcher = Launcher(load_launch_file(path), stdout=io.StringIO(), stderr=io.StringIO(), **kwargs)
+
+        released: list[float] = []
+
+        def release() -> None:
+            while not all(marker.exists() for marker in ready):
+                time.sleep(0.01)
+            time.sleep(0.2)  # let them install their handlers
+            released.append(time.monotonic())
+            go.write_text("")
+
+        thread = threading.Thread(target=release, daemon=True)
+        thread.start()
+        status = launcher.run()
+        end = time.monotonic()
+        thread.join()
+        assert status == 3, status
+        return round(end - released[0], 3)
+
+    return {"required_exit_to_end_s": timed(["polite", "polite"], grace_s=5.0),
+            "escalation_s": timed(["stubborn", "deaf"], grace_s=0.5, term_timeout_s=0.5)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", nargs="+", choices=FILES, default=list(FILES), help="shipped files to measure")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    result: dict = {"benchmark": "launch", "cpus": os.cpu_count(), "loadavg_1m_start": round(os.getloadavg()[0], 2)}
+    errors = []
+    with tempfile.TemporaryDirectory(prefix="bench-launch-") as tmp:
+        folder = Path(tmp)
+        try:
+            result["launcher"] = measure_launcher(folder)
+        except Exception as error:  # noqa: BLE001 - reported with the figures we have
+            errors.append(f"launcher: {error!r}")
+        result["files"] = {}
+        try:
+            measure_files(set(args.only), folder, result["files"])
+        except Exception as error:  # noqa: BLE001 - reported with the figures we have
+            errors.append(f"files: {error!r}")
+    result["loadavg_1m_end"] = round(os.getloadavg()[0], 2)
+    if errors:
+        result["errors"] = errors
+    print(json.dumps(result), flush=True)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
