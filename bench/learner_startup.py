@@ -321,9 +321,6 @@ def run_outer(argv: list[str], timeout_s: float) -> int:
     except RosEnvironmentError as error:
         print(json.dumps({"bench": "learner_startup", "error": str(error)}), flush=True)
         return 2
-    if command == inner:  # an older private_network_command falls back silently: refuse here too
-        print(json.dumps({"bench": "learner_startup", "error": "no private network namespace"}), flush=True)
-        return 2
     proc = subprocess.Popen(command, env=env, cwd=REPO_ROOT, start_new_session=True)
     try:
         return proc.wait(timeout=timeout_s)

@@ -788,16 +788,18 @@ def run_inner(args) -> int:
 
 def run_outer(argv: list[str], timeout_s: float) -> int:
     """Re-run this script inside a private network namespace with the ROS environment; kill its group at the end."""
-    from robot_rl.ros.env import private_network_command, ros_environment
+    from robot_rl.ros.env import RosEnvironmentError, private_network_command, ros_environment
 
     env = ros_environment(domain_id=OUTER_DOMAIN)
     env[INNER_FLAG] = "1"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     inner = [sys.executable, str(Path(__file__).resolve()), *argv]
-    command = private_network_command(inner)
-    env[NETNS_FLAG] = "1" if command != inner else "0"
-    if command == inner:
-        log("no private network namespace available here: running on loopback with LOCALHOST discovery only")
+    try:
+        command = private_network_command(inner)
+    except RosEnvironmentError as error:  # never on the host's network
+        print(json.dumps({"bench": "ros", "error": str(error)}), flush=True)
+        return 2
+    env[NETNS_FLAG] = "1"
     proc = subprocess.Popen(command, env=env, cwd=REPO_ROOT, start_new_session=True)
     try:
         return proc.wait(timeout=timeout_s)

@@ -92,5 +92,11 @@ def main(args: Args) -> dict:
 
 
 if __name__ == "__main__":
+    from robot_rl.ros.env import RosEnvironmentError
+
     os.chdir(REPO)
-    main(tyro.cli(Args))
+    try:
+        main(tyro.cli(Args))
+    except RosEnvironmentError as error:  # no private network namespace here: never run on the host's network
+        print(json.dumps({"bench": "ros_training", "error": str(error)}))
+        sys.exit(2)

@@ -126,6 +126,9 @@ class LearnerServer:
         self.successes = 0
         self.episodes = 0
         self.abandoned = 0  # episodes closed without their last step
+        self.episode_log: list[dict[str, Any]] = []  # one row per inserted episode (robot_rl.report's episode rows)
+        self.metrics: list[dict[str, Any]] = []  # training metrics over time, added by the node (report rows)
+        self.run_started_at = time.time()  # unix time the run began (its first learner start)
         self.rejections: list[str] = []  # reasons of dropped transitions, for the node to log
         self.opened = False
         self.attached = False
@@ -158,6 +161,8 @@ class LearnerServer:
             self.weights_version = int(state.get("weights_version", 0))
             self.episodes, self.successes = int(state.get("episodes", 0)), int(state.get("successes", 0))
             self.rejected, self.abandoned = int(state.get("rejected", 0)), int(state.get("abandoned", 0))
+            self.episode_log, self.metrics = list(state.get("episode_log", [])), list(state.get("metrics", []))
+            self.run_started_at = float(state.get("run_started_at", self.run_started_at))
             self._closed = {(source, int(episode)) for source, episode in state.get("closed", [])}
             self._sources = set(state.get("sources", self.inbox.trackers))
             self.log.continue_after(self.logged_through)
@@ -285,8 +290,7 @@ class LearnerServer:
         if item.terminated or item.truncated:
             items = self._unstage(key)
             self._insert_fragment(items)
-            self.episodes += 1
-            self.successes += int(any(t.success for t in items))
+            self._episode_done(source, items)
 
     def _unstage(self, key: EpisodeKey) -> list[StampedTransition]:
         self._staged_log_index.pop(key, None)
@@ -301,9 +305,18 @@ class LearnerServer:
             return
         items[-1] = dataclasses.replace(items[-1], truncated=True)
         self._insert_fragment(items)
-        self.episodes += 1
         self.abandoned += 1
-        self.successes += int(any(t.success for t in items))
+        self._episode_done(key[0], items)
+
+    def _episode_done(self, source: str, items: list[StampedTransition]) -> None:
+        """Count an inserted episode and add it to `episode_log` (the report's training curve)."""
+        success = any(t.success for t in items)
+        self.episodes += 1
+        self.successes += int(success)
+        self.episode_log.append({
+            "env_step": self.received, "source": source.split("/", 1)[0], "success": success,
+            "return": float(sum(t.reward for t in items)), "length": len(items),
+            "intervention_rate": sum(t.intervention for t in items) / len(items)})
 
     def close_abandoned(self, now: float | None = None) -> list[EpisodeKey]:
         """Close every staged episode without a new step for `abandon_after_s` (call it about once a second);
@@ -325,24 +338,21 @@ class LearnerServer:
     def _insert_fragment(self, items: list[StampedTransition]) -> None:
         """Insert transitions of one episode in step order; a gap in the steps cuts the replay episode there."""
         items.sort(key=lambda t: t.step)
-        online, demo = self.learner.online, self.learner.demo
         previous_step = None
         for item in items:
-            if previous_step is not None and item.step != previous_step + 1:
-                online.end_episode()
-                demo.end_episode()
+            if previous_step is not None and (item.step != previous_step + 1
+                                              or not self.learner.online.continues_episode(item.observation)):
+                self.learner.end_episode()
             try:
                 self.learner.insert(item.observation, item.action, item.reward, item.terminated, item.truncated,
                                     item.next_observation, item.intervention)
-            except ValueError as error:  # the learner refuses it (e.g. its observation does not follow the last)
-                online.end_episode()
-                demo.end_episode()
+            except ValueError as error:  # the learner refuses it (e.g. a reward outside its target bounds)
+                self.learner.end_episode()
                 self.received -= 1
                 self.rejected += 1
                 self.rejections.append(f"transition seq {item.seq} (episode {item.episode} step {item.step}): {error}")
             previous_step = item.step
-        online.end_episode()
-        demo.end_episode()
+        self.learner.end_episode()
 
     # ----- training ----------------------------------------------------------------------------------------------
     @property
@@ -351,6 +361,7 @@ class LearnerServer:
         if not self.attached or not self.learner.ready:
             return 0
         usable = min(self.received, self.budget) if self.budget else self.received
+        usable -= self.learner.warmup_transitions  # as in-process: no steps are owed for the warm-up's transitions
         return max(0, int(usable * self.updates_per_transition) - self.steps)
 
     @property
@@ -358,7 +369,8 @@ class LearnerServer:
         """Transitions whose learner steps are done."""
         if self.updates_per_transition <= 0:
             return self.received
-        return min(self.received, int(self.steps / self.updates_per_transition))
+        warmup = self.learner.warmup_transitions if self.attached else 0
+        return min(self.received, warmup + int(self.steps / self.updates_per_transition))
 
     @property
     def budget_done(self) -> bool:
@@ -401,6 +413,7 @@ class LearnerServer:
             "steps": self.steps, "weights_version": self.weights_version, "episodes": self.episodes,
             "successes": self.successes, "staged": staged, "rejected": self.rejected, "abandoned": self.abandoned,
             "closed": sorted([source, episode] for source, episode in self._closed), "sources": sorted(self._sources),
+            "episode_log": self.episode_log, "metrics": self.metrics, "run_started_at": self.run_started_at,
             "observation_spec": {key: entry.to_json() for key, entry in learner.observation_spec.entries},
             "action_dim": learner.action_dim,
         }

@@ -197,14 +197,7 @@ class EvalHistory:
         self.rows = list(rows or [])
 
     def add(self, env_step: int, evaluation: Evaluation) -> dict[str, float]:
-        row = {
-            "env_step": env_step,
-            "episodes": len(evaluation),
-            "successes": evaluation.successes,
-            "success_rate": evaluation.success_rate,
-            "mean_return": evaluation.mean_return,
-            "mean_length": evaluation.mean_length,
-        }
+        row = evaluation.report_row(env_step)
         self.rows.append(row)
         return row
 

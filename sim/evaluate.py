@@ -62,6 +62,11 @@ class Evaluation:
     def mean_length(self) -> float:
         return float(np.mean([e.steps for e in self.episodes]))
 
+    def report_row(self, env_step: int) -> dict[str, Any]:
+        """This evaluation as a row of a run report's eval table (robot_rl.report.write_report)."""
+        return {"env_step": env_step, "episodes": len(self.episodes), "successes": self.successes,
+                "success_rate": self.success_rate, "mean_return": self.mean_return, "mean_length": self.mean_length}
+
     def summary(self) -> dict[str, Any]:
         """JSON-ready statistics and per-episode results."""
         low, high = self.success_interval

@@ -84,7 +84,7 @@ class CommandError(ValueError):
 class SimNodeConfig:
     task: str = "PickCube-v0"
     obs_mode: str = "pixels"
-    image_size: int = 128
+    image_size: int = 64
     mode: str = "realtime"
     seed: int = -1
 
@@ -104,7 +104,7 @@ class SimRobot:
     :meth:`set_target_pose` is what the controller tracks; the gripper part of the action is the stored target.
     """
 
-    def __init__(self, task: str, obs_mode: str = "pixels", image_size: int = 128):
+    def __init__(self, task: str, obs_mode: str = "pixels", image_size: int = 64):
         from robot_rl.loop import make_env
         from robot_rl.sim import robot as robot_model
 

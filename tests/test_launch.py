@@ -16,6 +16,7 @@ import importlib
 import io
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -625,7 +626,7 @@ def test_a_real_rclpy_node_reads_the_rendered_names_and_parameters(tmp_path):
     """The contract with rcl's `-p name:=value` parser, checked with a real node (in a private network namespace)."""
     _wheels_or_skip()
     pytest.importorskip("rclpy")
-    from robot_rl.ros.env import private_network_command
+    from ros_harness import private_network_or_skip
 
     (tmp_path / "probe_node.py").write_text(RCLPY_NODE)
     path = _write(tmp_path, [
@@ -640,7 +641,7 @@ def test_a_real_rclpy_node_reads_the_rendered_names_and_parameters(tmp_path):
                   ]}},
     ])
     out = subprocess.run(
-        private_network_command([sys.executable, "-m", "robot_rl.cli", "launch", str(path), "--domain-id", "91"]),
+        private_network_or_skip([sys.executable, "-m", "robot_rl.cli", "launch", str(path), "--domain-id", "91"]),
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )
     assert out.returncode == 0, out.stdout + out.stderr
@@ -765,13 +766,13 @@ class LaunchRun:
     """`robot-rl launch FILE name:=value ...` as a subprocess in a private network namespace, output in a log file."""
 
     def __init__(self, name: str, arguments: dict, domain_id: int, log: Path):
-        from robot_rl.ros.env import private_network_command
+        from ros_harness import private_network_or_skip
 
         self.name, self.log = name, log
         argv = [sys.executable, "-m", "robot_rl.cli", "launch", str(LAUNCH_DIR / name),
                 *(f"{key}:={value}" for key, value in arguments.items()), "--domain-id", str(domain_id)]
         with open(log, "w") as out:
-            self.process = subprocess.Popen(private_network_command(argv), cwd=REPO, stdin=subprocess.DEVNULL,
+            self.process = subprocess.Popen(private_network_or_skip(argv), cwd=REPO, stdin=subprocess.DEVNULL,
                                             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
     def output(self) -> str:
@@ -824,6 +825,17 @@ def test_sim_train_trains_evaluates_and_ends(sim_train_run):
     result = json.loads((run_dir / "result.json").read_text())
     assert result["received"] >= 60 and result["updates"] > 0 and result["final_eval_episodes"] == 1, result
     assert read_policy_file(run_dir / "policy.msgpack").version >= 1
+    # The same report as an in-process run: report.md with the final evaluation, both plots and the eval video.
+    report = (run_dir / "report.md").read_text()
+    assert "over ROS 2" in report and re.search(r"Final eval success: \*\*\d+ % \([01]/1 episodes", report), report
+    assert "Git commit:" in report and "Wall-clock time:" in report, report
+    for name in ("learning_curve.png", "training_curves.png"):
+        assert (run_dir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    import av
+
+    with av.open(str(run_dir / "eval.mp4")) as video:
+        assert video.streams.video[0].codec_context.name == "h264"
+        assert sum(1 for _ in video.decode(video=0)) >= 2
     launcher = _launcher_lines(out)
     assert "[launch] learner exited with code 0; it is required (on_exit: shutdown); shutting down" in launcher, out
     assert launcher[-1] == "[launch] launch finished: learner exited with code 0 (exit status 0)", out[-4000:]

@@ -163,7 +163,8 @@ def client() -> dict:
 
         def new_weights_everywhere():  # the respawned learner's weights (a new block of versions) reached both actors
             stats = [_read(p) for p in actors.values()]
-            return all(s is not None and s["weights_version"] > VERSIONS_PER_RUN for s in stats) and stats
+            return all(s is not None and s["weights_version"] > VERSIONS_PER_RUN
+                       and s["acked_through"] >= targets[s["source"]] - 1 for s in stats) and stats
 
         final_actors = {s["source"]: s for s in _wait(new_weights_everywhere, "weights of the respawned learner",
                                                       deadline)}

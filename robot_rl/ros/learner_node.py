@@ -40,6 +40,7 @@ NODE_NAME = "learner"
 STATUS_FILE = "learner_status.json"
 CONFIG_FILE = "config.json"
 JAX_CACHE_DIR = "jax_cache"
+VIDEO_FILE = "eval.mp4"
 # Settings that shape the observation spec and the task: a run folder cannot be resumed with others.
 RUN_SETTINGS = ("task", "obs_mode", "image_size")
 _started_at = time.time()  # module import: the node's start-up stages are measured from the earliest point we see
@@ -240,6 +241,7 @@ class LearnerNode:
         self._log_rejections()
         self._mark("replay")
         self._next_checkpoint = self.server.received + self.checkpoint_every
+        self._metrics_mark = (self.server.episodes, learner.updates, time.monotonic())
         self.publish_weights()
         stages = ", ".join(f"{k} {v - _started_at:.2f}s" for k, v in self.startup.items() if k != "pid")
         self._log.info(f"learner ready: utd={self.cfg.learner.utd} critics={self.cfg.sac.critic_ensemble_size} "
@@ -311,9 +313,33 @@ class LearnerNode:
         self._last_info, weights_due = server.train_step()
         if weights_due:
             self.publish_weights()
+        self._record_metrics()
         if server.received >= self._next_checkpoint:
             self.checkpoint()
         return True
+
+    def _record_metrics(self) -> None:
+        """A training-metrics row for the report once per inserted episode, as the in-process loop keeps them."""
+        server, now = self.server, time.monotonic()
+        if server.episodes == self._metrics_mark[0] or not self._last_info:
+            return
+        episodes, updates, clock = self._metrics_mark
+        rate = (server.learner.updates - updates) / max(now - clock, 1e-9)
+        server.metrics.append({"env_step": server.received, "updates": server.learner.updates, "updates_per_s": rate,
+                               **self._last_info})
+        self._metrics_mark = (server.episodes, server.learner.updates, now)
+
+    def write_report(self, evals=(), video: Path | None = None, status: str | None = None) -> Path:
+        """report.md, learning_curve.png and training_curves.png, as `robot-rl train` writes them."""
+        from robot_rl.report import learner_counters, write_report
+        from robot_rl.train import config_to_json
+
+        server = self.server
+        return write_report(
+            self.run_dir, title=f"{self.cfg.task}, obs {self.cfg.obs_mode}, over ROS 2", config=config_to_json(self.cfg),
+            evals=list(evals), episodes=server.episode_log, metrics=server.metrics,
+            counters=learner_counters(server.learner), wall_seconds=time.time() - server.run_started_at, video=video,
+            status=status)
 
     def checkpoint(self) -> None:
         start = time.perf_counter()
@@ -328,19 +354,25 @@ class LearnerNode:
         self.publish_weights()
         result = {"received": self.server.received, "trained_on": self.server.trained_on,
                   "updates": self.server.learner.updates}
+        evals, video = [], None
         if self.final_eval_episodes:
             from robot_rl.actor import Actor
             from robot_rl.loop import make_env
-            from robot_rl.train import EVAL_SEED_OFFSET, evaluate
+            from robot_rl.sim.evaluate import EVAL_SEED_OFFSET, evaluate
 
             env = make_env(self.cfg.task, obs_mode=self.cfg.obs_mode, image_size=self.cfg.image_size)
-            results = evaluate(env, Actor(self.server.learner.agent, deterministic=True), self.final_eval_episodes,
-                               self.cfg.seed + EVAL_SEED_OFFSET)
-            env.close()
-            result["final_eval_success"] = sum(r.success for r in results) / len(results)
-            result["final_eval_episodes"] = len(results)
+            try:
+                evaluation = evaluate(env, Actor(self.server.learner.agent, deterministic=True),
+                                      self.final_eval_episodes, self.cfg.seed + EVAL_SEED_OFFSET,
+                                      video_path=self.run_dir / VIDEO_FILE)
+            finally:
+                env.close()
+            evals, video = [evaluation.report_row(self.server.received)], evaluation.video
+            result.update(final_eval_success=evaluation.success_rate, final_eval_episodes=len(evaluation),
+                          final_eval_ci95=list(evaluation.success_interval))
         (self.run_dir / "result.json").write_text(json.dumps(result))
-        self._log.info(f"training budget reached: {json.dumps(result)}")
+        report = self.write_report(evals, video)
+        self._log.info(f"training budget reached: {json.dumps(result)}; report: {report}")
         self._write_status()
         self.done = True
 
@@ -358,6 +390,9 @@ class LearnerNode:
         if not self.done:
             self._log.info(f"stopping (signal {signal_number}): checkpointing")
             self.checkpoint()
+            report = self.write_report(status=f"Stopped by signal {signal_number} after {self.server.received} "
+                                              "transitions; start the learner again with the same run_dir to resume.")
+            self._log.info(f"report so far: {report}")
             return
         deadline = time.monotonic() + 1.0  # let the last weights and acks go out
         while time.monotonic() < deadline:
