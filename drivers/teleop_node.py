@@ -19,9 +19,9 @@ teleop/episode  std_msgs/String               "success" | "failure" | "reset" wh
 Parameters (:data:`PARAMETERS`, read at start-up): ``rate_hz`` (device poll and publish rate), ``max_linear_speed``
 [m/s], ``max_angular_speed`` [rad/s], ``deadzone`` (analog axes), ``key_hold_s`` (keyboard).
 
-Exit status: 0 after SIGINT / SIGTERM or the keyboard's quit key; 2 when the device is missing (one log line says
-what was looked for and how to fix it); 1 when an open device stops answering. On every exit the node first
-publishes engaged=false, so the policy gets control back.
+Exit status: 0 after SIGINT / SIGTERM / SIGHUP (its terminal closed) or the keyboard's quit key; 2 when the device
+is missing (one log line says what was looked for and how to fix it); 1 when an open device stops answering. On every
+exit the node first publishes engaged=false, so the policy gets control back.
 """
 
 from __future__ import annotations

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import json
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -80,7 +84,7 @@ class Replay:
     episode: int = 0
     """Episode index (negative counts from the end)."""
     cameras: tuple[str, ...] = ()
-    """Cameras to tile side by side (default: every stored camera)."""
+    """Cameras to tile side by side (none given: every stored camera)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +136,7 @@ class Eval:
     policy: Path
     """Policy file (policy.msgpack, written by `robot-rl train` and the learner node) or the run folder holding it."""
     task: str | None = None
-    """Task to evaluate on (default: the task in the run's config.json next to the policy file)."""
+    """Task to evaluate on (None: the task in the run's config.json next to the policy file)."""
     episodes: int = 20
     """Evaluation episodes."""
     video: bool = False
@@ -140,14 +144,14 @@ class Eval:
     video_episodes: int = 2
     """Episodes in the video."""
     obs_mode: ObsMode | None = None
-    """Observations to give the policy (default: what its observation spec needs)."""
+    """Observations to give the policy (None: what its observation spec needs)."""
     image_size: int | None = None
-    """Camera image size for pixel policies (default: the size in its observation spec)."""
+    """Camera image size for pixel policies (None: the size in its observation spec)."""
     seed: int = EVAL_SEED_OFFSET
-    """Seed of the first episode; episode k uses seed + k (default: the held-out seeds of the evaluations of a
-    training run with seed 0, so its final evaluation is reproduced)."""
+    """Seed of the first episode; episode k uses seed + k. The default is where the held-out evaluation seeds of a
+    training run with seed 0 start, so its final evaluation is reproduced."""
     out: Path | None = None
-    """Folder for eval.json and eval.mp4 (default: an `eval` folder next to the policy file)."""
+    """Folder for eval.json and eval.mp4 (None: an `eval` folder next to the policy file)."""
 
     def __post_init__(self) -> None:
         problems = [f"{name}={getattr(self, name)!r} must be >= {low}"
@@ -168,7 +172,7 @@ class Launch:
     arguments: Annotated[tyro.conf.Positional[tuple[str, ...]], tyro.conf.arg(metavar="NAME:=VALUE")] = ()
     """Launch arguments as name:=value."""
     domain_id: int | None = None
-    """ROS_DOMAIN_ID of every process (default: $ROS_DOMAIN_ID, else 0)."""
+    """ROS_DOMAIN_ID of every process (None: $ROS_DOMAIN_ID, else 0)."""
     grace_s: float = 10.0
     """Seconds processes get to exit after SIGINT before SIGTERM, then SIGKILL."""
     dry_run: bool = False
@@ -211,6 +215,7 @@ def run_record(cfg: Record) -> None:
 
     env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size)
     results = []
+    writer = None
     try:
         writer = writer_for_env(env, cfg.out, cfg.task, attrs={"policy": cfg.policy, "noise": cfg.noise})
         seed = first_seed(writer, cfg.seed, max_attempts_for(cfg.episodes, cfg.only_successes))
@@ -235,6 +240,8 @@ def run_record(cfg: Record) -> None:
                   f"{results[-1].seed}); dataset now holds {writer.num_episodes} episodes", file=sys.stderr)
         raise
     finally:
+        if writer is not None:
+            writer.close()
         env.close()
     successes = sum(r.success for r in results)
     seeds = f", seeds {results[0].seed}..{results[-1].seed}" if results else ""
@@ -269,11 +276,12 @@ def run_info(cfg: Info) -> None:
         return
     console = Console()
     lengths = summary["episode_length"]
-    console.print(f"[bold]{summary['path']}[/bold]  task {summary['task']}  robot {summary['robot']}  {summary['fps']:g} fps")
-    console.print(
+    console.print(f"[bold]{summary['path']}[/bold]  task {summary['task']}  robot {summary['robot']}  {summary['fps']:g} fps",
+                  soft_wrap=True)
+    console.print(  # one line, as a grep or a log reads it (rich would break it at 80 columns when piped)
         f"episodes {summary['episodes']}  steps {summary['steps']}  success rate {summary['success_rate']:.1%}  "
         f"intervention rate {summary['intervention_rate']:.1%}  episode length {lengths['min']}/"
-        f"{lengths['mean']:.1f}/{lengths['max']} (min/mean/max)"
+        f"{lengths['mean']:.1f}/{lengths['max']} (min/mean/max)", soft_wrap=True
     )
     seeds = summary["seeds"]
     if seeds:
@@ -335,8 +343,9 @@ def run_export(cfg: Export) -> None:
     from robot_rl.data.lerobot import export_lerobot
 
     total = DatasetReader(cfg.path).num_episodes
+    console = Console(stderr=True)
     with Progress(TextColumn("[bold]exporting"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as progress:
+                  console=console, transient=True, disable=not console.is_terminal) as progress:
         bar = progress.add_task("export", total=total)
         info = export_lerobot(cfg.path, cfg.out, crf=cfg.crf, on_episode=lambda index: progress.advance(bar))
     print(f"wrote {cfg.out}: LeRobot {info['codebase_version']} dataset, {info['total_episodes']} episodes, "
@@ -349,8 +358,9 @@ def run_import(cfg: Import) -> None:
 
     from robot_rl.data.lerobot import import_lerobot
 
+    console = Console(stderr=True)
     with Progress(TextColumn("[bold]importing"), BarColumn(), TextColumn("episode {task.completed}"),
-                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as progress:
+                  TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal) as progress:
         bar = progress.add_task("import", total=None)
         count = import_lerobot(cfg.path, cfg.out, task=cfg.task, on_episode=lambda index: progress.advance(bar))
     print(f"imported {count} episodes from {cfg.path} into {cfg.out}")
@@ -407,6 +417,33 @@ def run_eval(cfg: Eval) -> None:
     print(json.dumps(summary))
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM raised as an interrupt, so a job cleans up as on Ctrl-C (no staging folder or partial file left)."""
+
+
+@contextlib.contextmanager
+def sigterm_raises():
+    """While active, SIGTERM raises Terminated (Python's default ends the process without running any cleanup);
+    the previous handler comes back on exit. Only the main thread can install handlers; elsewhere it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_terminated(signum, frame) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+# OSError numbers that mean the path given on the command line cannot be used (usage errors, exit status 2).
+PATH_ERRNOS = frozenset({errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ENOENT, errno.EACCES, errno.EPERM,
+                         errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP})
+
+
 class UsageError(SystemExit):
     """Exit status 2 for bad input, carrying the one-line message that was printed (its str())."""
 
@@ -416,6 +453,23 @@ class UsageError(SystemExit):
 
     def __str__(self) -> str:
         return self.message
+
+
+def _join_docstring_lines() -> None:
+    """Make tyro join the lines of a field docstring into one help paragraph. tyro (1.0.x) removes single line breaks
+    before it dedents, so it keeps the break before every indented continuation line and the help text breaks
+    mid-sentence at whatever width the terminal has; dedenting first (as the docstring's own rules do) fixes it."""
+    import inspect
+
+    from tyro import _strings
+
+    original = getattr(_strings.remove_single_line_breaks, "__wrapped__", _strings.remove_single_line_breaks)
+
+    def remove_single_line_breaks(helptext: str) -> str:
+        return original(inspect.cleandoc(helptext))
+
+    remove_single_line_breaks.__wrapped__ = original
+    _strings.remove_single_line_breaks = remove_single_line_breaks
 
 
 def parse_args(cls, args: list[str], **kwargs):
@@ -431,6 +485,7 @@ def parse_args(cls, args: list[str], **kwargs):
         if isinstance(event, InvalidChoice):
             raise ValueError(f"{option}: {event.value!r} is not one of {', '.join(event.choices)}")
 
+    _join_docstring_lines()
     with on_parse_error(one_line):
         return tyro.cli(cls, args=args, **kwargs)
 
@@ -447,32 +502,43 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     try:
         cfg = parse_args(Command, args, prog="robot-rl", description="robot_rl: real-robot RL with a MuJoCo mirror.")
-        match cfg:
-            case Train():
-                run_train(cfg, args)
-            case Eval():
-                run_eval(cfg)
-            case Record():
-                run_record(cfg)
-            case Info():
-                run_info(cfg)
-            case Replay():
-                run_replay(cfg)
-            case Export():
-                run_export(cfg)
-            case Import():
-                run_import(cfg)
-            case Launch():
-                run_launch(cfg)
+        # train, launch and the ROS recorder handle SIGTERM themselves; the other jobs clean up as on Ctrl-C
+        own_handler = isinstance(cfg, (Train, Launch)) or (isinstance(cfg, Record) and cfg.source == "ros")
+        with contextlib.nullcontext() if own_handler else sigterm_raises():
+            match cfg:
+                case Train():
+                    run_train(cfg, args)
+                case Eval():
+                    run_eval(cfg)
+                case Record():
+                    run_record(cfg)
+                case Info():
+                    run_info(cfg)
+                case Replay():
+                    run_replay(cfg)
+                case Export():
+                    run_export(cfg)
+                case Import():
+                    run_import(cfg)
+                case Launch():
+                    run_launch(cfg)
     except TrainingInterrupted as exc:  # checkpointed and reported: one line saying how to resume
         print(exc, file=sys.stderr)
         raise SystemExit(exc.exit_status) from None
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        raise SystemExit(130) from None
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, Terminated)
+        print("terminated" if terminated else "interrupted", file=sys.stderr)
+        raise SystemExit(143 if terminated else 130) from None
     except (DatasetError, ValueError, IndexError) as exc:  # bad input: a clear one-line error, not a traceback
         print(f"error: {exc}", file=sys.stderr)
         raise UsageError(f"error: {exc}") from None
+    except OSError as exc:  # e.g. an output path below a file: one line; exit 2 when the path given is the problem
+        where = ": ".join(str(name) for name in (exc.filename, exc.filename2) if name is not None)
+        message = f"error: {where + ': ' if where else ''}{exc.strerror or exc}"
+        print(message, file=sys.stderr)
+        if exc.errno in PATH_ERRNOS:
+            raise UsageError(message) from None
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

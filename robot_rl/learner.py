@@ -56,6 +56,10 @@ class LearnerConfig:
             raise ValueError(f"invalid {type(self).__name__}: {'; '.join(problems)}")
 
 
+class CheckpointError(ValueError):
+    """A learner checkpoint that cannot be restored (a part missing or damaged, another observation spec)."""
+
+
 def action_dim_of(action_space: Any) -> int:
     """The action size of an int or a gymnasium Box in [-1, 1]; any other space is refused with the fix."""
     if isinstance(action_space, (int, np.integer)) and not isinstance(action_space, bool):
@@ -343,23 +347,41 @@ class Learner:
         return None
 
     def restore(self, path: str | Path) -> dict[str, Any]:
-        """Load a checkpoint written by `save` into this learner (same spec and configs); returns its `extra`."""
+        """Load a checkpoint written by `save` into this learner (same spec and configs); returns its `extra`.
+
+        All or nothing: a missing or damaged part raises CheckpointError naming it, and the learner is unchanged.
+        """
         found = self.checkpoint_path(path)
         if found is None:
             raise FileNotFoundError(f"no checkpoint at {path}")
-        state = json.loads((found / "learner.json").read_text())
-        if state.get("version") != CHECKPOINT_VERSION:
-            raise ValueError(f"checkpoint {found} has version {state.get('version')}, expected {CHECKPOINT_VERSION}")
-        self.agent = self.agent.restore_bytes((found / "agent.msgpack").read_bytes())
-        online, demo = ReplayBuffer.load(found / "online.zarr"), ReplayBuffer.load(found / "demo.zarr")
+
+        def load(name: str, read):
+            try:
+                return read(found / name)
+            except Exception as exc:  # JSON, msgpack and zarr each raise their own types for a damaged file
+                raise CheckpointError(f"checkpoint {found} cannot be restored: {name} is missing or damaged "
+                                      f"({type(exc).__name__}: {exc})") from None
+
+        def read_state(file: Path) -> dict[str, Any]:
+            state = json.loads(file.read_text())
+            if state.get("version") != CHECKPOINT_VERSION:
+                raise ValueError(f"version {state.get('version')}, this code reads {CHECKPOINT_VERSION}")
+            rng = np.random.default_rng()
+            rng.bit_generator.state = state["rng"]
+            return {**state, "rng": rng, "updates": int(state["updates"]), "transitions": int(state["transitions"]),
+                    "extra": dict(state["extra"])}
+
+        state = load("learner.json", read_state)
+        agent = load("agent.msgpack", lambda file: self.agent.restore_bytes(file.read_bytes()))
+        online, demo = load("online.zarr", ReplayBuffer.load), load("demo.zarr", ReplayBuffer.load)
         for loaded, current in ((online, self.online), (demo, self.demo)):
             if loaded.observation_spec != current.observation_spec or loaded.action_dim != current.action_dim:
-                raise ValueError(f"checkpoint {found} replay buffers do not match this learner's observation spec")
-        self.online, self.demo = online, demo
+                raise CheckpointError(
+                    f"checkpoint {found} replay buffers do not match this learner's observation spec")
+        self.agent, self.online, self.demo, self.rng = agent, online, demo, state["rng"]
         self.sampler = MixedSampler(self.demo, self.online, self.config.demo_ratio)
-        self.updates, self.transitions = int(state["updates"]), int(state["transitions"])
+        self.updates, self.transitions = state["updates"], state["transitions"]
         self.interventions = int(state.get("interventions", 0))
         self.demo_transitions = int(state.get("demo_transitions", len(self.demo)))
         self._episode_rewards = []
-        self.rng.bit_generator.state = state["rng"]
         return state["extra"]

@@ -133,6 +133,7 @@ class LearnerServer:
         self.opened = False
         self.attached = False
         self.checkpoint_state: dict[str, Any] | None = None  # the checkpoint's `server` section open() resumed from
+        self._restage: list[tuple[int, str, StampedTransition]] = []  # (log index, source, item): see open()
         self._staged: dict[EpisodeKey, list[StampedTransition]] = {}
         self._staged_log_index: dict[EpisodeKey, int] = {}  # oldest log entry holding a staged episode's items
         self._last_data: dict[EpisodeKey, float] = {}  # clock time of each staged episode's newest step
@@ -167,11 +168,18 @@ class LearnerServer:
             self._sources = set(state.get("sources", self.inbox.trackers))
             self.log.continue_after(self.logged_through)
         self.staged_through = self.logged_through
+        # Every entry the log kept is read (and checked) here: those the checkpoint covers for the items of the
+        # partial episodes it recorded (attach() stages them), the others to rebuild the acks.
+        wanted = {(source, int(seq)) for source, seq in (state or {}).get("staged", [])}
         logged = 0
-        for index, entry in self.log.replay(self.logged_through):
-            if isinstance(entry, LoggedBatch):  # logged items were new when logged: the inbox takes them all again
+        for index, entry in self.log.replay(-1):
+            self.logged_through = max(self.logged_through, index)
+            if not isinstance(entry, LoggedBatch):
+                continue
+            if index <= self.staged_through:
+                self._restage += [(index, entry.source, t) for t in entry.items if (entry.source, t.seq) in wanted]
+            else:  # logged items were new when logged: the inbox takes them all again
                 logged += len(self.inbox.accept(entry.source, entry.items))
-            self.logged_through = index
         # Weights sent after the last checkpoint had versions the checkpoint does not know: start each run of the
         # learner in a new block of versions so actors (which keep only newer weights) accept what it sends.
         epoch_file = self.run_dir / "learner_runs"
@@ -201,23 +209,16 @@ class LearnerServer:
         if not self.opened:
             raise RuntimeError("open() the server before attaching a learner")
         self.learner = learner
-        state = self.checkpoint_state
-        wanted = {(source, int(seq)) for source, seq in (state or {}).get("staged", [])}
-        if wanted:  # partial episodes at checkpoint time live in log batches the checkpoint already covers
-            for index, entry in self.log.replay(-1):
-                if index > self.staged_through:
-                    break
-                if isinstance(entry, LoggedBatch):
-                    for item in entry.items:
-                        if (entry.source, item.seq) in wanted:
-                            self._stage(entry.source, item, index)
+        for index, source, item in self._restage:  # the partial episodes the checkpoint recorded
+            self._stage(source, item, index)
+        self._restage = []
         replayed = 0
         for index, entry in self.log.replay(self.staged_through):
             replayed += self._apply(index, entry)
             self.staged_through = index
         self.logged_through = max(self.logged_through, self.staged_through)
         self.attached = True
-        if state is None:
+        if self.checkpoint_state is None:
             self.checkpoint()
         return f"staged {replayed} logged transitions"
 

@@ -173,7 +173,7 @@ def write_report(
     `evals`: rows with env_step, episodes, success_rate (and successes), mean_return, mean_length; `episodes`: rows
     with env_step, success, intervention_rate; `metrics`: rows with env_step and any of critic_loss, q_mean,
     target_q_mean, temperature, updates_per_s; `counters`: see `learner_counters`; `status`: a line shown on top
-    (e.g. that the run was interrupted and how to resume it).
+    of the report of a run that did not finish (e.g. that it was interrupted and how to resume it).
     """
     run_dir = Path(run_dir)
     plot_learning_curve(run_dir / LEARNING_CURVE, evals, episodes, title)
@@ -183,10 +183,11 @@ def write_report(
     if status:
         lines += [f"**{status}**", ""]
     if evals:
-        final = evals[-1]
+        last = evals[-1]
         best = max(evals, key=lambda r: r["success_rate"])
-        lines.append(f"- Final eval success: **{success_text(_successes(final), final['episodes'])}** at env step "
-                     f"{final['env_step']} (best {percent(best['success_rate'])} at env step {best['env_step']}).")
+        which = "Latest" if status else "Final"  # a stopped run has had no final evaluation
+        lines.append(f"- {which} eval success: **{success_text(_successes(last), last['episodes'])}** at env step "
+                     f"{last['env_step']} (best {percent(best['success_rate'])} at env step {best['env_step']}).")
     else:
         lines.append("- No evaluation yet.")
     lines += [

@@ -62,7 +62,7 @@ class TrainConfig:
     eval_episodes: int = 20
     """Episodes per evaluation (deterministic policy, no human)."""
     final_eval_episodes: int | None = None
-    """Episodes of the final evaluation (default: eval_episodes)."""
+    """Episodes of the final evaluation (None: as many as --eval-episodes)."""
     checkpoint_every: int = 2000
     """Env steps between checkpoints; there is also one after every evaluation, at the end and on Ctrl-C/SIGTERM."""
     intervene: bool = False
@@ -72,7 +72,7 @@ class TrainConfig:
     seed: int = 0
     """Seed of the run: training episode k uses seed + k; demos and evaluations use their own held-out seeds."""
     run_dir: Path | None = None
-    """Where to write logs, checkpoints and the report (default runs/<task>-<obs_mode>-<time>)."""
+    """Where to write logs, checkpoints and the report (None: runs/<task>-<obs_mode>-<time>)."""
     video: bool = True
     """Film the first episodes of the final evaluation (front and wrist cameras) to eval.mp4."""
     learner: LearnerConfig = LearnerConfig(utd=2, n_step=3)
@@ -202,6 +202,22 @@ class EvalHistory:
         return row
 
 
+class UpdateRate:
+    """Gradient updates per second since the previous reading, without the time the loop spent elsewhere
+    (evaluations, checkpoints): the learner's speed now, as the ROS learner node reports it per episode."""
+
+    def __init__(self, updates: int, now: float):
+        self._updates, self._time, self._excluded = updates, now, 0.0
+
+    def exclude(self, seconds: float) -> None:
+        self._excluded += seconds
+
+    def read(self, updates: int, now: float) -> float:
+        rate = (updates - self._updates) / max(now - self._time - self._excluded, 1e-9)
+        self._updates, self._time, self._excluded = updates, now, 0.0
+        return rate
+
+
 def default_run_dir(cfg: TrainConfig) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{cfg.task}-{cfg.obs_mode.replace('+', '_')}-{stamp}"
@@ -217,15 +233,22 @@ def record_demos(cfg: TrainConfig, run_dir: Path):
         return EpisodeDataset(cfg.demo_path)
     path = run_dir / "demos.zarr"
     if cfg.demos and not (path / "zarr.json").exists():
+        # Recorded aside and moved into place when complete: a run killed while recording (even by kill -9) records
+        # its demos again rather than training on a partial set.
+        partial = run_dir / "demos.partial.zarr"
+        shutil.rmtree(partial, ignore_errors=True)
         env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size)
         try:
-            writer = writer_for_env(env, path, cfg.task, attrs={"policy": "scripted"})
-            record_episodes(
-                env, make_expert(env, seed=cfg.seed), writer, cfg.demos, seed=cfg.seed + DEMO_SEED_OFFSET,
-                only_successes=True,
-            )
+            with writer_for_env(env, partial, cfg.task, attrs={"policy": "scripted"}) as writer:
+                record_episodes(
+                    env, make_expert(env, seed=cfg.seed), writer, cfg.demos, seed=cfg.seed + DEMO_SEED_OFFSET,
+                    only_successes=True,
+                )
         finally:
             env.close()
+        if (partial / "zarr.json").exists():
+            shutil.rmtree(path, ignore_errors=True)
+            partial.rename(path)
     return EpisodeDataset(path) if (path / "zarr.json").exists() else None
 
 
@@ -316,7 +339,6 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
     env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size)
     eval_env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size)
     learner = Learner(env.observation_space, env.action_space.shape[0], cfg.sac, cfg.learner)
-    human = SimulatedHuman(env, cfg.human, seed=cfg.seed) if cfg.intervene else None
 
     if resuming:
         state.update(learner.restore(run_dir / CHECKPOINT_DIR))
@@ -328,6 +350,9 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
               f"training to {cfg.steps} env steps")
     else:
         demos = EpisodeDataset(cfg.demo_path) if cfg.demo_path is not None else None
+        if demos is not None and demos.task != cfg.task:
+            raise RunError(f"--demo-path {cfg.demo_path} holds demos of task {demos.task!r}, this run is --task "
+                           f"{cfg.task}")
         if demos is not None:
             learner.add_demos(demos)  # checks the dataset against this run's spaces before the folder exists
         created = not run_dir.exists()
@@ -344,6 +369,12 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
             raise
         if demos is not None:
             print(f"{learner.demo_transitions} demo transitions from {demos.num_episodes} episodes ({demos.path})")
+    if learner.warming_up:  # say why the first updates are late (or never come, in a short run)
+        print(f"warm-up: uniformly random actions and no updates for the next "
+              f"{learner.warmup_transitions - learner.transitions} env steps (no demos; --learner.warmup-transitions "
+              "sets it)")
+    # Seeded by the episode it starts at, like the actor: a resumed run does not replay the human's noise.
+    human = SimulatedHuman(env, cfg.human, seed=cfg.seed + state["episode"]) if cfg.intervene else None
     if human is not None:
         human.total_steps = learner.interventions
 
@@ -355,7 +386,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
     recent_interventions: list[float] = [e["intervention_rate"] for e in state["episodes_log"][-20:]]
     update_info: dict[str, float] = {}
     start_time = time.perf_counter() - state["wall_seconds"]
-    updates_at_start, clock_at_start = learner.updates, time.perf_counter()
+    update_rate = UpdateRate(learner.updates, time.perf_counter())
     weights_version = state["weights_version"]
     env_step, episode = state["env_step"], state["episode"]
     next_checkpoint = env_step + cfg.checkpoint_every
@@ -376,8 +407,10 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
         final = env_step >= cfg.steps
         episodes = (cfg.final_eval_episodes or cfg.eval_episodes) if final else cfg.eval_episodes
         publish_weights()
+        started = time.perf_counter()
         evaluation = evaluate(eval_env, eval_actor, episodes, cfg.seed + EVAL_SEED_OFFSET,
                               video_path=run_dir / VIDEO_FILE if final and cfg.video else None, should_stop=stop)
+        update_rate.exclude(time.perf_counter() - started)
         row = history.add(env_step, evaluation)
         for key in ("success_rate", "mean_return", "mean_length"):
             tb.add_scalar(f"eval/{key}", row[key], step=env_step)
@@ -386,6 +419,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
 
     def checkpoint() -> None:
         nonlocal next_checkpoint
+        started = time.perf_counter()
         state.update(
             env_step=env_step, episode=episode, weights_version=weights_version, evals=history.rows,
             wall_seconds=time.perf_counter() - start_time,
@@ -394,6 +428,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
         write_policy_file(run_dir / POLICY_FILE, weights_message(
             learner.agent, version=max(weights_version, 1), transitions=learner.transitions, updates=learner.updates))
         next_checkpoint = env_step + cfg.checkpoint_every
+        update_rate.exclude(time.perf_counter() - started)
 
     def report(status: str | None = None) -> Path:
         video = run_dir / VIDEO_FILE
@@ -450,8 +485,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
                     {"env_step": env_step, "success": success, "return": episode_return,
                      "length": episode_length, "intervention_rate": episode_interventions / episode_length}
                 )
-                elapsed = time.perf_counter() - clock_at_start
-                updates_per_s = (learner.updates - updates_at_start) / max(elapsed, 1e-9)
+                updates_per_s = update_rate.read(learner.updates, time.perf_counter())
                 state["metrics"].append(
                     {"env_step": env_step, "updates": learner.updates, "updates_per_s": updates_per_s,
                      **update_info})

@@ -190,7 +190,7 @@ class WeightsMessage:
     action_dim: int
     sac_config: dict[str, Any]
     transitions: int = 0
-    """Transitions the learner had received when it produced these weights."""
+    """Transitions of the run the learner had trained on when it produced these weights (every actor's)."""
     updates: int = 0
 
 
@@ -446,7 +446,8 @@ class TransitionLog:
                 try:
                     entry = decode_log_entry(self._path(index).read_bytes())
                 except TransportError as error:
-                    raise TransportError(f"transition log {self._path(index)} is corrupt: {error}") from None
+                    raise TransportError(f"transition log {self._path(index)} is corrupt ({error}): move that file "
+                                         "out of the log to go on without its transitions") from None
                 yield index, entry
 
     def truncate(self, through: int) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -183,9 +184,15 @@ def evaluate_policy_file(
         _check_observations(env, message.observation_spec, message.action_dim, policy_file, task, obs_mode, image_size)
         actor = actor_from_weights(message, deterministic=True)
         out = Path(out) if out is not None else policy_file.parent / "eval"
+        created = not out.exists()
         out.mkdir(parents=True, exist_ok=True)
-        evaluation = evaluate(env, actor, episodes, seed, video_path=out / "eval.mp4" if video else None,
-                              video_episodes=video_episodes, on_episode=on_episode)
+        try:
+            evaluation = evaluate(env, actor, episodes, seed, video_path=out / "eval.mp4" if video else None,
+                                  video_episodes=video_episodes, on_episode=on_episode)
+        except BaseException:
+            if created:  # no empty output folder from a stopped evaluation
+                shutil.rmtree(out, ignore_errors=True)
+            raise
     finally:
         env.close()
     summary = {"policy": str(policy_file), "task": task, "obs_mode": obs_mode, "first_seed": seed,

@@ -52,3 +52,54 @@ def run_ros_script(script: str, mode: str, domain_id: int, timeout: float, args:
     results = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
     assert results, f"no result; rc={process.returncode} stdout={stdout!r} stderr={stderr[-3000:]!r}"
     return json.loads(results[-1][len("RESULT "):]), stderr, process.returncode
+
+
+def untrained_state_agent():
+    """An untrained SAC agent for PickCube-v0's state observations (policy files and weights messages in tests)."""
+    from robot_rl.agents.sac import SACAgent
+    from robot_rl.loop import make_env
+    from robot_rl.train import TrainConfig
+    from robot_rl.types import ObservationSpec
+
+    env = make_env("PickCube-v0", obs_mode="state")
+    spec = ObservationSpec.from_space(env.observation_space)
+    action_dim = env.action_space.shape[0]
+    env.close()
+    return SACAgent.create(0, spec, action_dim, TrainConfig().sac)
+
+
+class StandInSensors:
+    """What a lock-step sim publishes for an actor with state observations (tcp pose and twist, gripper, object
+    state, then the step's reward and success), without a sim: publishers under `node`'s namespace."""
+
+    def __init__(self, node):
+        from geometry_msgs.msg import PoseStamped, TwistStamped
+        from sensor_msgs.msg import JointState
+        from std_msgs.msg import Bool, Float32, Float32MultiArray
+
+        from robot_rl.ros import qos
+
+        sensors, events = qos.qos_profile(qos.SENSORS), qos.qos_profile(qos.EVENTS)
+        self._pose = node.create_publisher(PoseStamped, "tcp_pose", sensors)
+        self._twist = node.create_publisher(TwistStamped, "tcp_twist", sensors)
+        self._gripper = node.create_publisher(JointState, "gripper/state", sensors)
+        self._object = node.create_publisher(Float32MultiArray, "sim/object_state", sensors)
+        self._reward = node.create_publisher(Float32, "task/reward", events)
+        self._success = node.create_publisher(Bool, "task/success", events)
+        self._Float32, self._Bool = Float32, Bool
+
+    def frame(self, stamp: float, position=(0.45, 0.0, 0.2)) -> None:
+        """One sensor frame; `tcp_pose` last, as the sim node publishes it."""
+        import numpy as np
+
+        from robot_rl.ros.convert import floats_to_msg, joint_state_to_msg, pose_to_msg, twist_to_msg
+
+        self._object.publish(floats_to_msg(np.zeros(10, np.float32)))
+        self._gripper.publish(joint_state_to_msg(("gripper",), [0.08], [0.0], stamp=stamp))
+        self._twist.publish(twist_to_msg(np.zeros(3), np.zeros(3), stamp=stamp, frame_id="base"))
+        self._pose.publish(pose_to_msg(position, (0.0, 1.0, 0.0, 0.0), stamp=stamp, frame_id="base"))
+
+    def task_result(self, reward: float = 0.0, success: bool = False) -> None:
+        """The reward and success of the step just taken (published before the step's frame)."""
+        self._reward.publish(self._Float32(data=float(reward)))
+        self._success.publish(self._Bool(data=bool(success)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -26,7 +27,9 @@ def test_record_info_replay(tmp_path, capsys):
     assert summary["episodes"] == 4 and summary["success_rate"] == 1.0
     assert summary["keys"]["obs/images/wrist"]["shape"][1:] == [64, 64, 3]
     main(["info", str(out)])
-    assert "success rate 100.0%" in capsys.readouterr().out
+    lines = capsys.readouterr().out.splitlines()
+    assert any(re.match(r"episodes 4  steps \d+  success rate 100.0%  intervention rate 0.0%  episode length "
+                        r"\d+/[\d.]+/\d+ \(min/mean/max\)$", line) for line in lines), lines  # one line, piped too
 
     video = tmp_path / "ep.mp4"
     main(["replay", str(out), "--episode", "-1", "--out", str(video)])
@@ -58,7 +61,6 @@ def test_console_script_help():
 def _help_texts(command: list[str]) -> tuple[dict[str, str], dict[str, str]]:
     """(option -> help text, group -> description) from tyro's boxed --help output, defaults removed."""
     import os
-    import re
 
     out = subprocess.run([sys.executable, "-m", "robot_rl.cli", *command, "--help"], capture_output=True, text=True,
                          timeout=60, env={**os.environ, "COLUMNS": "100"})
@@ -103,12 +105,14 @@ def test_train_help_gives_every_option_and_group_its_own_text():
     assert "discount" in options["--sac.discount"]
     assert "encoder" in groups["sac.image-encoder"] and "bounds" not in groups["sac.image-encoder"]
     assert "--steps" in options["--resume"]
+    assert not [name for name, text in options.items() if "(default" in text], "a default named twice"
 
 
 def test_eval_help():
     options, _ = _help_texts(["eval"])
     for name in ("--policy", "--task", "--episodes", "--video", "--obs-mode", "--image-size", "--seed", "--out"):
         assert options[name], name
+        assert "(default" not in options[name], name  # tyro adds the default once
 
 
 @pytest.mark.parametrize("args, message", [
@@ -270,6 +274,7 @@ def test_export_and_import_through_the_command_line(tmp_path, capsys):
 
     code, _, stderr = run_cli(["export", out, "--out", tmp_path / "lerobot"], capsys)
     assert code == 2 and "already exists; choose a new output path" in stderr
+    assert stderr.splitlines() == [stderr.strip()]  # the one error line, no blank line left by a progress bar
     code, _, stderr = run_cli(["export", out, "--crf", "60", "--out", tmp_path / "x"], capsys)
     assert code == 2 and "crf=60 must be in [0, 51]" in stderr
     code, _, stderr = run_cli(["import", out, "--out", tmp_path / "y.zarr"], capsys)
@@ -297,3 +302,80 @@ def test_ctrl_c_while_recording_keeps_the_finished_episodes(tmp_path):
     assert "kept the" in stderr and "Traceback" not in stderr
     dataset = EpisodeDataset(out)  # verified: nothing half-written is visible
     assert dataset.num_episodes >= 2 and dataset.seeds.tolist() == list(range(dataset.num_episodes))
+
+
+def test_an_output_path_below_a_file_is_one_line_exit_2(tmp_path, capsys):
+    data = tmp_path / "demos.zarr"
+    assert run_cli(["record", "--episodes", "1", "--obs-mode", "pixels", "--out", data], capsys)[0] == 0
+    file = tmp_path / "notes.txt"
+    file.write_text("mine")
+    for args in (["replay", data, "--out", file / "ep.mp4"], ["export", data, "--out", file / "lerobot"],
+                 ["record", "--episodes", "1", "--obs-mode", "state", "--out", file / "more.zarr"]):
+        code, _, stderr = run_cli(args, capsys)
+        assert code == 2 and stderr.strip().splitlines()[-1] == f"error: {file}: File exists", (args, stderr)
+        assert "Traceback" not in stderr
+    assert file.read_text() == "mine" and sorted(p.name for p in tmp_path.iterdir()) == ["demos.zarr", "notes.txt"]
+
+
+@pytest.mark.parametrize("command", ["train", "eval", "record", "info", "replay", "export", "import", "launch"])
+def test_help_texts_break_lines_only_where_the_terminal_is_full(command, capsys, monkeypatch):
+    """tyro keeps a docstring's line breaks unless handled: at 80 columns a sentence must not stop mid-line."""
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    body = [line.removeprefix("│").removesuffix("│") for line in capsys.readouterr().out.splitlines()]
+    assert sum(line.strip().startswith("--") for line in body) >= 3  # the options are there, one per line
+    early = []
+    def indent(line: str) -> int:
+        return len(line) - len(line.lstrip())
+
+    for line, following in zip(body, body[1:]):
+        text, next_text = line.rstrip(), following.strip()
+        if not text.strip() or not next_text or indent(line) <= 2 or indent(following) != indent(line):
+            continue  # not two lines of one option's text
+        if len(line) - len(text) > len(next_text.split()[0]) + 1:  # the next word would have fitted here
+            early.append(f"{text.strip()!r} / {next_text!r}")
+    assert not early, "\n".join(early)
+
+
+def test_sigterm_during_an_export_cleans_up_and_exits_143(tmp_path, capsys):
+    """`timeout`, a batch scheduler or systemd stop a job with SIGTERM: no staging folder may be left behind."""
+    import textwrap
+
+    data = tmp_path / "demos.zarr"
+    assert run_cli(["record", "--episodes", "2", "--obs-mode", "pixels", "--out", data], capsys)[0] == 0
+    script = textwrap.dedent(f"""
+        import os, signal, rich.progress
+        from robot_rl.cli import main
+
+        def advance(self, task_id, advance=1):  # after the first episode is written
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        rich.progress.Progress.advance = advance
+        main(["export", {str(data)!r}, "--out", {str(tmp_path / "lerobot")!r}])
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 143, (done.returncode, done.stderr)
+    assert done.stderr.strip().splitlines()[-1] == "terminated" and "Traceback" not in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demos.zarr"]  # no output, no hidden staging folder
+
+
+def test_ctrl_c_while_the_console_script_imports_is_one_line_and_exit_130(monkeypatch, capsys):
+    """The commands take seconds to import; a Ctrl-C then must not print an import traceback."""
+    import importlib.abc
+
+    from robot_rl import console
+
+    class InterruptedImport(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "robot_rl.cli":
+                raise KeyboardInterrupt
+            return None
+
+    monkeypatch.delitem(sys.modules, "robot_rl.cli", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [InterruptedImport(), *sys.meta_path])
+    with pytest.raises(SystemExit) as exit_info:
+        console.main()
+    assert exit_info.value.code == 130
+    assert capsys.readouterr().err == "interrupted while starting\n"

@@ -87,11 +87,49 @@ def test_append_after_reopen_and_incompatible_spec(tmp_path):
     assert dataset.num_episodes == 2
     assert_episode_intact(dataset, 0)
     assert_episode_intact(dataset, 1)
-    other_spec = {**OBS_SPEC, "state": ArraySpec((7,), "float32")}
-    with pytest.raises(DatasetError, match="observation spec"):
-        EpisodeWriter(tmp_path / "ds", other_spec, ACTION_SPEC, fps=10, task="Test-v0")
-    with pytest.raises(DatasetError, match="task"):
-        EpisodeWriter(tmp_path / "ds", OBS_SPEC, ACTION_SPEC, fps=10, task="Other-v0")
+    writer.close()
+
+
+@pytest.mark.parametrize("obs_spec, action_spec, task, message", [
+    ({**OBS_SPEC, "images/front": ArraySpec((32, 32, 3), "uint8")}, ACTION_SPEC, "Test-v0",
+     "observations differ from the dataset's (images/front is 16x16x3 uint8 in the dataset, 32x32x3 uint8 here): "
+     "record with --image-size 16, or into another dataset"),
+    ({"state": OBS_SPEC["state"]}, ACTION_SPEC, "Test-v0",
+     "observations differ from the dataset's (images/front is stored but not given): record with the dataset's "
+     "--obs-mode and --image-size, or into another dataset"),
+    ({**OBS_SPEC, "state": ArraySpec((7,), "float32")}, ArraySpec((2,), "float32"), "Other-v0",
+     "dataset task is 'Test-v0', not 'Other-v0'; record Other-v0 into another dataset"),  # the task first
+    (OBS_SPEC, ArraySpec((7,), "float32"), "Test-v0", "actions are 4 float32 in the dataset, 7 float32 here"),
+])
+def test_an_incompatible_append_names_only_what_differs(tmp_path, obs_spec, action_spec, task, message):
+    write_episode(new_writer(tmp_path / "ds"), 0, 4)
+    with pytest.raises(DatasetError) as error:
+        EpisodeWriter(tmp_path / "ds", obs_spec, action_spec, fps=10, task=task)
+    assert str(error.value) == f"{tmp_path / 'ds'}: {message}"
+
+
+def test_a_second_writer_is_refused_while_the_first_is_open(tmp_path):
+    """Two recordings into one dataset would write their episodes over each other's and both report success."""
+    path = tmp_path / "ds"
+    first = new_writer(path)
+    write_episode(first, 0, 4)  # creates the dataset: the lock is held from then on
+    with pytest.raises(DatasetError, match=re.escape(f"{path} is being written by another writer")):
+        new_writer(path)
+    write_episode(first, 1, 5)
+    first.close()
+    with pytest.raises(DatasetError, match="this writer was closed"):
+        write_episode(first, 2, 3)
+    with new_writer(path) as second:  # released: appending goes on
+        write_episode(second, 2, 3)
+        with pytest.raises(DatasetError, match="being written by another writer"):
+            new_writer(path)
+    dataset = EpisodeDataset(path)
+    assert dataset.episode_lengths.tolist() == [4, 5, 3]
+    for episode in range(3):
+        assert_episode_intact(dataset, episode)
+    write_episode(new_writer(path), 3, 2)  # a writer dropped without close() releases the lock too
+    write_episode(new_writer(path), 4, 2)
+    assert EpisodeDataset(path).num_episodes == 5
 
 
 def test_bad_steps_are_rejected_without_losing_the_episode(tmp_path):
@@ -229,6 +267,21 @@ def test_a_truncated_zarr_json_names_the_file(tmp_path, node):
         new_writer(path)
 
 
+def test_a_file_system_without_flock_still_records_with_a_warning(tmp_path, monkeypatch, caplog):
+    import errno
+    import fcntl
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with caplog.at_level("WARNING", logger="robot_rl.data.episodes"):
+        write_episode(new_writer(tmp_path / "ds"), 0, 3)
+        write_episode(new_writer(tmp_path / "ds"), 1, 2)
+    assert EpisodeDataset(tmp_path / "ds").episode_lengths.tolist() == [3, 2]
+    assert "cannot lock it against a second writer (No locks available)" in caplog.text
+
+
 def test_seeds_are_stored_and_continued(tmp_path):
     path = tmp_path / "ds"
     writer = new_writer(path)
@@ -238,6 +291,7 @@ def test_seeds_are_stored_and_continued(tmp_path):
         writer.end_episode(make_obs(0, 1), success=True, seed=seed)
     writer.add_step(make_obs(0, 0), np.zeros(4), 1.0, True, False)
     writer.end_episode(make_obs(0, 1), success=True)  # no seed: a real robot
+    writer.close()
     reopened = new_writer(path)
     assert reopened.seeds.tolist() == [10, 11, -1] and reopened.next_seed == 12
     assert EpisodeDataset(path).seeds.tolist() == [10, 11, -1]

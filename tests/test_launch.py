@@ -278,6 +278,8 @@ def test_param_values_rcl_cannot_type_are_rejected():
         ([{"executable": {"cmd": "a", "name": "x"}}, {"executable": {"cmd": "b", "name": "x"}}], {},
          ["several processes are named x"]),
         ([{"arg": {"name": "a", "default": "1"}}], {"b": "2"}, ["unknown launch argument(s) b", "declared: a"]),
+        ([{"arg": {"name": "steps", "default": "1"}}, {"arg": {"name": "seed", "default": "0"}}], {"step": "2"},
+         ["unknown launch argument(s) step; did you mean steps? (declared: steps, seed)"]),
         ([{"executable": {"cmd": "x $(equals a)"}}], {}, ["key 'cmd'", "$(equals a) has 1 argument(s)", "A B"]),
         ([{"executable": {"cmd": "x", "if": "maybe"}}], {}, ["key 'if'", "expected true or false", "'maybe'"]),
         ([{"arg": {"name": "on", "default": "yes"}}, {"executable": {"cmd": "x", "if": "$(var on)"}}], {},
@@ -442,7 +444,7 @@ def test_a_failed_process_makes_the_exit_status_1(tmp_path):
     assert "[launch] bad exited with code 5" in out and "failed: bad" in out
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
 def test_a_signal_to_the_launcher_stops_every_child_with_sigint(tmp_path, signum):
     _wheels_or_skip()
     polite = _script(tmp_path, "polite.py", POLITE)
@@ -472,6 +474,34 @@ def test_a_signal_to_the_launcher_stops_every_child_with_sigint(tmp_path, signum
     for name, pid_file in pids.items():
         pid = int(pid_file.read_text())
         _wait_for(lambda: _gone(pid), timeout=5)
+
+
+def test_children_of_a_killed_launcher_are_terminated(tmp_path):
+    """kill -9 of the launcher (no chance to stop anything): the kernel sends each child SIGTERM."""
+    _wheels_or_skip()
+    # the launcher's pipes are gone with it: each child notes the signal it got in a file
+    noting = _script(tmp_path, "noting.py", POLITE.replace(
+        'print(f"{Path(sys.argv[1]).stem} got {signal.Signals(signum).name}", flush=True)',
+        'Path(sys.argv[1] + ".signal").write_text(signal.Signals(signum).name)'))
+    pids = {name: tmp_path / f"{name}.pid" for name in ("one", "two")}
+    path = _write(tmp_path, [
+        {"executable": {"cmd": _cmd(noting, str(pid)), "name": name}} for name, pid in pids.items()])
+    launcher = subprocess.Popen([sys.executable, "-m", "robot_rl.cli", "launch", str(path), "--domain-id", "77"],
+                                cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: all(p.exists() and p.read_text() for p in pids.values()), timeout=30)
+        time.sleep(0.3)  # let both install their handlers
+        launcher.kill()
+        launcher.wait(timeout=10)
+        children = [int(pid_file.read_text()) for pid_file in pids.values()]
+        _wait_for(lambda: all(_gone(pid) for pid in children), timeout=10)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        for pid_file in pids.values():  # whatever happened, leave no child behind
+            if pid_file.exists() and pid_file.read_text() and not _gone(int(pid_file.read_text())):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    assert [Path(f"{pid}.signal").read_text() for pid in pids.values()] == ["SIGTERM", "SIGTERM"]
 
 
 def test_required_process_exit_stops_the_others_with_its_status(tmp_path):
@@ -508,7 +538,8 @@ def test_a_process_that_cannot_start_stops_the_others_cleanly(tmp_path):
         {"executable": {"cmd": f"{tmp_path}/no_such_driver --fps 30", "name": "driver"}},
     ])
     out = io.StringIO()
-    with pytest.raises(LaunchError, match="cannot start driver .*no_such_driver --fps 30.*: No such file"):
+    with pytest.raises(LaunchError, match="cannot start driver .*no_such_driver --fps 30.*: .*no_such_driver is "
+                                          "not found or not executable"):
         Launcher(load_launch_file(path), stdout=out, stderr=io.StringIO()).run()
     lines = out.getvalue().splitlines()
     assert any(line.startswith("[launch] cannot start driver") and "shutting down" in line for line in lines), lines

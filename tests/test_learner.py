@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
+
 import jax
 import numpy as np
 import pytest
@@ -9,7 +13,7 @@ import pytest
 from robot_rl.actor import Actor
 from robot_rl.agents.sac import SACConfig
 from robot_rl.data.episodes import EpisodeDataset
-from robot_rl.learner import Learner, LearnerConfig
+from robot_rl.learner import CheckpointError, Learner, LearnerConfig
 from robot_rl.loop import make_env, record_episodes, writer_for_env
 from robot_rl.sim.expert import make_expert
 
@@ -78,6 +82,27 @@ def test_resume_gives_the_same_next_update(env, demos, tmp_path):
     assert info_a == info_b
     for a, b in zip(jax.tree.leaves(learner.agent), jax.tree.leaves(restored.agent)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("part, damage", [
+    ("agent.msgpack", lambda file: file.write_bytes(file.read_bytes()[:100])),
+    ("online.zarr", lambda folder: shutil.rmtree(folder / "frames")),
+    ("demo.zarr", lambda folder: (folder / "zarr.json").write_text("{")),
+    ("learner.json", lambda file: file.write_text(json.dumps({"version": 1, "updates": 3}))),
+])
+def test_a_damaged_checkpoint_names_its_part_and_changes_nothing(env, tmp_path, part, damage):
+    learner = new_learner(env)
+    fill_online(learner, env, 20, intervene_every=4)
+    learner.step()
+    learner.save(tmp_path / "ckpt")
+    damage(tmp_path / "ckpt" / part)
+    fresh = new_learner(env)
+    before = jax.tree.leaves(fresh.agent)
+    with pytest.raises(CheckpointError, match=rf"checkpoint {tmp_path / 'ckpt'} cannot be restored: "
+                                              rf"{re.escape(part)} is missing or damaged \("):
+        fresh.restore(tmp_path / "ckpt")
+    assert (fresh.updates, fresh.transitions, len(fresh.online), len(fresh.demo)) == (0, 0, 0, 0)
+    assert all(a is b for a, b in zip(before, jax.tree.leaves(fresh.agent)))
 
 
 def test_actor_follows_published_weights_and_the_human(env):

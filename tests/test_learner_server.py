@@ -540,6 +540,23 @@ def test_checkpoint_keeps_only_needed_log_batches(tmp_path):
     assert (tmp_path / LOG_DIR).is_dir()
 
 
+def test_a_corrupt_log_entry_of_a_partial_episode_fails_open_naming_the_file(tmp_path):
+    # open() reads every entry the log kept, also those the checkpoint covers (they hold its partial episodes), so a
+    # respawned learner refuses a damaged run folder before it listens, not after it built its agent.
+    stream = Stream(SOURCE_A)
+    server = new_server(tmp_path)
+    server.start()
+    server.ingest(payload(SOURCE_A, stream.episode(0, 4)[:2]))
+    server.checkpoint()
+    (kept,) = server.log.indices()
+    entry = tmp_path / LOG_DIR / f"{kept:012d}.msgpack"
+    entry.write_bytes(entry.read_bytes()[:40])
+    respawned = LearnerServer(None, tmp_path)
+    with pytest.raises(TransportError, match=rf"{entry.name} is corrupt .*move that file out of the log"):
+        respawned.open()
+    assert not respawned.opened
+
+
 # ----- abandoned episodes -----------------------------------------------------------------------------------------
 
 def truncated_steps(buffer) -> Counter:

@@ -1,8 +1,32 @@
-"""The node main loop's callback scheduling, with a fake executor (no ROS)."""
+"""The node main loop's callback scheduling, with a fake executor, and its stop signals (no ROS)."""
 
 from __future__ import annotations
 
-from robot_rl.ros.node_util import spin_callbacks
+import os
+import signal
+import time
+
+import pytest
+
+from robot_rl.ros.node_util import StopFlag, install_stop_signals, spin_callbacks
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_stop_signals_set_the_flag_and_are_restored(signum):
+    # SIGHUP too: closing the terminal of a node started by hand (a keyboard teleop node) must stop it cleanly
+    # (the teleop node hands control back first), not kill it.
+    before = signal.getsignal(signum)
+    flag = StopFlag()
+    restore = install_stop_signals(flag)
+    try:
+        os.kill(os.getpid(), signum)
+        deadline = time.monotonic() + 5.0
+        while not flag.is_set() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        restore()
+    assert flag.is_set() and flag.signal_number == signum
+    assert signal.getsignal(signum) is before
 
 
 class FakeExecutor:

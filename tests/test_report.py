@@ -73,6 +73,15 @@ def test_report_from_plain_data(tmp_path):
         assert image.shape[0] > 300 and image.std() > 0.05, name  # a drawn figure, not a blank canvas
 
 
+def test_the_report_of_a_stopped_run_does_not_call_its_last_evaluation_final(tmp_path):
+    status = "Interrupted at env step 512 of 5000: resume with `robot-rl train --resume x`."
+    text = write_report(tmp_path, title="t", config={}, evals=EVALS, episodes=EPISODES, metrics=METRICS,
+                        counters=COUNTERS, wall_seconds=60.0, status=status).read_text()
+    assert text.startswith(f"# Training report: t\n\n**{status}**\n")
+    assert "- Latest eval success: **95 % (19/20 episodes, 95 % CI 76-99 %)** at env step 500" in text
+    assert "Final eval" not in text
+
+
 def test_report_of_a_run_stopped_before_any_update_or_eval(tmp_path):
     path = write_report(tmp_path, title="t", config={}, evals=[], episodes=[], metrics=[],
                         counters={"transitions": 0}, wall_seconds=1.5,

@@ -22,43 +22,22 @@ DOMAIN_ID = 73
 DEADLINE_S = 120.0
 
 
-def _weights_file(path: Path) -> None:
-    from robot_rl.agents.sac import SACAgent
-    from robot_rl.loop import make_env
-    from robot_rl.train import TrainConfig, config_to_json
-    from robot_rl.transport import WeightsMessage, encode_weights
-    from robot_rl.types import ObservationSpec
-
-    env = make_env("PickCube-v0", obs_mode="state")
-    spec = ObservationSpec.from_space(env.observation_space)
-    env.close()
-    sac = TrainConfig().sac
-    agent = SACAgent.create(0, spec, 4, sac)
-    path.write_bytes(encode_weights(WeightsMessage(1, agent.policy_to_bytes(), spec, 4, config_to_json(sac))))
-
-
 def client() -> dict:
     from robot_rl.ros.env import ensure_ros_environment
 
     ensure_ros_environment()
     import rclpy
-    from geometry_msgs.msg import PoseStamped, TwistStamped
-    from sensor_msgs.msg import JointState
-    from std_msgs.msg import Bool, Float32, Float32MultiArray, String, UInt8MultiArray
+    from geometry_msgs.msg import PoseStamped
+    from ros_harness import StandInSensors, untrained_state_agent
+    from std_msgs.msg import String, UInt8MultiArray
 
+    from robot_rl.policy_file import weights_message, write_policy_file
     from robot_rl.ros import qos
-    from robot_rl.ros.convert import (
-        bytes_to_msg,
-        floats_to_msg,
-        joint_state_to_msg,
-        pose_to_msg,
-        twist_to_msg,
-    )
+    from robot_rl.ros.convert import bytes_to_msg, pose_to_msg
     from robot_rl.transport import StampedTransition, encode_transitions
 
     run_dir = Path(tempfile.mkdtemp(prefix="ros-malformed-"))
-    weights = run_dir / "policy.msgpack"
-    _weights_file(weights)
+    weights = write_policy_file(run_dir / "policy.msgpack", weights_message(untrained_state_agent(), version=1))
     python = sys.executable
     logs = {name: open(run_dir / f"{name}.log", "w+") for name in ("actor", "learner")}
     nodes = {
@@ -73,18 +52,13 @@ def client() -> dict:
     }
     rclpy.init()
     node = rclpy.create_node("malformed_client")
-    sensors = qos.qos_profile(qos.SENSORS)
+    sensors = StandInSensors(node)
     pub = {
-        "pose": node.create_publisher(PoseStamped, "tcp_pose", sensors),
-        "twist": node.create_publisher(TwistStamped, "tcp_twist", sensors),
-        "gripper": node.create_publisher(JointState, "gripper/state", sensors),
-        "object": node.create_publisher(Float32MultiArray, "sim/object_state", sensors),
+        "pose": node.create_publisher(PoseStamped, "tcp_pose", qos.qos_profile(qos.SENSORS)),  # the malformed one
         "episode": node.create_publisher(String, "teleop/episode", qos.topic_qos(qos.TELEOP_EPISODE)),
         "transitions": node.create_publisher(UInt8MultiArray, qos.ACTOR_TRANSITIONS,
                                              qos.topic_qos(qos.ACTOR_TRANSITIONS)),
         "weights": node.create_publisher(UInt8MultiArray, qos.LEARNER_WEIGHTS, qos.topic_qos(qos.LEARNER_WEIGHTS)),
-        "reward": node.create_publisher(Float32, "task/reward", qos.qos_profile(qos.EVENTS)),
-        "success": node.create_publisher(Bool, "task/success", qos.qos_profile(qos.EVENTS)),
     }
     commands: list[float] = []
     node.create_subscription(PoseStamped, "command/target_pose", lambda msg: commands.append(time.monotonic()),
@@ -94,12 +68,6 @@ def client() -> dict:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             rclpy.spin_once(node, timeout_sec=0.02)
-
-    def frame(stamp: float, position=(0.45, 0.0, 0.2)) -> None:
-        pub["object"].publish(floats_to_msg(np.zeros(10, np.float32)))
-        pub["gripper"].publish(joint_state_to_msg(("gripper",), [0.08], [0.0], stamp=stamp))
-        pub["twist"].publish(twist_to_msg(np.zeros(3), np.zeros(3), stamp=stamp, frame_id="base"))
-        pub["pose"].publish(pose_to_msg(position, (0.0, 1.0, 0.0, 0.0), stamp=stamp, frame_id="base"))
 
     def wait_for(predicate, seconds: float) -> bool:
         end = time.monotonic() + seconds
@@ -117,7 +85,7 @@ def client() -> dict:
         summary["ready"] = ready
         spin(1.0)
         # a first valid frame: the actor starts its episode and answers with a command
-        frame(100.0)
+        sensors.frame(100.0)
         summary["first_command"] = wait_for(lambda: len(commands) >= 1, 20.0)
         # now the bad ones
         pub["transitions"].publish(bytes_to_msg(b"\x00garbage\xff"))
@@ -134,9 +102,8 @@ def client() -> dict:
         summary["alive"] = {name: process.poll() is None for name, process in nodes.items()}
         # still working: the next valid frame (with the step's reward / success) gets a command
         before = len(commands)
-        pub["reward"].publish(Float32(data=0.0))
-        pub["success"].publish(Bool(data=False))
-        frame(102.0, position=(0.46, 0.0, 0.2))
+        sensors.task_result()
+        sensors.frame(102.0, position=(0.46, 0.0, 0.2))
         summary["command_after"] = wait_for(lambda: len(commands) > before, 20.0)
         # malformed transitions are logged and acknowledged at once, and rejected once the agent is built
         status = run_dir / "learner" / "learner_status.json"

@@ -1,7 +1,9 @@
-"""Node start-up over ROS 2, as a user meets it: a typo in a parameter name, a value of the wrong type and a wrong or
-missing policy file are each one error line naming the problem and exit status 2 (no traceback, no run folder made);
-and a learner node acknowledges and logs transitions while its agent is still being built (here: its demo dataset
-cannot be read until the test lets it, then the start-up fails with one line).
+"""Node start-up over ROS 2, as a user meets it: a typo in a parameter name, a value of the wrong type, a wrong or
+missing policy file and a corrupt transition log are each one error line naming the problem and exit status 2 (no
+traceback, no run folder made); and a learner node acknowledges and logs transitions while its agent is still being
+built (here: its demo dataset cannot be read until the test lets it, then the start-up fails with one line and exit
+status 2, so that a launch file does not respawn it); one stopped (SIGINT) while its agent is being built exits at
+once.
 
 Runs in a private network namespace with its own ROS_DOMAIN_ID (tests/ros_harness.py).
 """
@@ -22,6 +24,7 @@ import numpy as np
 import pytest
 
 DOMAIN_ID = 75
+STOPPED_DOMAIN_ID = 175  # the learner stopped while building: apart from the one the client talks to
 DEADLINE_S = 120.0
 
 
@@ -30,6 +33,9 @@ def bad_starts(work: Path) -> dict[str, list[str]]:
     checkpoint = work / "run" / "checkpoint" / "agent.msgpack"
     checkpoint.parent.mkdir(parents=True)
     checkpoint.write_bytes(os.urandom(256))  # agent and optimiser state: not a policy file
+    corrupt = work / "corrupt" / "transition_log" / "000000000000.msgpack"  # a run folder whose disk lost data
+    corrupt.parent.mkdir(parents=True)
+    corrupt.write_bytes(b"\x85\xa4kind")
     actor = [sys.executable, "-m", "robot_rl.ros.actor_node", "--ros-args", "-p", "obs_mode:=state"]
     return {
         "actor_typo": [*actor, "-p", "episode:=3"],
@@ -40,6 +46,8 @@ def bad_starts(work: Path) -> dict[str, list[str]]:
                          "-p", f"run_dir:={work / 'never'}", "-p", "step:=10"],
         "learner_value": [sys.executable, "-m", "robot_rl.ros.learner_node", "--ros-args",
                           "-p", f"run_dir:={work / 'never'}", "-p", "obs_mode:=pixels", "-p", "image_size:=4"],
+        "learner_corrupt_log": [sys.executable, "-m", "robot_rl.ros.learner_node", "--ros-args",
+                                "-p", f"run_dir:={corrupt.parent.parent}", "-p", "obs_mode:=state"],
         "sim_typo": [sys.executable, "-m", "robot_rl.sim.node", "--mode", "lockstep", "--ros-args", "-p", "sed:=3"],
     }
 
@@ -59,16 +67,20 @@ def client() -> dict:
     starts = {name: subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
               for name, command in bad_starts(work).items()}
 
-    # A learner whose agent cannot be built yet: its demo dataset's metadata is a pipe nobody writes to.
+    # Learners whose agent cannot be built yet: their demo dataset's metadata is a pipe nobody writes to.
     demos = work / "demos.zarr"
     demos.mkdir()
     os.mkfifo(demos / "zarr.json")
     run_dir = work / "learner"
     learner_log = open(work / "learner.log", "w+")
-    learner = subprocess.Popen(
-        [sys.executable, "-m", "robot_rl.ros.learner_node", "--ros-args", "-p", f"run_dir:={run_dir}",
-         "-p", "obs_mode:=state", "-p", f"demo_path:={demos}"],
-        stdout=learner_log, stderr=subprocess.STDOUT, start_new_session=True)
+    learner_command = [sys.executable, "-m", "robot_rl.ros.learner_node", "--ros-args", "-p", "obs_mode:=state",
+                       "-p", f"demo_path:={demos}"]
+    learner = subprocess.Popen([*learner_command, "-p", f"run_dir:={run_dir}"],
+                               stdout=learner_log, stderr=subprocess.STDOUT, start_new_session=True)
+    stopped_log = open(work / "stopped.log", "w+")  # on a domain of its own: it must not acknowledge for the other
+    stopped = subprocess.Popen([*learner_command, "-p", f"run_dir:={work / 'stopped'}"],
+                               env={**os.environ, "ROS_DOMAIN_ID": str(STOPPED_DOMAIN_ID)},
+                               stdout=stopped_log, stderr=subprocess.STDOUT, start_new_session=True)
     rclpy.init()
     node = rclpy.create_node("startup_client")
     source = make_source("startup")
@@ -102,13 +114,27 @@ def client() -> dict:
                 pass
         summary["status"] = {k: status.get(k) for k in ("learner_ready", "received", "acks", "log_entries")}
         summary["alive_while_blocked"] = learner.poll() is None
+        # the other one is stopped while building: it does not wait for the build
+        end = time.monotonic() + 30.0
+        while "learner listening" not in (work / "stopped.log").read_text() and time.monotonic() < end:
+            time.sleep(0.2)
+        stopped.send_signal(signal.SIGINT)
+        try:
+            summary["stopped_exit"] = stopped.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            summary["stopped_exit"] = "still running 20 s after SIGINT"
         with open(demos / "zarr.json", "w") as pipe:  # let the build go on: it finds no usable dataset
             pipe.write("not zarr metadata")
         summary["learner_exit"] = learner.wait(timeout=60)
+        summary["config_written"] = (run_dir / "config.json").exists()
     finally:
-        if learner.poll() is None:
-            os.killpg(learner.pid, signal.SIGKILL)
-            learner.wait()
+        for process in (learner, stopped):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        stopped_log.seek(0)
+        summary["stopped_log"] = stopped_log.read()[-3000:]
+        stopped_log.close()
         node.destroy_node()
         rclpy.try_shutdown()
         learner_log.seek(0)
@@ -148,6 +174,8 @@ def error_lines(output: str) -> list[str]:
     ("actor_missing", ["weights_path: policy file ", "nowhere/policy.msgpack does not exist"]),
     ("learner_typo", ["unknown parameter 'step' for node learner (did you mean 'steps'?)"]),
     ("learner_value", ["image_size=4 must be in [16, 640]"]),
+    ("learner_corrupt_log", ["cannot resume run_dir ", "transition_log/000000000000.msgpack is corrupt (",
+                             "move that file out of the log"]),
     ("sim_typo", ["unknown parameter 'sed' for node sim (did you mean 'seed'?)"]),
 ])
 def test_bad_parameters_and_policy_files_are_one_error_line_and_exit_2(summary, case, words):
@@ -161,6 +189,13 @@ def test_bad_parameters_and_policy_files_are_one_error_line_and_exit_2(summary, 
         assert summary["never_made"]  # no half-made run folder
 
 
+def test_a_learner_stopped_while_its_agent_is_being_built_exits_at_once(summary):
+    log = summary["stopped_log"]
+    assert summary["stopped_exit"] == 0, (summary["stopped_exit"], log)  # its build never ends: it did not wait
+    assert "stopping (signal 2) before the learner was ready" in log and "Traceback" not in log, log
+    assert "terminate called" not in log, log
+
+
 def test_learner_acknowledges_and_logs_while_its_agent_is_being_built(summary):
     context = {k: v for k, v in summary.items() if k != "bad_starts"}
     assert summary["acked_through"] == 4, context
@@ -170,7 +205,8 @@ def test_learner_acknowledges_and_logs_while_its_agent_is_being_built(summary):
     assert summary["alive_while_blocked"], context
     log = summary["learner_log"]
     assert "learner listening" in log and "learner ready" not in log, log
-    assert summary["learner_exit"] != 0 and len(error_lines(log)) == 1, log
+    assert summary["learner_exit"] == 2 and len(error_lines(log)) == 1, log
+    assert not summary["config_written"], context  # the settings of a run that never started are not recorded
     assert "learner start-up failed" in error_lines(log)[0] and "demos.zarr" in error_lines(log)[0], log
     assert "Traceback" not in log, log
 

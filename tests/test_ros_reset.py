@@ -20,7 +20,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 DOMAIN_ID = 74
@@ -36,15 +35,14 @@ def client(weights: str) -> dict:
 
     ensure_ros_environment()
     import rclpy
-    from geometry_msgs.msg import PoseStamped, TwistStamped
+    from geometry_msgs.msg import PoseStamped
     from rclpy.callback_groups import ReentrantCallbackGroup
     from rclpy.task import Future
-    from sensor_msgs.msg import JointState
-    from std_msgs.msg import Bool, Float32, Float32MultiArray, UInt32
+    from ros_harness import StandInSensors
+    from std_msgs.msg import UInt32
     from std_srvs.srv import Trigger
 
     from robot_rl.ros import qos
-    from robot_rl.ros.convert import floats_to_msg, joint_state_to_msg, pose_to_msg, twist_to_msg
 
     run_dir = Path(tempfile.mkdtemp(prefix="ros-reset-"))
     stats_path = run_dir / "actor_status.json"
@@ -57,32 +55,19 @@ def client(weights: str) -> dict:
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     rclpy.init()
     node = rclpy.create_node("reset_stand_in")
-    sensors = qos.qos_profile(qos.SENSORS)
-    pub = {
-        "pose": node.create_publisher(PoseStamped, "tcp_pose", sensors),
-        "twist": node.create_publisher(TwistStamped, "tcp_twist", sensors),
-        "gripper": node.create_publisher(JointState, "gripper/state", sensors),
-        "object": node.create_publisher(Float32MultiArray, "sim/object_state", sensors),
-        "reward": node.create_publisher(Float32, "task/reward", qos.qos_profile(qos.EVENTS)),
-        "success": node.create_publisher(Bool, "task/success", qos.qos_profile(qos.EVENTS)),
-    }
+    sensors = StandInSensors(node)
     clock = {"stamp": 100.0}
 
     def frame() -> None:
         clock["stamp"] += 1.0
-        stamp = clock["stamp"]
-        pub["object"].publish(floats_to_msg(np.zeros(10, np.float32)))
-        pub["gripper"].publish(joint_state_to_msg(("gripper",), [0.08], [0.0], stamp=stamp))
-        pub["twist"].publish(twist_to_msg(np.zeros(3), np.zeros(3), stamp=stamp, frame_id="base"))
-        pub["pose"].publish(pose_to_msg((0.45, 0.0, 0.2), (0.0, 1.0, 0.0, 0.0), stamp=stamp, frame_id="base"))
+        sensors.frame(clock["stamp"])
 
     commands: list[float] = []
     episodes: list[int] = []
 
     def on_command(_msg) -> None:  # lock-step: the step's task result, then the next frame
         commands.append(time.monotonic())
-        pub["reward"].publish(Float32(data=0.0))
-        pub["success"].publish(Bool(data=False))
+        sensors.task_result()
         frame()
 
     node.create_subscription(PoseStamped, "command/target_pose", on_command, qos.qos_profile(qos.COMMANDS))
@@ -163,17 +148,12 @@ def client(weights: str) -> dict:
 @pytest.fixture(scope="module")
 def policy_file(tmp_path_factory) -> Path:
     """A policy file for the state observations of PickCube (untrained weights)."""
-    from robot_rl.agents.sac import SACAgent
-    from robot_rl.loop import make_env
-    from robot_rl.policy_file import POLICY_FILE, weights_message, write_policy_file
-    from robot_rl.train import TrainConfig
-    from robot_rl.types import ObservationSpec
+    from ros_harness import untrained_state_agent
 
-    env = make_env("PickCube-v0", obs_mode="state")
-    spec = ObservationSpec.from_space(env.observation_space)
-    env.close()
-    agent = SACAgent.create(0, spec, 4, TrainConfig().sac)
-    return write_policy_file(tmp_path_factory.mktemp("run") / POLICY_FILE, weights_message(agent, version=1))
+    from robot_rl.policy_file import POLICY_FILE, weights_message, write_policy_file
+
+    message = weights_message(untrained_state_agent(), version=1)
+    return write_policy_file(tmp_path_factory.mktemp("run") / POLICY_FILE, message)
 
 
 def test_reset_calls_time_out_are_retried_and_wait_for_the_server(policy_file):

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from robot_rl.cli import main
-from robot_rl.train import RunError, TrainConfig, config_from_json, config_to_json, train
+from robot_rl.train import RunError, TrainConfig, UpdateRate, config_from_json, config_to_json, train
 
 TINY = dict(demos=3, eval_episodes=2, video=False)
 
@@ -35,6 +35,24 @@ def video_info(path: Path) -> tuple[str, int, int, int]:
         stream = container.streams.video[0]
         frames = sum(1 for _ in container.decode(stream))
         return stream.codec_context.name, stream.width, stream.height, frames
+
+
+def test_updates_per_second_is_the_learners_speed_since_the_last_reading():
+    """Not an average since the start (which hides slowdowns and rises as compile time is amortised), and not
+    counting evaluations and checkpoints; what the ROS learner node reports per episode too."""
+    rate = UpdateRate(updates=100, now=10.0)
+    assert rate.read(300, now=12.0) == 100.0
+    rate.exclude(3.0)  # an evaluation in the middle of the episode
+    assert rate.read(400, now=16.0) == 100.0
+    assert rate.read(400, now=17.0) == 0.0  # no updates in the last second: 0, not 300 / 7 s
+
+
+def test_a_run_without_demos_says_it_starts_with_a_warm_up(tmp_path, capsys):
+    train(TrainConfig(demos=0, steps=5, eval_every=5, eval_episodes=1, video=False, run_dir=tmp_path / "run"))
+    out = capsys.readouterr().out
+    assert ("warm-up: uniformly random actions and no updates for the next 1024 env steps (no demos; "
+            "--learner.warmup-transitions sets it)") in out
+    assert checkpoint_state(tmp_path / "run")["updates"] == 0
 
 
 def test_config_json_round_trip():
@@ -297,6 +315,21 @@ def test_eval_errors_are_one_line(trained_run, tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def test_an_interrupted_eval_leaves_no_output_folder(trained_run, tmp_path):
+    from robot_rl.sim.evaluate import evaluate_policy_file
+
+    def ctrl_c(result) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        evaluate_policy_file(trained_run, episodes=3, out=tmp_path / "eval", on_episode=ctrl_c)
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "mine").mkdir()  # a folder that was there stays
+    with pytest.raises(KeyboardInterrupt):
+        evaluate_policy_file(trained_run, episodes=3, out=tmp_path / "mine", on_episode=ctrl_c)
+    assert (tmp_path / "mine").is_dir()
+
+
 def test_interventions_during_training_are_flagged_and_reach_both_buffers(tmp_path):
     from robot_rl.learner import LearnerConfig
     from robot_rl.sim.human import SimulatedHumanConfig
@@ -327,6 +360,15 @@ def test_bad_demo_dataset_leaves_no_run_folder(tmp_path):
         train(TrainConfig(demo_path=tmp_path / "missing.zarr", run_dir=run_dir, **TINY))
     with pytest.raises(ValueError, match="unknown task 'Nope-v0'"):
         train(TrainConfig(task="Nope-v0", run_dir=run_dir, **TINY))
+    from robot_rl.loop import make_env, record_episodes, writer_for_env
+    from robot_rl.sim.expert import make_expert
+
+    env = make_env("PickCube-v0", obs_mode="state")  # demos of the right shape, labelled with another task
+    with writer_for_env(env, tmp_path / "peg.zarr", "PegInsert-v0") as writer:
+        record_episodes(env, make_expert(env), writer, 1)
+    env.close()
+    with pytest.raises(RunError, match=r"holds demos of task 'PegInsert-v0', this run is --task PickCube-v0"):
+        train(TrainConfig(demo_path=tmp_path / "peg.zarr", run_dir=run_dir, **TINY))
     assert not run_dir.exists()
 
 
@@ -350,3 +392,25 @@ def test_eval_env_settings_come_from_the_policys_observation_spec():
     assert env_settings_for(spec(state=state, images__front=image, images__wrist=image)) == ("pixels", 96)
     assert env_settings_for(spec(state=state, object_state=((10,), "float32"), images__front=image)) == (
         "state+pixels", 96)
+
+
+def test_demos_killed_while_recording_are_recorded_again_not_used_partially(tmp_path, monkeypatch):
+    """A run (or learner node) killed while it records its demos must not train on a partial demo set later."""
+    import robot_rl.loop
+    from robot_rl.train import record_demos
+
+    record_episodes = robot_rl.loop.record_episodes
+
+    def dies_after_one_episode(env, policy, writer, episodes, **kwargs):
+        record_episodes(env, policy, writer, 1, **kwargs)
+        raise KeyboardInterrupt  # the process dies here, with one episode committed
+
+    cfg = TrainConfig(run_dir=tmp_path / "run", **TINY)
+    (tmp_path / "run").mkdir()
+    monkeypatch.setattr(robot_rl.loop, "record_episodes", dies_after_one_episode)
+    with pytest.raises(KeyboardInterrupt):
+        record_demos(cfg, tmp_path / "run")
+    assert not (tmp_path / "run" / "demos.zarr").exists()
+    monkeypatch.setattr(robot_rl.loop, "record_episodes", record_episodes)
+    assert record_demos(cfg, tmp_path / "run").num_episodes == 3
+    assert not (tmp_path / "run" / "demos.partial.zarr").exists()

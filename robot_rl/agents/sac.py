@@ -38,10 +38,10 @@ class ImageEncoderConfig:
     """Per-camera conv encoder of pixel observations and its DrQ augmentation (unused by state-only runs)."""
 
     channels: tuple[int, ...] = (32, 32, 32)
-    """Output channels of each conv layer. The default non-overlapping "patchify" convs (kernel == stride:
-    64 px -> 16 -> 8 -> 4) run as matmuls, which (with 16 channels and 2 critics, the CPU training preset) makes
-    pixel SAC real-time at UTD 1 on a 2-core CPU learner. DrQ/SERL-style overlapping convs work too, e.g.
-    kernel sizes 3 3 3 3 with strides 2 1 1 1, at roughly 10x the cost."""
+    """Output channels of each conv layer. The default non-overlapping "patchify" convs (kernel == stride, from
+    a 64 px image to 16, 8 and 4 px maps) run as matmuls, which (with 16 channels and 2 critics, the CPU training
+    preset) makes pixel SAC real-time at UTD 1 on a 2-core CPU learner. DrQ/SERL-style overlapping convs work too,
+    e.g. kernel sizes 3 3 3 3 with strides 2 1 1 1, at roughly 10x the cost."""
     kernel_sizes: tuple[int, ...] = (4, 2, 2)
     """Kernel size of each conv layer (one per entry of channels)."""
     strides: tuple[int, ...] = (4, 2, 2)

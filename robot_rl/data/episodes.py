@@ -25,7 +25,8 @@ local store (as is every chunk, so rewriting the chunk an episode shares with th
 half-written chunk). A writer killed mid-episode or mid-write leaves the committed episodes intact; steps written
 past the last commit are ignored by readers (reported as ``uncommitted_steps``) and truncated when a writer reopens.
 A new dataset is created under a temporary name and renamed into place, so a failed recording leaves no
-half-made folder.
+half-made folder. One writer at a time: a writer holds an exclusive ``flock`` on the root ``zarr.json``, and a second
+one (two recordings into the same dataset) is refused rather than overwriting the first one's episodes.
 
 Integrity: every chunk is written, even one holding only fill values, so a committed range with a missing chunk
 file is damage, found by a cheap ``stat`` (`DatasetReader.missing_chunks`). The checksums, computed at commit
@@ -36,8 +37,10 @@ datasets (no checksums, fill-value chunks omitted) stay readable, unverified.
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import json
+import logging
 import math
 import os
 import shutil
@@ -46,12 +49,14 @@ import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import zarr
 
 from robot_rl.types import ArraySpec
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 2
 READABLE_SCHEMA_VERSIONS = (1, 2)
@@ -106,6 +111,28 @@ def _covered_specs(observation_spec: Mapping[str, ArraySpec], action_spec: Array
     return specs
 
 
+def spec_text(spec: ArraySpec) -> str:
+    """E.g. "64x64x3 uint8" (a scalar: "uint8")."""
+    return " ".join(filter(None, ("x".join(map(str, spec.shape)), spec.dtype)))
+
+
+def _observation_differences(stored: Mapping[str, ArraySpec], given: Mapping[str, ArraySpec]) -> str:
+    """Why observations cannot be appended to a dataset: only the entries that differ, and the option to fix."""
+    parts, sizes = [], set()
+    for key in sorted(stored.keys() | given.keys()):
+        if key not in given:
+            parts.append(f"{key} is stored but not given")
+        elif key not in stored:
+            parts.append(f"{key} is given but not stored")
+        elif stored[key] != given[key]:
+            parts.append(f"{key} is {spec_text(stored[key])} in the dataset, {spec_text(given[key])} here")
+            if stored[key].is_image and given[key].is_image and stored[key].shape[2] == given[key].shape[2]:
+                sizes.add(stored[key].shape[0])
+    hint = (f"record with --image-size {sizes.pop()}" if len(sizes) == 1 and stored.keys() == given.keys()
+            else "record with the dataset's --obs-mode and --image-size")
+    return f"observations differ from the dataset's ({'; '.join(parts)}): {hint}, or into another dataset"
+
+
 def checksum(values: np.ndarray, crc: int = 0) -> int:
     """CRC-32 of an array's values (little-endian bytes, C order), continuing from `crc`."""
     values = np.ascontiguousarray(values)
@@ -131,7 +158,12 @@ def _check_metadata_files(path: Path) -> None:
 
 
 class EpisodeWriter:
-    """Appends episodes to a dataset; each episode is committed atomically when it ends."""
+    """Appends episodes to a dataset; each episode is committed atomically when it ends.
+
+    One writer at a time: a writer holds an exclusive lock (`flock`) on the dataset's root ``zarr.json`` until
+    `close()` (or its process ends), and a second writer, in this process or another, is refused with a
+    DatasetError instead of overwriting the first one's episodes. Readers need no lock.
+    """
 
     def __init__(
         self,
@@ -162,19 +194,68 @@ class EpisodeWriter:
             **dict(attrs or {}),
         }
         self.root = None
+        self._lock_file: BinaryIO | None = None
+        self._closed = False
+        self._buffer: list[dict[str, Any]] = []
+        self._episode_start = time.time()
         if (self.path / "zarr.json").exists():
             existing = DatasetReader(self.path)  # the metadata and the episode table, validated
             self._check_compatible(existing.attrs, task)
-            damage = existing.missing_chunks()
-            if damage:  # appending would bury it (and truncating past a lost table could drop episodes)
-                raise DatasetError(f"{self.path} is damaged, not appending: {damage[0]} (`robot-rl info` lists all)")
-            self.root = zarr.open_group(str(self.path), mode="r+")
-            self._bind_arrays()
-            self._truncate_uncommitted()
+            self._lock(self.path / "zarr.json")  # before anything is changed (truncation included)
+            try:
+                damage = existing.missing_chunks()
+                if damage:  # appending would bury it (and truncating past a lost table could drop episodes)
+                    raise DatasetError(
+                        f"{self.path} is damaged, not appending: {damage[0]} (`robot-rl info` lists all)")
+                self.root = zarr.open_group(str(self.path), mode="r+")
+                self._bind_arrays()
+                self._truncate_uncommitted()
+            except BaseException:
+                self.close()
+                raise
         elif self.path.exists() and (not self.path.is_dir() or any(self.path.iterdir())):
             raise DatasetError(f"{self.path} exists and is not a robot_rl dataset (no zarr.json); choose another path")
-        self._buffer: list[dict[str, Any]] = []
-        self._episode_start = time.time()
+
+    def _lock(self, root_metadata: Path) -> None:
+        """Take the writer lock on the dataset's root zarr.json (never rewritten after creation, so the lock
+        stays on the file every writer opens), or raise DatasetError if another writer holds it."""
+        file = open(root_metadata, "rb")  # held open: the lock lives as long as the file
+        try:
+            fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            file.close()
+            raise DatasetError(
+                f"{self.path} is being written by another writer (a `robot-rl record` or a recording node); "
+                "wait until it finishes, or record into another dataset"
+            ) from None
+        except OSError as exc:  # a file system without flock (some network mounts): write unguarded
+            file.close()
+            log.warning(f"{self.path}: cannot lock it against a second writer ({exc.strerror}); make sure only "
+                        "one recording writes to it at a time")
+            return
+        self._lock_file = file
+
+    def close(self) -> None:
+        """Release the dataset for other writers; steps of an episode that was not ended are dropped."""
+        self._closed = True
+        self._buffer.clear()
+        if self._lock_file is not None:
+            self._lock_file.close()
+            self._lock_file = None
+
+    def __enter__(self) -> EpisodeWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_lock_file", None) is not None:
+            self._lock_file.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise DatasetError(f"{self.path}: this writer was closed; open a new EpisodeWriter to append")
 
     # ----- creation and reopening --------------------------------------------------------------------------------
     def _create(self) -> None:
@@ -197,9 +278,11 @@ class EpisodeWriter:
             )
             checksums.attrs.update({"algorithm": "crc32", "arrays": list(self._specs)})
             root["meta"].attrs["num_episodes"] = 0
+            self._lock(staging / "zarr.json")  # the lock moves with the folder: no moment without it
             try:
                 os.rename(staging, self.path)  # replaces an empty directory, refuses a non-empty one
             except OSError as exc:
+                self.close()
                 raise DatasetError(f"{self.path}: cannot create the dataset there: {exc.strerror}") from None
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -221,16 +304,16 @@ class EpisodeWriter:
             raise DatasetError(
                 f"{self.path}: schema_version {version!r} != {SCHEMA_VERSION}; cannot append{hint}"
             )
+        if attrs.get("task") != task:
+            raise DatasetError(f"{self.path}: dataset task is {attrs.get('task')!r}, not {task!r}; record {task} "
+                               "into another dataset")
         stored_obs = {k: ArraySpec.from_json(v) for k, v in attrs["observation_spec"].items()}
         if stored_obs != self.observation_spec:
-            raise DatasetError(
-                f"{self.path}: observation spec differs from the dataset's; stored {stored_obs}, "
-                f"given {self.observation_spec}"
-            )
-        if ArraySpec.from_json(attrs["action_spec"]) != self.action_spec:
-            raise DatasetError(f"{self.path}: action spec differs: stored {attrs['action_spec']}, given {self.action_spec}")
-        if attrs.get("task") != task:
-            raise DatasetError(f"{self.path}: dataset task is {attrs.get('task')!r}, not {task!r}")
+            raise DatasetError(f"{self.path}: {_observation_differences(stored_obs, self.observation_spec)}")
+        stored_action = ArraySpec.from_json(attrs["action_spec"])
+        if stored_action != self.action_spec:
+            raise DatasetError(f"{self.path}: actions are {spec_text(stored_action)} in the dataset, "
+                               f"{spec_text(self.action_spec)} here")
         if not math.isclose(float(attrs["fps"]), self.fps, rel_tol=1e-6):
             raise DatasetError(f"{self.path}: dataset is recorded at {attrs['fps']} fps, not {self.fps:g}")
 
@@ -280,6 +363,7 @@ class EpisodeWriter:
         timestamp: float | None = None,
     ) -> None:
         """Buffer one step; nothing reaches disk until `end_episode`."""
+        self._check_open()
         if not self._buffer:
             self._episode_start = time.time()
         action = np.asarray(action, dtype=self.action_spec.dtype)
@@ -309,6 +393,7 @@ class EpisodeWriter:
 
     def end_episode(self, final_obs: Mapping[str, np.ndarray], success: bool, seed: int | None = None) -> int:
         """Write the buffered episode and commit it; returns its index. `seed`: what the episode was reset with."""
+        self._check_open()
         if not self._buffer:
             raise DatasetError("end_episode called with no steps recorded")
         final = {key: self._checked_obs(key, final_obs, "final_obs") for key in self.observation_spec}

@@ -623,6 +623,7 @@ def import_lerobot(
             if on_episode is not None:
                 on_episode(index)
         count = writer.num_episodes
+        writer.close()
         videos.close()
         _publish(staging, out)
     finally:

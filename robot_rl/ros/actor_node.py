@@ -22,9 +22,11 @@ actor/episode                         out  index of each episode started
 
 Service client ``reset`` (std_srvs/Trigger) starts each episode (empty ``reset_service``: no reset call). A call
 not answered within ``reset_timeout_s`` (a lost response, a sim or driver that died during the reset) is given up
-and made again, with a log line each time, as is a failed one; while no server is up the actor waits for one. The
-status file counts ``reset_attempts``, ``reset_timeouts`` and ``reset_failures`` and says what the actor is
-``waiting_for``.
+and made again, with a log line each time, as is a failed one; while no server is up the actor waits for one. A
+sensor frame that does not follow within ``frame_timeout_s`` (after the reset; in lock-step also after each command:
+the sim died or was restarted) gives the episode up and resets again, with a log line; the learner closes the given-up
+episode. The status file counts ``reset_attempts``, ``reset_timeouts``, ``reset_failures``, ``frame_timeouts`` and
+``episodes_given_up`` and says what the actor is ``waiting_for``.
 
 Weights: from the learner (``/learner/weights``), or from a policy file with ``weights_path`` (the learner's or
 ``robot-rl train``'s ``<run_dir>/policy.msgpack``): then the actor acts at once and never waits for a learner. A file
@@ -39,7 +41,8 @@ command goes through robot_rl.safety.
 The actor acts with the newest weights it has; while the learner is away it keeps acting with the last ones and keeps
 unacknowledged transitions in a bounded outbox (re-sent until acknowledged). ``max_weight_lag`` (lock-step only)
 makes it wait, at most ``weight_wait_s`` per step, for weights that have seen all but that many of its transitions,
-so a slow learner trains on the same schedule as the in-process loop.
+so a slow learner trains on the same schedule as the in-process loop (one actor per learner: the learner counts the
+transitions it trained on over the whole run, so the actor measures that count's growth since its first weights).
 """
 
 from __future__ import annotations
@@ -92,6 +95,8 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
     ("weight_wait_s", 5.0, "longest wait per step for such weights"),
     ("reset_service", "reset", "std_srvs/Trigger service that starts an episode ('' for none)"),
     ("reset_timeout_s", 10.0, "give up a reset call not answered within this many seconds, and call again"),
+    ("frame_timeout_s", 10.0, "no sensor frame this long after a reset (lockstep: after a command): the sim or "
+                              "driver is gone; the episode is given up and the reset called again"),
     ("stats_path", "", "write a JSON status file here every second"),
 )
 """The node's ROS parameters (name, default, description)."""
@@ -129,8 +134,10 @@ class ActorNode:
         self.policy_kind = _choice(param, "policy", POLICIES)
         obs_mode = _choice(param, "obs_mode", ("", *OBS_MODE_KEYS))
         self.reset_timeout_s = float(param("reset_timeout_s"))
-        if self.reset_timeout_s <= 0:
-            raise NodeStartupError(f"reset_timeout_s={self.reset_timeout_s} must be > 0")
+        self.frame_timeout_s = float(param("frame_timeout_s"))
+        for name, value in (("reset_timeout_s", self.reset_timeout_s), ("frame_timeout_s", self.frame_timeout_s)):
+            if value <= 0:
+                raise NodeStartupError(f"{name}={value} must be > 0")
         self.observation_keys = OBS_MODE_KEYS[obs_mode] if obs_mode else tuple(str(k) for k in param("observation_keys"))
         self.required = sensors_for(self.observation_keys)
         env = make_env(str(param("task")), obs_mode="state")
@@ -158,6 +165,9 @@ class ActorNode:
         self.record_path = Path(param("record_path")) if param("record_path") else None
         self.weights_version = 0
         self.weights_transitions = 0
+        # The learner's count of trained transitions when its first weights arrived: the count is the run's (every
+        # actor and every earlier run of this one), so only its growth since then is this run's share.
+        self._trained_base: int | None = None
         self.results: list[dict] = []
         self.rejected: collections.Counter[str] = collections.Counter()
         self._rejected_logged: dict[str, float] = {}
@@ -221,6 +231,7 @@ class ActorNode:
         self._reset_retry_at = 0.0  # monotonic time before which no reset call is made (after a failed one)
         self._reset_logged = -math.inf
         self.reset_counters: collections.Counter[str] = collections.Counter()
+        self._frame_due_since: float | None = None  # monotonic time since which a sensor frame is awaited
         self.waiting_for: str | None = None
         self._reset_requested_at_stamp = -math.inf
         self._pending_object_state = None
@@ -399,6 +410,8 @@ class ActorNode:
             return str(error)
         first = self.weights_version == 0
         self.weights_version, self.weights_transitions = weights.version, weights.transitions
+        if self._trained_base is None and not self.weights_path:
+            self._trained_base = weights.transitions
         if first:
             self._log.info(f"policy weights v{weights.version} loaded from {origin}")
         return None
@@ -462,15 +475,11 @@ class ActorNode:
             self._check_reset()
             return
         stamp = self._frame_stamp()
-        if self.mode == "lockstep":
-            if stamp is None or stamp <= self._last_stepped_stamp:
-                return
-            if self._phase == "running" and self._commanded_since_frame and not self._task_events:
-                return  # the step's reward / success have not arrived yet
+        if self._awaiting_frame(stamp):
+            self._check_frame_timeout()
+            return
+        self._frame_due_since = None
         if self._phase == "starting":
-            if stamp is None or stamp <= self._reset_requested_at_stamp:
-                self.waiting_for = "a sensor frame after the reset"
-                return
             if self.policy_kind == "learner" and self.session.actor is None and not self._teleop_engaged:
                 self.waiting_for = "policy weights from the learner"
                 self._log.info("waiting for policy weights from the learner", throttle_duration_sec=5.0)
@@ -491,10 +500,44 @@ class ActorNode:
             return
         self._step(stamp)
 
+    def _awaiting_frame(self, stamp: float | None) -> bool:
+        """Whether the next step needs a sensor frame that has not arrived (after the reset; lockstep: the frame,
+        reward and success that answer the last command)."""
+        if self._phase == "starting" and (stamp is None or stamp <= self._reset_requested_at_stamp):
+            self.waiting_for = "a sensor frame after the reset"
+            return True
+        if self.mode == "lockstep":
+            if stamp is None or stamp <= self._last_stepped_stamp:
+                return True
+            if self._phase == "running" and self._commanded_since_frame and not self._task_events:
+                return True  # the step's reward / success have not arrived yet
+        return False
+
+    def _check_frame_timeout(self) -> None:
+        """No frame for `frame_timeout_s` (the sim or driver died, or restarted and lost the episode): give the
+        episode up and reset again. Its transitions sent so far stay with the learner, which closes the episode."""
+        now = time.monotonic()
+        if self._frame_due_since is None or now - self._frame_due_since < self.frame_timeout_s:
+            return
+        self.reset_counters["frame_timeouts"] += 1
+        if self._phase == "running":
+            self.reset_counters["episodes_given_up"] += 1
+            what = (f"after the command of step {self.session.episode_step} of episode {self.session.episode}; "
+                    f"giving the episode up ({self.session.episode_step} steps) and resetting")
+        else:
+            what = "after the reset; calling the reset again"
+        self._log.warning(f"no sensor frame within {self.frame_timeout_s:g} s {what} (is the sim or robot driver "
+                          f"running?)")
+        self._frame_due_since = None
+        self._phase = "idle"
+        self._commanded_since_frame = False
+        self._task_events.clear()
+
     def _must_wait_for_weights(self) -> bool:
         if self.mode != "lockstep" or self.max_weight_lag <= 0 or self.session.actor is None or self.weights_path:
             return False
-        if self.session.next_seq - self.weights_transitions <= self.max_weight_lag:
+        trained = self.weights_transitions - (self._trained_base or 0)
+        if self.session.next_seq - trained <= self.max_weight_lag:
             self._wait_started = None
             return False
         now = time.monotonic()
@@ -571,6 +614,8 @@ class ActorNode:
         self._pose_pub.publish(pose_to_msg(command.target_position, command.target_quat, stamp=self._now(),
                                            frame_id="base"))
         self._commanded_since_frame = True
+        if self.mode == "lockstep":  # the sim answers each command with a frame
+            self._frame_due_since = time.monotonic()
 
     # ----- episodes ----------------------------------------------------------------------------------------------
     def _begin_reset(self) -> None:
@@ -579,6 +624,7 @@ class ActorNode:
         if self._reset_client is None:  # no reset: the episode starts at the first frame not stepped on yet
             self._reset_requested_at_stamp = self._last_stepped_stamp
             self._phase = "starting"
+            self._frame_due_since = time.monotonic()
             return
         stamp = self.sensors.stamp("tcp_pose")  # the episode starts at a frame taken after the reset
         self._reset_requested_at_stamp = -math.inf if stamp is None else stamp
@@ -627,6 +673,7 @@ class ActorNode:
                            f"{self._reset_waited(now):.1f} s after the reset began")
         self._reset_attempt, self._reset_wait_started = 0, None
         self._phase = "starting"
+        self._frame_due_since = now
 
     def _reset_waited(self, now: float) -> float:
         return now - (self._reset_wait_started if self._reset_wait_started is not None else now)
@@ -703,7 +750,9 @@ class ActorNode:
             "weights_version": self.weights_version, "rejected": dict(self.rejected), "phase": self._phase,
             "waiting_for": self.waiting_for, "reset_attempts": self.reset_counters["reset_attempts"],
             "reset_timeouts": self.reset_counters["reset_timeouts"],
-            "reset_failures": self.reset_counters["reset_failures"], "time": time.time(),
+            "reset_failures": self.reset_counters["reset_failures"],
+            "frame_timeouts": self.reset_counters["frame_timeouts"],
+            "episodes_given_up": self.reset_counters["episodes_given_up"], "time": time.time(),
         }
 
     def write_stats(self) -> None:
@@ -716,6 +765,8 @@ class ActorNode:
 
     def destroy(self) -> None:
         self.write_stats()
+        if self._recorder is not None:
+            self._recorder.close()  # releases the dataset for the next writer
         self.node.destroy_node()
 
 

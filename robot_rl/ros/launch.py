@@ -42,21 +42,25 @@ to keep a value with spaces one word. The whole file is validated before anythin
 :class:`LaunchError` naming the file and line, the entry and the key (YAML syntax errors: FILE:LINE:COLUMN).
 
 Lifecycle (:class:`Launcher`): processes start in file order, each in its own session (a terminal Ctrl-C reaches only
-the launcher). SIGINT/SIGTERM to the launcher, or the exit of an ``on_exit: shutdown`` process, stops every process:
-SIGINT, then SIGTERM after ``grace_s``, then SIGKILL. A ``respawn`` process is restarted after it exits, except when
-it exits with status 2 (a usage or configuration error, which a restart would only repeat): then it ends the launch
-like a required process. Exit status: 0 after a signal-triggered shutdown; the status of the process that ended the
-launch (1 if it died by a signal), named again on the launcher's last line; otherwise, once every process has exited
-on its own, 0 if all exited 0, else 1. Children read stdin from /dev/null.
+the launcher). SIGINT/SIGTERM/SIGHUP (the terminal closed) to the launcher, or the exit of an ``on_exit: shutdown``
+process, stops every process: SIGINT, then SIGTERM after ``grace_s``, then SIGKILL. Should the launcher itself die
+(``kill -9``), each process gets SIGTERM from the kernel (``setpriv --pdeathsig``, util-linux) rather than running on
+unsupervised. A ``respawn`` process is restarted after it exits, except when it exits with status 2 (a usage or
+configuration error, which a restart would only repeat): then it ends the launch like a required process. Exit
+status: 0 after a signal-triggered shutdown; the status of the process that ended the launch (1 if it died by a
+signal), named again on the launcher's last line; otherwise, once every process has exited on its own, 0 if all
+exited 0, else 1. Children read stdin from /dev/null.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -67,6 +71,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import yaml
+
+from robot_rl.ros.node_util import STOP_SIGNALS
 
 # `pkg: robot_rl` + `exec:` -> module run with `python -m`. Never imported by the launcher.
 EXECUTABLES: dict[str, dict[str, str]] = {
@@ -386,8 +392,11 @@ def load_launch_file(path: str | os.PathLike[str], arguments: Mapping[str, str] 
                 processes.append(process)
     undeclared = sorted(set(given) - {a.name for a in declared})
     if undeclared:
-        known = ", ".join(a.name for a in declared) or "none"
-        raise LaunchError(f"{path}: unknown launch argument(s) {', '.join(undeclared)} (declared: {known})")
+        names = [a.name for a in declared]
+        close = difflib.get_close_matches(undeclared[0], names, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise LaunchError(f"{path}: unknown launch argument(s) {', '.join(undeclared)}{hint} (declared: "
+                          f"{', '.join(names) or 'none'})")
     labels = [p.name for p in processes]
     duplicates = sorted({label for label in labels if labels.count(label) > 1})
     if duplicates:
@@ -681,6 +690,8 @@ class Launcher:
         self.stderr = stderr or sys.stderr
         self._lock = threading.Lock()
         self._colour = self.stdout.isatty()
+        setpriv = shutil.which("setpriv")  # the kernel signals a child whose launcher died (even by SIGKILL)
+        self._orphan_guard = (setpriv, "--pdeathsig", "TERM", "--") if setpriv else ()
         self._signals: list[int] = []
         self._nodes = [
             _Running(spec, _COLOURS[i % len(_COLOURS)]) for i, spec in enumerate(description.processes)
@@ -709,9 +720,14 @@ class Launcher:
     def _start(self, node: _Running) -> None:
         spec = node.spec
         env = {**self.base_env, **spec.env}
+        executable = shutil.which(spec.argv[0], path=env.get("PATH", os.defpath))
+        if executable is None:  # found here, not by the orphan guard's exec after the start
+            raise LaunchError(f"cannot start {spec.name} ({shlex.join(spec.argv)}): {spec.argv[0]} is not found "
+                              "or not executable")
         try:
             process = subprocess.Popen(
-                spec.argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                [*self._orphan_guard, executable, *spec.argv[1:]], env=env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True,  # own process group: a terminal Ctrl-C reaches only the launcher
             )
         except OSError as exc:
@@ -758,7 +774,7 @@ class Launcher:
         if threading.current_thread() is not threading.main_thread():
             return {}
         previous = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             previous[sig] = signal.signal(sig, self._handle_signal)
         return previous
 

@@ -21,6 +21,10 @@ The node does one learner step (``utd`` gradient steps) per received transition,
 (``final_eval_episodes``) and exits 0. An episode whose actor went silent (killed, or no step for
 ``abandon_after_s``) is closed as truncated and trained on (robot_rl.learner_server). Status:
 ``<run_dir>/learner_status.json`` (every second), with ``startup``: the wall-clock time each start-up stage ended.
+
+A start-up that fails on what it was given (a parameter, the demo dataset, a corrupt checkpoint or transition log) is
+one error line and exit status 2, which a restart would only repeat: the launcher does not respawn it then. SIGINT /
+SIGTERM before the agent is built ends the node at once (there is nothing to checkpoint yet).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ NODE_NAME = "learner"
 STATUS_FILE = "learner_status.json"
 CONFIG_FILE = "config.json"
 JAX_CACHE_DIR = "jax_cache"
+BUILDER_THREAD = "learner-build"
 VIDEO_FILE = "eval.mp4"
 # Settings that shape the observation spec and the task: a run folder cannot be resumed with others.
 RUN_SETTINGS = ("task", "obs_mode", "image_size")
@@ -76,10 +81,12 @@ def _train_config(settings):
                                   seed=int(settings["seed"]))
     sac = dataclasses.replace(base.sac, critic_ensemble_size=int(settings["critics"]))
     demo_path = str(settings["demo_path"])
+    final_eval = int(settings["final_eval_episodes"])
     return TrainConfig(
         task=str(settings["task"]), obs_mode=str(settings["obs_mode"]), image_size=int(settings["image_size"]),
         demos=int(settings["demos"]), demo_path=Path(demo_path) if demo_path else None,
         steps=max(int(settings["steps"]), 1), weights_every=int(settings["weights_every"]),
+        checkpoint_every=int(settings["checkpoint_every"]), final_eval_episodes=final_eval if final_eval else None,
         seed=int(settings["seed"]), learner=learner, sac=sac)
 
 
@@ -137,7 +144,10 @@ class LearnerNode:
                                     updates_per_transition=float(self.settings["updates_per_transition"]),
                                     weights_every=int(self.settings["weights_every"]), budget=self.budget,
                                     abandon_after_s=float(self.settings["abandon_after_s"]))
-        self._log.info(self.server.open())
+        try:
+            self._log.info(self.server.open())
+        except (ValueError, OSError) as error:  # a corrupt checkpoint state or transition log entry
+            raise NodeStartupError(f"cannot resume run_dir {self.run_dir}: {error}") from None
         self._weights_pub = node.create_publisher(UInt8MultiArray, qos.LEARNER_WEIGHTS,
                                                   qos.topic_qos(qos.LEARNER_WEIGHTS))
         # Acks are volatile: those sent before an actor's subscription matched are lost, so a new match (an actor, or
@@ -163,7 +173,7 @@ class LearnerNode:
         self.exit_status = 0
         self._built = None
         self._build_error: BaseException | None = None
-        self._builder = threading.Thread(target=self._build_learner, name="learner-build", daemon=True)
+        self._builder = threading.Thread(target=self._build_learner, name=BUILDER_THREAD, daemon=True)
         self._builder.start()
         self._log.info(f"learner listening: run_dir={self.run_dir} task={self.settings['task']} "
                        f"obs_mode={self.settings['obs_mode']} budget={self.budget or 'none'} transitions "
@@ -198,9 +208,9 @@ class LearnerNode:
             learner = Learner(spec, action_dim, cfg.sac, cfg.learner)
             self._mark("learner")
             resuming = self.server.checkpoint_state is not None
-            if not resuming and not (self.run_dir / CONFIG_FILE).exists():
-                (self.run_dir / CONFIG_FILE).write_text(json.dumps(config_to_json(cfg), indent=2))
             message = self.server.load_learner(learner, None if resuming else record_demos(cfg, self.run_dir))
+            if not resuming:  # the settings this run starts with, once its demos are in (a failed start leaves none)
+                (self.run_dir / CONFIG_FILE).write_text(json.dumps(config_to_json(cfg), indent=2))
             self._mark("restore")
             compile_learner_step(learner)
             self._mark("compile")
@@ -228,24 +238,39 @@ class LearnerNode:
 
     def _attach(self) -> None:
         """The builder is done: stage the logged transitions, broadcast weights, start training (node loop)."""
+        from robot_rl.train import UpdateRate
+
         self._builder.join()
+        learner, message = self._built or (None, "")
+        if self._build_error is None:
+            self._log.info(message)
+            try:
+                self._log.info(self.server.attach(learner))
+            except (ValueError, OSError) as error:  # the transition log changed under us
+                self._build_error = error
         if self._build_error is not None:
-            error = self._build_error
-            status = error.status if isinstance(error, NodeStartupError) else 1
-            self._log.error(f"learner start-up failed: {type(error).__name__}: {error}")
-            self.exit_status, self.done = status, True
+            self._start_up_failed(self._build_error)
             return
-        learner, message = self._built
-        self._log.info(message)
-        self._log.info(self.server.attach(learner))
         self._log_rejections()
         self._mark("replay")
         self._next_checkpoint = self.server.received + self.checkpoint_every
-        self._metrics_mark = (self.server.episodes, learner.updates, time.monotonic())
+        self._metrics_episodes = self.server.episodes
+        self._update_rate = UpdateRate(learner.updates, time.monotonic())
         self.publish_weights()
         stages = ", ".join(f"{k} {v - _started_at:.2f}s" for k, v in self.startup.items() if k != "pid")
         self._log.info(f"learner ready: utd={self.cfg.learner.utd} critics={self.cfg.sac.critic_ensemble_size} "
                        f"(start-up: {stages})")
+
+    def _start_up_failed(self, error: BaseException) -> None:
+        """Log the reason in one line and end the node: status 2 for what it was given, else 1."""
+        from robot_rl.data.episodes import DatasetError
+
+        if isinstance(error, NodeStartupError):
+            status = error.status
+        else:  # parameters, files and data: a restart would repeat it
+            status = 2 if isinstance(error, (ValueError, OSError, DatasetError)) else 1
+        self._log.error(f"learner start-up failed: {type(error).__name__}: {error}")
+        self.exit_status, self.done = status, True
 
     # ----- callbacks ---------------------------------------------------------------------------------------------
     def _on_transitions(self, msg) -> None:
@@ -320,14 +345,13 @@ class LearnerNode:
 
     def _record_metrics(self) -> None:
         """A training-metrics row for the report once per inserted episode, as the in-process loop keeps them."""
-        server, now = self.server, time.monotonic()
-        if server.episodes == self._metrics_mark[0] or not self._last_info:
+        server = self.server
+        if server.episodes == self._metrics_episodes or not self._last_info:
             return
-        episodes, updates, clock = self._metrics_mark
-        rate = (server.learner.updates - updates) / max(now - clock, 1e-9)
+        rate = self._update_rate.read(server.learner.updates, time.monotonic())
         server.metrics.append({"env_step": server.received, "updates": server.learner.updates, "updates_per_s": rate,
                                **self._last_info})
-        self._metrics_mark = (server.episodes, server.learner.updates, now)
+        self._metrics_episodes = server.episodes
 
     def write_report(self, evals=(), video: Path | None = None, status: str | None = None) -> Path:
         """report.md, learning_curve.png and training_curves.png, as `robot-rl train` writes them."""
@@ -344,6 +368,7 @@ class LearnerNode:
     def checkpoint(self) -> None:
         start = time.perf_counter()
         self.server.checkpoint()
+        self._update_rate.exclude(time.perf_counter() - start)  # the learner's speed, not the checkpoint's
         self._next_checkpoint = self.server.received + self.checkpoint_every
         self._log.info(f"checkpoint at {self.server.received} transitions, {self.server.learner.updates} updates "
                        f"({time.perf_counter() - start:.2f}s)")
@@ -381,18 +406,17 @@ class LearnerNode:
         return self.done
 
     def stop(self, executor, signal_number: int | None) -> None:
-        if not self.server.attached:
+        if not self.server.attached:  # main() does not wait for the builder
             if not self.done:
                 self._log.info(f"stopping (signal {signal_number}) before the learner was ready: nothing to "
                                "checkpoint (the transition log holds every acknowledged transition)")
-            self._builder.join(timeout=30.0)  # a JAX compile cannot be interrupted; let it end before exiting
             return
         if not self.done:
             self._log.info(f"stopping (signal {signal_number}): checkpointing")
             self.checkpoint()
             report = self.write_report(status=f"Stopped by signal {signal_number} after {self.server.received} "
-                                              "transitions; start the learner again with the same run_dir to resume.")
-            self._log.info(f"report so far: {report}")
+                                              "transitions; launch it again with the same run_dir to resume.")
+            self._log.info(f"report so far: {report}; launch again with run_dir {self.run_dir} to resume")
             return
         deadline = time.monotonic() + 1.0  # let the last weights and acks go out
         while time.monotonic() < deadline:
@@ -409,7 +433,14 @@ def main(argv: list[str] | None = None) -> int:
     """Run the learner node until SIGINT / SIGTERM or the end of its budget; returns the exit status."""
     from robot_rl.ros.node_util import run_node
 
-    return run_node(LearnerNode, list(sys.argv if argv is None else argv), NODE_NAME)
+    status = run_node(LearnerNode, list(sys.argv if argv is None else argv), NODE_NAME)
+    if any(thread.name == BUILDER_THREAD and thread.is_alive() for thread in threading.enumerate()):
+        # Stopped while the agent was being built: a JAX compile cannot be interrupted, and an interpreter exit with a
+        # thread inside XLA aborts the process. Nothing is lost by not waiting (the transition log has it all).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    return status
 
 if __name__ == "__main__":
     sys.exit(main())

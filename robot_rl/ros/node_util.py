@@ -4,8 +4,8 @@
   subscriptions with the relative form so ``--ros-args -r __ns:=/robot1`` namespaces every stream of a node.
 - :func:`clock_seconds`: a node clock's "now" as float seconds (what robot_rl.ros.convert stamps take).
 - :func:`run_node`: the main loop every node module uses: environment bootstrap, rclpy without its own signal
-  handlers, SIGINT / SIGTERM set a :class:`StopFlag`, the node object is spun until then (or until it is finished),
-  stopped, destroyed, and rclpy shut down.
+  handlers, SIGINT / SIGTERM / SIGHUP (the terminal of a node started by hand closed) set a :class:`StopFlag`, the
+  node object is spun until then (or until it is finished), stopped, destroyed, and rclpy shut down.
 - :func:`declare_parameters`: a node's parameter table (each node module's ``PARAMETERS``) declared at once; a
   parameter the node does not know, or a value of the wrong type, is a :class:`NodeStartupError` (exit status 2).
 """
@@ -46,9 +46,10 @@ class StopFlag:
         return self._event.is_set()
 
 
-def install_stop_signals(
-    flag: StopFlag, signals: Iterable[int] = (signal.SIGINT, signal.SIGTERM)
-) -> Callable[[], None]:
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def install_stop_signals(flag: StopFlag, signals: Iterable[int] = STOP_SIGNALS) -> Callable[[], None]:
     """Make each of `signals` set `flag`; return a function that restores the previous handlers (main thread only)."""
     previous = {}
     for number in signals:
