@@ -635,7 +635,7 @@ def bench_latency(children: Children, files: WeightFiles, args, obs_mode: str, b
     weights = files.path(obs_mode)
     actor = children.start(f"actor_{obs_mode}", [
         sys.executable, "-m", "robot_rl.ros.actor_node", "--ros-args",
-        "-p", f"obs_mode:={obs_mode}", "-p", "mode:=lockstep", "-p", "reset_service:=''",
+        "-p", f"obs_mode:={obs_mode}", "-p", "mode:=lockstep", "-p", "reset_service:=none",
         "-p", f"weights_path:={weights}", "-p", "stream_transitions:=false", "-p", "max_episode_steps:=1000000",
         "-p", "actor_id:=bench"], domain)
     robot = children.role(f"robot_{obs_mode}", "robot", domain, "--obs-mode", obs_mode, "--weights", str(weights),

@@ -2,8 +2,14 @@
 
 Run::
 
-    python -m robot_rl.drivers.teleop_node --device keyboard|gamepad|spacemouse [--path /dev/input/js0] \
+    python -m robot_rl.drivers.teleop_node --device auto|keyboard|gamepad|spacemouse [--path /dev/input/js0] \
         [--ros-args -r __ns:=/robot1 -p rate_hz:=50.0]
+
+``--device auto`` takes the first device found of a SpaceMouse, a gamepad and the keyboard (only when stdin is a
+terminal). With none, the node does not fail: it logs one line saying what it looked for and where episode keys come
+from meanwhile (a keyboard teleop node in its own terminal, or std_msgs/String on ``teleop/episode``), publishes
+engaged=false and looks again every :data:`AUTO_SEARCH_S` seconds, so a device plugged in later is picked up. A device
+that stops answering is given up the same way (control goes back to the policy) instead of ending the node.
 
 Every name is relative, so a namespace remap moves the whole node. Topics (names and QoS from robot_rl.ros.qos):
 
@@ -19,8 +25,9 @@ teleop/episode  std_msgs/String               "success" | "failure" | "reset" wh
 Parameters (:data:`PARAMETERS`, read at start-up): ``rate_hz`` (device poll and publish rate), ``max_linear_speed``
 [m/s], ``max_angular_speed`` [rad/s], ``deadzone`` (analog axes), ``key_hold_s`` (keyboard).
 
-Exit status: 0 after SIGINT / SIGTERM / SIGHUP (its terminal closed) or the keyboard's quit key; 2 when the device
-is missing (one log line says what was looked for and how to fix it); 1 when an open device stops answering. On every
+Exit status: 0 after SIGINT / SIGTERM / SIGHUP (its terminal closed) or the keyboard's quit key; 2 when the named
+device is missing (one log line says what was looked for and how to fix it); 1 when an open device named with
+``--device`` stops answering. On every
 exit the node first publishes engaged=false, so the policy gets control back.
 """
 
@@ -40,6 +47,14 @@ BASE_FRAME = "base"
 EXIT_OK = 0
 EXIT_DEVICE_LOST = 1
 EXIT_NO_DEVICE = 2
+AUTO = "auto"
+AUTO_ORDER = ("spacemouse", "gamepad", "keyboard")
+"""Devices ``--device auto`` tries, in this order."""
+AUTO_SEARCH_S = 2.0
+"""Seconds between looks for a device while ``--device auto`` has none."""
+NO_DEVICE_HINT = ("episode keys meanwhile: run `python -m robot_rl.drivers.teleop_node --device keyboard` in a "
+                  "terminal (same ROS_DOMAIN_ID and namespace), or publish std_msgs/String success | failure | reset "
+                  "on teleop/episode")
 
 
 _DEFAULTS = TeleopConfig()
@@ -73,11 +88,22 @@ class TeleopNode:
         self._log = node.get_logger()
         self.exit_status: int | None = None
         """Set when the node wants to stop by itself (quit key, lost device)."""
-        try:
-            self.device = open_device(device_name, self.config, path=path)
-        except DeviceNotFound:
-            node.destroy_node()
-            raise  # the caller logs it and exits with EXIT_NO_DEVICE
+        self.auto = device_name == AUTO
+        self.device = None
+        self._next_search = 0.0
+        if self.auto:
+            try:
+                self.device = find_device(self.config)
+            except DeviceNotFound as error:
+                self._log.warning(f"{error}; running without a teleop device (the policy acts alone) and looking "
+                                  f"again every {AUTO_SEARCH_S:g} s; {NO_DEVICE_HINT}")
+                self._next_search = time.monotonic() + AUTO_SEARCH_S
+        else:
+            try:
+                self.device = open_device(device_name, self.config, path=path)
+            except DeviceNotFound:
+                node.destroy_node()
+                raise  # the caller logs it and exits with EXIT_NO_DEVICE
 
         self._twist_pub = topic_publisher(node, TwistStamped, qos.TELEOP_TWIST)
         self._gripper_pub = topic_publisher(node, Float64, qos.TELEOP_GRIPPER)
@@ -86,15 +112,37 @@ class TeleopNode:
         self.engaged = False
         self._engaged_pub.publish(Bool(data=False))
         node.create_timer(1.0 / self.config.rate_hz, self._on_timer)
-        self._log.info(f"teleop node up: device={device_name} ({getattr(self.device, 'path', 'stdin')}) "
-                       f"rate={self.config.rate_hz:g} Hz namespace={node.get_namespace()}")
+        self._log.info(f"teleop node up: device={self._describe_device()} rate={self.config.rate_hz:g} Hz "
+                       f"namespace={node.get_namespace()}")
+
+    def _describe_device(self) -> str:
+        if self.device is None:
+            return "none yet (auto)"
+        return f"{self.device.name} ({getattr(self.device, 'path', 'stdin')})"
 
     def _on_timer(self) -> None:
         if self.exit_status is not None:
             return
+        now = time.monotonic()
+        if self.device is None:
+            if now >= self._next_search:
+                self._next_search = now + AUTO_SEARCH_S
+                try:
+                    self.device = find_device(self.config)
+                except DeviceNotFound:
+                    return
+                self._log.info(f"teleop device found: {self._describe_device()}")
+            return
         try:
-            command = self.device.poll(time.monotonic())
+            command = self.device.poll(now)
         except TeleopDeviceError as error:
+            if self.auto:
+                self._log.error(f"teleop device lost: {error}; handing control back to the policy and looking for a "
+                                f"device again every {AUTO_SEARCH_S:g} s")
+                self.disengage()
+                self._close_device()
+                self._next_search = now + AUTO_SEARCH_S
+                return
             self._log.error(f"teleop device lost: {error}; handing control back to the policy and stopping")
             self.exit_status = EXIT_DEVICE_LOST
             self.disengage()
@@ -138,12 +186,27 @@ class TeleopNode:
         self._engaged_pub.publish(self._Bool(data=False))
         self._engaged_pub.wait_for_all_acked(Duration(seconds=timeout_s))
 
+    def _close_device(self) -> None:
+        device, self.device = self.device, None
+        if device is not None:
+            device.close()
+
     def destroy(self) -> None:
         try:
-            if self.device is not None:
-                self.device.close()
+            self._close_device()
         finally:
             self.node.destroy_node()
+
+
+def find_device(config: TeleopConfig):
+    """The first teleop device of AUTO_ORDER that can be opened; DeviceNotFound names what was looked for."""
+    reasons = []
+    for name in AUTO_ORDER:
+        try:
+            return open_device(name, config)
+        except DeviceNotFound as error:
+            reasons.append(f"{name}: {str(error).split(';')[0]}")
+    raise DeviceNotFound(f"no teleop device found ({'; '.join(reasons)})")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -151,7 +214,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m robot_rl.drivers.teleop_node",
         description="A human teleop device as ROS 2 teleop topics (twist, gripper, engaged, episode keys). "
                     "ROS arguments go after --ros-args (e.g. -r __ns:=/robot1 -p rate_hz:=50.0).")
-    parser.add_argument("--device", required=True, choices=DEVICES)
+    parser.add_argument("--device", required=True, choices=(AUTO, *DEVICES),
+                        help="auto: the first device found (SpaceMouse, gamepad, keyboard on a terminal), or none "
+                             "until one is plugged in")
     parser.add_argument("--path", default=None, help="device file (/dev/input/jsN, /dev/hidrawN); default: search")
     parser.add_argument("--node-name", default=NODE_NAME)
     return parser
@@ -162,7 +227,10 @@ def main(argv: list[str] | None = None) -> int:
     from robot_rl.ros.node_util import NodeStartupError, parse_node_arguments, run_node
 
     argv = list(sys.argv if argv is None else argv)
-    args = parse_node_arguments(_parser(), argv)
+    parser = _parser()
+    args = parse_node_arguments(parser, argv)
+    if args.device == AUTO and args.path is not None:
+        parser.error("--path needs a named --device (gamepad or spacemouse), not auto")
 
     def build() -> TeleopNode:
         try:

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 
 import tyro
 
+from robot_rl.reward_classifier import RewardClassifierConfig
 from robot_rl.train import EVAL_SEED_OFFSET, TrainConfig
 
 ObsMode = Literal["state", "pixels", "state+pixels"]
@@ -26,7 +27,7 @@ class Record:
     out: Path
     """Dataset directory (created, or appended to if it exists)."""
     task: str = "PickCube-v0"
-    """Task name, e.g. PickCube-v0 or PegInsert-v0 (with --source ros: its limits and episode length)."""
+    """Task name, e.g. PickCube-v0 or PegInsert-v0 (with --source ros: a sim task's episode length applies)."""
     source: Literal["sim", "ros"] = "sim"
     """`sim`: run the scripted expert in-process. `ros`: join a running ROS 2 graph (robot drivers or the sim node,
     and a teleop node) and record what the human does; ends after --episodes or on Ctrl-C."""
@@ -34,6 +35,8 @@ class Record:
     """With --source ros: the robot's namespace, e.g. /robot1."""
     mode: Literal["realtime", "lockstep"] = "realtime"
     """With --source ros: realtime (a robot, or the sim node in real time) or lockstep (the sim node in lock-step)."""
+    robot: str = "sim_panda"
+    """With --source ros: robot file (robots/x.yaml) or a shipped robot's name: topics, QoS, limits, commands."""
     policy: Literal["scripted"] = "scripted"
     """Who acts with --source sim: `scripted` is the privileged scripted expert."""
     episodes: int = 10
@@ -179,6 +182,65 @@ class Launch:
     """Print the resolved command lines, one per process, and exit."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Doctor:
+    """Check the running robot drivers against a robot file: every camera, arm and gripper stream (seen, type,
+    encoding and size, rate, stamp delay, QoS match), the TCP pose against the workspace, the gripper reading, the
+    command topics' subscribers and the reset service. Exit 1 with the first thing to fix when a check fails."""
+
+    robot: Annotated[tyro.conf.Positional[str], tyro.conf.arg(metavar="ROBOT")]
+    """Robot file (robots/x.yaml) or the name of a shipped one (sim_panda)."""
+    duration: float = 3.0
+    """Seconds to listen to the streams."""
+    wait: float = 0.0
+    """First wait up to this many seconds for every stream, command subscriber and the reset service to appear
+    (drivers still starting)."""
+    json: bool = False
+    """Print one JSON object instead of the table."""
+    namespace: str = "/"
+    """The robot's namespace: relative topic names of the robot file resolve in it."""
+    domain_id: int | None = None
+    """ROS_DOMAIN_ID to join (None: $ROS_DOMAIN_ID, else 0)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainReward:
+    """Train a success classifier (the reward on a real robot) on camera frames of recorded datasets: the last
+    frames of successful episodes and human-labelled frames are success, failed episodes and earlier frames are
+    not. Writes the model, config.json and metrics.json (held-out precision / recall / F1) to --out."""
+
+    dataset: Annotated[tuple[Path, ...], tyro.conf.UseAppendAction]
+    """Dataset directory; repeat --dataset for several."""
+    out: Path
+    """Folder to write the classifier to (created; it must not exist or be empty)."""
+    config: Annotated[RewardClassifierConfig, tyro.conf.arg(name="")] = RewardClassifierConfig()
+
+
+@dataclasses.dataclass(frozen=True)
+class Label:
+    """Label frames of a dataset success or failure for `train-reward` (stored in the dataset's frame_labels.json):
+    in an OpenCV window (keys: s success, f failure, c clear, n next, b back, [ ] episode, q quit), or without one
+    with --episode N --frames A:B and --success / --failure / --clear, or with --import labels.json."""
+
+    path: tyro.conf.Positional[Path]
+    """Dataset directory."""
+    episode: int | None = None
+    """Episode of --frames (negative counts from the end); in the window, the episode shown first."""
+    frames: str | None = None
+    """Frames of --episode, in slice syntax: 40:50 is frames 40..49, -3: the last three; an episode of T steps has
+    T + 1 frames, the last one its final observation."""
+    success: bool = False
+    """Label the --frames success."""
+    failure: bool = False
+    """Label the --frames failure."""
+    clear: bool = False
+    """Remove the labels of the --frames."""
+    import_: Annotated[Path | None, tyro.conf.arg(name="import")] = None
+    """JSON list of {"episode": 3, "frames": "40:50", "label": "success" | "failure" | "none"} entries to apply."""
+    cameras: tuple[str, ...] = ()
+    """Cameras shown in the window (none given: every stored camera)."""
+
+
 Command = (
     Annotated[Train, tyro.conf.subcommand("train")]
     | Annotated[Eval, tyro.conf.subcommand("eval")]
@@ -188,6 +250,9 @@ Command = (
     | Annotated[Export, tyro.conf.subcommand("export")]
     | Annotated[Import, tyro.conf.subcommand("import")]
     | Annotated[Launch, tyro.conf.subcommand("launch")]
+    | Annotated[Doctor, tyro.conf.subcommand("doctor")]
+    | Annotated[TrainReward, tyro.conf.subcommand("train-reward")]
+    | Annotated[Label, tyro.conf.subcommand("label")]
 )
 
 
@@ -199,6 +264,7 @@ def run_record_ros(cfg: Record) -> None:
     status = actor_main([
         "robot-rl record", "--ros-args", "-r", f"__ns:={cfg.namespace}", "-r", "__node:=recorder",
         "-p", f"task:={cfg.task}", "-p", f"obs_mode:={obs_mode}", "-p", f"mode:={cfg.mode}", "-p", "policy:=none",
+        "-p", f"robot:={cfg.robot}", "-p", f"image_size:={cfg.image_size}",
         "-p", "stream_transitions:=false", "-p", f"record_path:={cfg.out}", "-p", f"episodes:={cfg.episodes}"])
     if status:
         raise SystemExit(status)
@@ -366,6 +432,14 @@ def run_import(cfg: Import) -> None:
     print(f"imported {count} episodes from {cfg.path} into {cfg.out}")
 
 
+def run_doctor(cfg: Doctor) -> None:
+    from robot_rl.ros.doctor import run_doctor as doctor
+
+    status = doctor(cfg.robot, cfg.duration, cfg.json, cfg.namespace, cfg.domain_id, cfg.wait)  # bad input: ValueError
+    if status:
+        raise SystemExit(status)
+
+
 def run_launch(cfg: Launch) -> None:
     from robot_rl.ros.launch import LaunchError, launch
 
@@ -376,6 +450,58 @@ def run_launch(cfg: Launch) -> None:
         raise SystemExit(2) from None
     if status:
         raise SystemExit(status)
+
+
+def run_train_reward(cfg: TrainReward) -> None:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from robot_rl.reward_classifier import check_output_folder, save_atomically, summary_line, train_reward_classifier
+
+    check_output_folder(cfg.out)
+    console = Console(stderr=True)
+    with Progress(TextColumn("[bold]training reward classifier"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TextColumn("{task.fields[loss]}"), console=console, transient=True,
+                  disable=not console.is_terminal) as progress:
+        bar = progress.add_task("train", total=cfg.config.steps, loss="")
+        classifier, metrics = train_reward_classifier(
+            cfg.dataset, cfg.config,
+            on_progress=lambda step, loss: progress.update(bar, completed=step, loss=f"loss {loss:.4f}"))
+    save_atomically(classifier, cfg.out, metrics)
+    print(summary_line(cfg.out, metrics))
+
+
+def run_label(cfg: Label) -> None:
+    from robot_rl.reward_classifier import FrameLabels, label_interactively, parse_frames
+
+    chosen = [name for name in ("success", "failure", "clear") if getattr(cfg, name)]
+    if len(chosen) > 1:
+        raise ValueError(f"give one of --success, --failure, --clear, not {' and '.join('--' + c for c in chosen)}")
+    if cfg.import_ is not None and (cfg.frames is not None or chosen):
+        raise ValueError("--import applies a labels file: give it without --frames / --success / --failure / --clear")
+    if cfg.frames is None and chosen:
+        raise ValueError(f"--{chosen[0]} needs --episode N --frames A:B")
+    if cfg.frames is not None and (cfg.episode is None or not chosen):
+        raise ValueError("--frames needs --episode N and one of --success, --failure, --clear")
+    if cfg.import_ is None and cfg.frames is None:
+        counts = label_interactively(cfg.path, episode=cfg.episode or 0, cameras=cfg.cameras)
+        print(f"{cfg.path}: {counts['success']} success and {counts['failure']} failure frames labelled in "
+              f"{counts['episodes']} episodes")
+        return
+    labels = FrameLabels.load(cfg.path)
+    if cfg.import_ is not None:
+        changed = labels.import_file(cfg.import_)
+        what = f"applied {changed} frame labels from {cfg.import_}"
+    else:
+        episode = labels.episode_index(cfg.episode)
+        frames = parse_frames(cfg.frames, labels.frames(episode))
+        changed = labels.set(episode, frames, {"success": True, "failure": False, "clear": None}[chosen[0]])
+        verb = "cleared" if chosen[0] == "clear" else f"labelled {chosen[0]}:"
+        what = f"{verb} {changed} frames of episode {episode} ({frames.start}..{frames.stop - 1})"
+    path = labels.save()
+    counts = labels.counts()
+    print(f"{what}; {path} now holds {counts['success']} success and {counts['failure']} failure frames in "
+          f"{counts['episodes']} episodes")
 
 
 def run_train(cfg: Train, args: list[str]) -> None:
@@ -522,6 +648,12 @@ def main(argv: list[str] | None = None) -> None:
                     run_import(cfg)
                 case Launch():
                     run_launch(cfg)
+                case Doctor():
+                    run_doctor(cfg)
+                case TrainReward():
+                    run_train_reward(cfg)
+                case Label():
+                    run_label(cfg)
     except TrainingInterrupted as exc:  # checkpointed and reported: one line saying how to resume
         print(exc, file=sys.stderr)
         raise SystemExit(exc.exit_status) from None

@@ -8,16 +8,23 @@ trained in-process runs on the ROS graph and on the robot unchanged):
   velocity [``tcp_twist``], gripper opening width [``gripper``];
 - ``images/<camera>`` (H, W, 3) uint8 [``camera/<camera>``];
 - ``object_state`` [``object_state``]: privileged task state, published by the sim node only.
+
+For drivers that publish differently: :func:`finger_opening` (gripper opening from finger joints of a JointState)
+and :class:`TwistEstimator` (TCP twist from successive poses, for arms with no velocity topic).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from robot_rl.sim.env import NOMINAL_TCP_QUAT, STATE_SIZE
+# The sim env's state layout and quaternion sign convention (robot_rl.sim.env.STATE_SIZE / NOMINAL_TCP_QUAT), kept
+# here so that this module (and the actor node) does not import the simulator.
+STATE_SIZE = 14
+NOMINAL_TCP_QUAT = np.array([0.0, 1.0, 0.0, 0.0])  # wxyz: TCP pointing down
 
 STATE_SENSORS = ("tcp_pose", "tcp_twist", "gripper")
 
@@ -126,3 +133,85 @@ class SensorCache:
                                 np.asarray(angular, dtype=np.float64).reshape(3), [float(width)]])
         assert state.shape == (STATE_SIZE,)
         return state.astype(np.float32)
+
+
+def finger_opening(names: Sequence[str], positions, finger_joints: Sequence[str], opening_per_unit: float) -> float:
+    """Gripper opening [m] = opening_per_unit * sum of the `finger_joints` positions found in a JointState's
+    (`names`, `positions`); ValueError names missing joints or non-finite values."""
+    names = tuple(names)
+    positions = np.asarray(positions, dtype=np.float64).reshape(-1)
+    if positions.shape[0] != len(names):
+        raise ValueError(f"joint state has {positions.shape[0]} positions for {len(names)} names")
+    if not finger_joints:
+        raise ValueError("no finger joints given")
+    index = {name: i for i, name in enumerate(names)}
+    missing = [joint for joint in finger_joints if joint not in index]
+    if missing:
+        raise ValueError(f"finger joints {missing} not in the joint state (it has {list(names)})")
+    values = positions[[index[joint] for joint in finger_joints]]
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"finger joint positions must be finite, got {dict(zip(finger_joints, values.tolist()))}")
+    opening = float(opening_per_unit) * float(values.sum())
+    if not math.isfinite(opening):
+        raise ValueError(f"gripper opening is not finite (opening_per_unit={opening_per_unit!r})")
+    return opening
+
+
+def _rotation_vector(quat: np.ndarray) -> np.ndarray:
+    """Rotation vector (axis * angle, angle in [0, pi]) of a unit quaternion wxyz."""
+    if quat[0] < 0:
+        quat = -quat
+    sin_half = float(np.linalg.norm(quat[1:]))
+    if sin_half < 1e-12:
+        return 2.0 * quat[1:]
+    return quat[1:] * (2.0 * math.atan2(sin_half, quat[0]) / sin_half)
+
+
+def _quat_multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    aw, ax, ay, az = a
+    bw, bx, by, bz = b
+    return np.array([aw * bw - ax * bx - ay * by - az * bz, aw * bx + ax * bw + ay * bz - az * by,
+                     aw * by - ax * bz + ay * bw + az * bx, aw * bz + ax * by - ay * bx + az * bw])
+
+
+class TwistEstimator:
+    """TCP twist from successive poses (for arms that publish no velocity): finite differences of the last two.
+
+    `update` returns the current estimate (linear [m/s], angular [rad/s], a world-frame rotation vector rate), or None
+    while there is none: after the first pose, and after a pose that follows a gap longer than `max_gap_s` (the
+    estimate starts over). A pose whose stamp is not newer than the last one is ignored (the estimate is unchanged).
+    """
+
+    def __init__(self, max_gap_s: float = 1.0):
+        if not (math.isfinite(max_gap_s) and max_gap_s > 0):
+            raise ValueError(f"max_gap_s={max_gap_s!r} must be positive")
+        self.max_gap_s = float(max_gap_s)
+        self._last: tuple[float, np.ndarray, np.ndarray] | None = None
+        self._twist: tuple[np.ndarray, np.ndarray] | None = None
+
+    def reset(self) -> None:
+        """Forget the poses (the next update returns None)."""
+        self._last = self._twist = None
+
+    def update(self, stamp: float, position, quat) -> tuple[np.ndarray, np.ndarray] | None:
+        """Add a pose (position (3,), unit quaternion wxyz (4,)) stamped `stamp` seconds; ValueError if non-finite."""
+        stamp = float(stamp)
+        position = np.asarray(position, dtype=np.float64).reshape(3)
+        quat = np.asarray(quat, dtype=np.float64).reshape(4)
+        norm = float(np.linalg.norm(quat))
+        if not (math.isfinite(stamp) and np.all(np.isfinite(position)) and math.isfinite(norm) and norm > 0):
+            raise ValueError(f"pose must be finite with a non-zero quaternion, got stamp={stamp}, "
+                             f"position={position.tolist()}, quat={quat.tolist()}")
+        quat = quat / norm
+        last = self._last
+        if last is not None and stamp <= last[0]:
+            return self._twist
+        self._last = (stamp, position, quat)
+        if last is None or stamp - last[0] > self.max_gap_s:
+            self._twist = None
+            return None
+        dt = stamp - last[0]
+        last_quat = last[2]
+        relative = _quat_multiply(quat, np.array([last_quat[0], -last_quat[1], -last_quat[2], -last_quat[3]]))
+        self._twist = ((position - last[1]) / dt, _rotation_vector(relative) / dt)
+        return self._twist

@@ -272,6 +272,16 @@ class RobotEnv(gym.Env):
         size = self.render_size if size is None else size
         return {camera: self._render_camera(camera, size) for camera in CAMERA_NAMES}
 
+    def camera_image(self, camera: str, width: int, height: int) -> np.ndarray:
+        """One camera's current RGB uint8 image, (height, width, 3), any aspect ratio (as a real camera driver sends;
+        the vertical field of view is the camera's, the horizontal one follows from the aspect)."""
+        if camera not in self._camera_ids:
+            raise KeyError(f"no camera {camera!r}; cameras: {', '.join(CAMERA_NAMES)}")
+        for name, value in (("width", width), ("height", height)):
+            if not isinstance(value, (int, np.integer)) or not 16 <= value <= 4096:
+                raise ValueError(f"camera {name}={value!r} must be an int in [16, 4096]")
+        return self._render_camera(camera, int(width), int(height))
+
     def __del__(self):
         try:
             self.close()
@@ -366,18 +376,22 @@ class RobotEnv(gym.Env):
         state[13] = self.gripper_width()
         return state
 
-    def _renderer(self, size: int) -> mujoco.Renderer:
-        renderer = self._renderers.get(size)
+    def _renderer(self, width: int, height: int) -> mujoco.Renderer:
+        renderer = self._renderers.get((width, height))
         if renderer is None:
-            renderer = mujoco.Renderer(self.model, height=size, width=size)
+            buffer = self.model.vis.global_
+            # The offscreen buffer (640 x 640 in the scene) is read when a renderer is made: grow it for a larger one.
+            buffer.offwidth, buffer.offheight = max(buffer.offwidth, width), max(buffer.offheight, height)
+            renderer = mujoco.Renderer(self.model, height=height, width=width)
             for flag in (mujoco.mjtRndFlag.mjRND_SHADOW, mujoco.mjtRndFlag.mjRND_REFLECTION,
                          mujoco.mjtRndFlag.mjRND_SKYBOX):
                 renderer.scene.flags[flag] = 0
-            self._renderers[size] = renderer
+            self._renderers[(width, height)] = renderer
         return renderer
 
-    def _render_camera(self, camera: str, size: int) -> np.ndarray:
-        renderer = self._renderer(size)
+    def _render_camera(self, camera: str, size: int, height: int | None = None) -> np.ndarray:
+        """`camera` at `size` x `height` pixels (height default: `size`, square)."""
+        renderer = self._renderer(size, size if height is None else height)
         renderer.update_scene(self.data, camera=self._camera_ids[camera])
         return renderer.render()
 

@@ -14,7 +14,9 @@ Topics (names and QoS from robot_rl.ros.qos; every name relative, so a namespace
 ===================  ===========================  ===  ===============================================================
 name                 type                         dir  use
 ===================  ===========================  ===  ===============================================================
-tcp_pose             geometry_msgs/PoseStamped    in   one message = one control step (stuck detection)
+tcp_pose             geometry_msgs/PoseStamped    in   one message = one control step (stuck detection); with a
+                                                       ``robot`` file whose arm state is joint_states: its JointState,
+                                                       by forward kinematics (and its JointTrajectory commands)
 command/target_pose  geometry_msgs/PoseStamped    in   the actor's absolute target (pushing against the workspace)
 sim/expert_action    std_msgs/Float32MultiArray   in   the expert's action for the current state (the human's hands)
 actor/episode        std_msgs/UInt32              in   a new episode: resets the per-episode evidence and budget
@@ -191,6 +193,7 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
     ("max_translation", ENV_DEFAULT, "[m] per control step at action 1 (0: the task env's)"),
     ("max_rotation", ENV_DEFAULT, "[rad] per control step at action 1 (0: the task env's)"),
     ("control_dt", ENV_DEFAULT, "[s] control period (0: the task env's)"),
+    ("robot", "", "robot file of a driver-like sim (arm state from joint_states, joint commands); '': native topics"),
 )
 """The node's ROS parameters (name, default, description), all read at start-up."""
 
@@ -209,7 +212,7 @@ class ScriptedTeleopNode:
         self._log = node.get_logger()
         try:
             param = declare_parameters(node, PARAMETERS)
-            values = {name: type(default)(param(name)) for name, default, _ in PARAMETERS}
+            values = {name: type(default)(param(name)) for name, default, _ in PARAMETERS if name != "robot"}
             limits = task_limits(values["task"])
             for name in ("max_translation", "max_rotation", "control_dt"):
                 if values[name] == ENV_DEFAULT:
@@ -220,6 +223,8 @@ class ScriptedTeleopNode:
             raise
         self.supervisor = ScriptedSupervisor(self.config, limits["workspace_low"], limits["workspace_high"])
         self._last_tcp_stamp = 0.0
+        self._expert_fresh = False  # an expert action arrived since the last command
+        self._command_due = False  # engaged at a step whose expert action has not arrived yet
 
         self._twist_pub = topic_publisher(node, TwistStamped, qos.TELEOP_TWIST)
         self._gripper_pub = topic_publisher(node, Float64, qos.TELEOP_GRIPPER)
@@ -229,9 +234,15 @@ class ScriptedTeleopNode:
             (Float32MultiArray, qos.SIM_EXPERT_ACTION, self._on_expert_action),
             (PoseStamped, qos.COMMAND_TARGET_POSE, self._on_target_pose),
             (UInt32, qos.ACTOR_EPISODE, self._on_episode),
-            (PoseStamped, qos.TCP_POSE, self._on_tcp_pose),
         ):
             node.create_subscription(msg_type, relative_name(topic), callback, qos.topic_qos(topic))
+        self._kinematics = None
+        robot = str(param("robot"))
+        if robot and self._subscribe_robot(robot):
+            pass
+        else:
+            node.create_subscription(PoseStamped, relative_name(qos.TCP_POSE), self._on_tcp_pose,
+                                     qos.topic_qos(qos.TCP_POSE))
         self._engaged_pub.publish(Bool(data=False))
         c = self.config
         self._log.info(
@@ -239,6 +250,49 @@ class ScriptedTeleopNode:
             f"total_budget={c.total_budget} stuck={c.stuck_window} steps < {c.stuck_distance} m "
             f"workspace={self.supervisor.workspace_low.tolist()}..{self.supervisor.workspace_high.tolist()} "
             f"namespace={node.get_namespace()}")
+
+    def _subscribe_robot(self, name: str) -> bool:
+        """A robot file whose arm state is joint_states (a driver-like sim): the TCP by forward kinematics of the
+        joints, the actor's targets from its joint commands. Returns False where the native topics apply."""
+        from sensor_msgs.msg import JointState
+        from trajectory_msgs.msg import JointTrajectory
+
+        from robot_rl.kinematics import ArmKinematics
+        from robot_rl.robot_config import load_robot_config
+
+        robot = load_robot_config(name)
+        if robot.arm.state != "joint_states" and robot.command.interface != "joint_trajectory":
+            return False
+        self._robot = robot
+        self._kinematics = ArmKinematics.from_file(robot.model_path(), robot.arm.joint_names, robot.tcp_frame)
+        if robot.command.interface == "joint_trajectory":
+            self.node.create_subscription(JointTrajectory, robot.command.joint_trajectory_topic,
+                                          self._on_joint_command, qos.qos_profile(qos.COMMANDS))
+        if robot.arm.state == "joint_states":
+            self.node.create_subscription(JointState, robot.arm.joint_states_topic, self._on_joint_states,
+                                          qos.sensor_qos(robot.arm.qos))
+            return True
+        return False
+
+    def _joint_tcp(self, names, positions) -> np.ndarray | None:
+        joints = self._robot.arm.joint_names
+        if not all(name in names for name in joints):
+            return None
+        q = np.asarray([positions[list(names).index(name)] for name in joints], dtype=np.float64)
+        return self._kinematics.forward(q)[0] if np.isfinite(q).all() else None
+
+    def _on_joint_states(self, msg) -> None:
+        from robot_rl.ros.convert import stamp_to_seconds
+
+        position = self._joint_tcp(msg.name, msg.position)
+        if position is not None:
+            self._tcp_step(position, stamp_to_seconds(msg.header.stamp))
+
+    def _on_joint_command(self, msg) -> None:
+        if msg.points:
+            position = self._joint_tcp(msg.joint_names, msg.points[0].positions)
+            if position is not None:
+                self.supervisor.on_target(position)
 
     # ----- callbacks -------------------------------------------------------------------------------------------
     def _on_tcp_pose(self, msg) -> None:
@@ -249,7 +303,11 @@ class ScriptedTeleopNode:
         except MessageError as error:
             self._log.warning(f"ignored tcp_pose ({error})", throttle_duration_sec=1.0)
             return
-        self._last_tcp_stamp = stamp_to_seconds(msg.header.stamp)
+        self._tcp_step(position, stamp_to_seconds(msg.header.stamp))
+
+    def _tcp_step(self, position, stamp: float) -> None:
+        """One control step at a measured TCP position."""
+        self._last_tcp_stamp = stamp
         rule = self.supervisor.rule
         was_engaged = self.supervisor.engaged
         engaged = self.supervisor.step(position)
@@ -265,7 +323,12 @@ class ScriptedTeleopNode:
             self._log.info(f"handing control back to the policy after {rule.episode_steps} intervention steps "
                            "this episode")
         if engaged:
-            self._publish_command()
+            # The expert action of this step is published before its tcp_pose, but on another topic: answer the
+            # step with it, once it is here (or with the last one, if a whole step passed without one).
+            if self._expert_fresh or self._command_due:
+                self._publish_command()
+            else:
+                self._command_due = True
 
     def _on_target_pose(self, msg) -> None:
         from robot_rl.ros.convert import MessageError, pose_from_msg
@@ -282,6 +345,10 @@ class ScriptedTeleopNode:
             self.supervisor.on_expert_action(np.asarray(msg.data, dtype=np.float64))
         except ValueError as error:
             self._log.warning(f"ignored sim/expert_action ({error})", throttle_duration_sec=1.0)
+            return
+        self._expert_fresh = True
+        if self._command_due and self.supervisor.engaged:
+            self._publish_command()
 
     def _on_episode(self, msg) -> None:
         was_engaged = self.supervisor.engaged
@@ -304,9 +371,10 @@ class ScriptedTeleopNode:
             self._log.warning(f"expert action unusable ({error}); commanding zero velocity",
                               throttle_duration_sec=1.0)
             linear, angular, opening = np.zeros(3), np.zeros(3), None
-        self._twist_pub.publish(twist_to_msg(linear, angular, stamp=self._last_tcp_stamp, frame_id=BASE_FRAME))
-        if opening is not None:
+        self._expert_fresh = self._command_due = False
+        if opening is not None:  # before the twist: an actor that waits for the step's twist has the gripper too
             self._gripper_pub.publish(self._Float64(data=float(opening)))
+        self._twist_pub.publish(twist_to_msg(linear, angular, stamp=self._last_tcp_stamp, frame_id=BASE_FRAME))
 
     def stop(self, executor, signal_number: int | None) -> None:
         self._log.info(f"stopping (signal {signal_number})")

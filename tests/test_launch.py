@@ -5,7 +5,8 @@ The launcher tests use tiny Python scripts written to tmp_path as children (no R
 launcher as `python -m robot_rl.cli launch` in its own subprocess, the others run a `Launcher` in-process. The
 shipped files run as `robot-rl launch` in a private network namespace (only `lo`) with their own ROS_DOMAIN_ID:
 sim_train (tiny budget) -> sim_eval on its policy; teleop_record with the scripted human -> robot_train on those
-demos, with the sim node standing in for the robot's drivers; teleop_record with a missing gamepad. Every `param`
+demos, with the sim node standing in for the robot's drivers (checked by its doctor preflight first); teleop_record
+with a missing gamepad; a teleop node with device auto and no device. Every `param`
 name in the shipped files is checked against the parameters its node declares. Timing figures: bench/launch.py.
 """
 
@@ -529,6 +530,89 @@ def test_required_process_exit_stops_the_others_with_its_status(tmp_path):
     assert out.splitlines()[-1] == "[launch] launch failed: k died by signal SIGKILL (exit status 1)"
 
 
+# A check that prints what it found, and exits with argv[2] once the file in argv[1] exists (the driver is up).
+CHECK = """
+while not Path(sys.argv[1]).exists():
+    time.sleep(0.02)
+print("checked the driver", flush=True)
+if int(sys.argv[2]):
+    print("first thing to fix: the camera", flush=True)
+sys.exit(int(sys.argv[2]))
+"""
+
+
+def _preflight_file(tmp_path: Path, check_status: int, name: str) -> tuple[Path, Path, Path]:
+    polite = _script(tmp_path, "polite.py", POLITE)
+    check = _script(tmp_path, "check.py", CHECK)
+    driver_pid, late_pid = tmp_path / f"{name}_driver.pid", tmp_path / f"{name}_late.pid"
+    path = _write(tmp_path, [
+        {"executable": {"cmd": _cmd(polite, str(driver_pid)), "name": "driver", "on_exit": "shutdown"}},
+        {"executable": {"cmd": _cmd(check, str(driver_pid), str(check_status)), "name": "check", "preflight": True}},
+        {"executable": {"cmd": _cmd(polite, str(late_pid)), "name": "late", "on_exit": "shutdown"}},
+    ], f"{name}.yaml")
+    return path, driver_pid, late_pid
+
+
+def test_a_preflight_process_runs_before_the_entries_after_it(tmp_path):
+    _wheels_or_skip()
+    path, driver_pid, late_pid = _preflight_file(tmp_path, 0, "pass")
+    description = load_launch_file(path)
+    assert [p.preflight for p in description.processes] == [False, True, False]
+    out, err = io.StringIO(), io.StringIO()
+    launcher = Launcher(description, stdout=out, stderr=err, grace_s=5.0)
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(launcher.run()))
+    thread.start()
+    try:
+        _wait_for(late_pid.exists, timeout=30)
+    finally:
+        launcher._handle_signal(signal.SIGINT, None)  # what a Ctrl-C to the launcher does
+        thread.join(timeout=30)
+    assert result == [0], out.getvalue()
+    lines = out.getvalue().splitlines()
+    order = [next(i for i, line in enumerate(lines) if line.startswith(prefix)) for prefix in (
+        "[launch] started driver", "[launch] waiting for check (preflight) before starting the rest",
+        "[check] checked the driver", "[launch] check exited with code 0: preflight passed", "[launch] started late")]
+    assert order == sorted(order), out.getvalue()
+    assert _gone(int(driver_pid.read_text())) and _gone(int(late_pid.read_text()))
+
+
+def test_a_failed_preflight_ends_the_launch_with_its_status(tmp_path):
+    _wheels_or_skip()
+    path, driver_pid, late_pid = _preflight_file(tmp_path, 1, "fail")
+    status, out, _ = _run(load_launch_file(path), grace_s=5.0)
+    assert status == 1, out
+    assert "[check] first thing to fix: the camera" in out  # its output is shown
+    assert "[launch] check exited with code 1: the preflight check failed; shutting down" in out
+    assert "[driver] fail_driver got SIGINT" in out
+    assert out.splitlines()[-1] == "[launch] launch failed: check exited with code 1 (exit status 1)"
+    assert not late_pid.exists() and "started late" not in out  # what comes after a failed check never starts
+    assert _gone(int(driver_pid.read_text()))
+
+
+def test_a_driver_that_dies_during_the_preflight_ends_the_launch(tmp_path):
+    _wheels_or_skip()
+    check = _script(tmp_path, "check.py", CHECK)
+    crash = _script(tmp_path, "crash.py", "time.sleep(0.3)\nsys.exit(4)\n")
+    never = tmp_path / "never"
+    path = _write(tmp_path, [
+        {"executable": {"cmd": _cmd(crash), "name": "driver", "on_exit": "shutdown"}},
+        {"executable": {"cmd": _cmd(check, str(never), "0"), "name": "check", "preflight": True}},
+    ])
+    status, out, _ = _run(load_launch_file(path), grace_s=5.0)
+    assert status == 4, out
+    assert out.splitlines()[-1] == "[launch] launch failed: driver exited with code 4 (exit status 4)", out
+
+
+@pytest.mark.parametrize("other", [{"respawn": True}, {"on_exit": "shutdown"}, {"required": True}])
+def test_a_preflight_process_cannot_respawn_or_be_required(tmp_path, other):
+    path = _write(tmp_path, [{"executable": {"cmd": "check", "name": "check", "preflight": True, **other}}])
+    with pytest.raises(LaunchError, match=r"test\.launch\.yaml:2:\d+: entry 0 \(executable\): key 'preflight': a "
+                                          r"preflight process runs once and must exit 0 before the entries after it "
+                                          rf"start; it cannot also be {next(iter(other))}"):
+        load_launch_file(path)
+
+
 def test_a_process_that_cannot_start_stops_the_others_cleanly(tmp_path):
     """A mistyped driver command: the processes already started get SIGINT (no SIGKILL mid-start-up), then the error."""
     _wheels_or_skip()
@@ -692,13 +776,15 @@ def test_a_real_rclpy_node_reads_the_rendered_names_and_parameters(tmp_path):
 
 # ------------------------------------------------------------------------------------------ the shipped launch files
 
-ROBOT_DRIVERS = {"camera_driver": "cam_driver", "robot_driver": "arm_driver", "demo_path": "demos.zarr"}
+ROBOT_DRIVERS = {"robot": "sim_panda", "camera_driver": "cam_driver", "robot_driver": "arm_driver",
+                 "demo_path": "demos.zarr"}
 # Each shipped file with arguments that, together, start every node it can start.
 SHIPPED_VARIANTS = {
     "sim_train.yaml": [{}, {"human": "false"}],
     "sim_eval.yaml": [{"weights": "runs/x/policy.msgpack"}],
-    "teleop_record.yaml": [{"out": "demos.zarr", "device": device} for device in ("gamepad", "scripted", "none")],
-    "robot_train.yaml": [{**ROBOT_DRIVERS, "device": device} for device in ("spacemouse", "scripted", "none")],
+    "teleop_record.yaml": [{"out": "demos.zarr", "device": device} for device in ("auto", "gamepad", "scripted",
+                                                                                   "none")],
+    "robot_train.yaml": [{**ROBOT_DRIVERS, "device": device} for device in ("auto", "spacemouse", "scripted", "none")],
 }
 VARIANTS = [(name, arguments) for name, variants in SHIPPED_VARIANTS.items() for arguments in variants]
 VARIANT_IDS = [f"{name[:-5]}-{'-'.join(a.get('device', a.get('human', 'default')) for a in [args])}"
@@ -723,6 +809,8 @@ def undeclared_parameters(description: LaunchDescription) -> list[str]:
         module, argv = spec.argv[2], list(spec.argv)
         ros_args = argv[argv.index("--ros-args") + 1:] if "--ros-args" in argv else []
         names = [value.split(":=", 1)[0] for flag, value in zip(ros_args, ros_args[1:]) if flag == "-p"]
+        if not names:
+            continue  # e.g. the doctor, a command-line tool with no ROS parameters
         known = declared_parameters(module)
         problems += [f"{spec.name}: {name!r} is not a parameter of {module} (it declares {', '.join(sorted(known))})"
                      for name in names if name not in known]
@@ -755,9 +843,11 @@ def test_the_parameter_check_finds_a_typo(tmp_path):
 
 @pytest.mark.parametrize("name,arguments", VARIANTS, ids=VARIANT_IDS)
 def test_no_shipped_process_can_leave_the_others_waiting(name, arguments):
-    """Every process either ends the launch when it exits (required) or is restarted (respawn)."""
+    """Every process either ends the launch when it exits (required), is restarted (respawn), or is a preflight check
+    that the launch waits for (its failure ends the launch)."""
     for spec in load_launch_file(LAUNCH_DIR / name, arguments).processes:
-        assert spec.required or spec.respawn, f"{name}: {spec.name} may exit while the others wait for it"
+        assert spec.required or spec.respawn or spec.preflight, \
+            f"{name}: {spec.name} may exit while the others wait for it"
 
 
 @pytest.mark.parametrize("name", ["teleop_record.yaml", "robot_train.yaml"])
@@ -765,7 +855,9 @@ def test_the_teleop_device_picks_the_teleop_node(name):
     from robot_rl.drivers.teleop import DEVICES
 
     base = {"out": "demos.zarr"} if name == "teleop_record.yaml" else ROBOT_DRIVERS
-    for device in DEVICES:
+    default = {p.name: p for p in load_launch_file(LAUNCH_DIR / name, base).processes}
+    assert default["teleop"].argv[3:5] == ("--device", "auto")  # a missing device does not end the launch
+    for device in (*DEVICES, "auto"):
         processes = {p.name: p for p in load_launch_file(LAUNCH_DIR / name, {**base, "device": device}).processes}
         assert "human" not in processes
         assert processes["teleop"].argv[3:5] == ("--device", device)
@@ -773,6 +865,42 @@ def test_the_teleop_device_picks_the_teleop_node(name):
     assert "teleop" not in scripted and scripted["human"].argv[2] == "robot_rl.sim.scripted_teleop"
     none = [p.name for p in load_launch_file(LAUNCH_DIR / name, {**base, "device": "none"}).processes]
     assert "teleop" not in none and "human" not in none
+
+
+@pytest.mark.parametrize("name", ["teleop_record.yaml", "robot_train.yaml"])
+def test_the_robot_file_reaches_the_nodes(name):
+    base = {"out": "demos.zarr"} if name == "teleop_record.yaml" else ROBOT_DRIVERS
+    processes = {p.name: p for p in load_launch_file(LAUNCH_DIR / name, {**base, "robot": "robots/my arm.yaml"})
+                 .processes}
+    takers = ("sim", "actor") if name == "teleop_record.yaml" else ("learner", "actor")
+    for node in takers:
+        assert "robot:='robots/my arm.yaml'" in processes[node].argv, processes[node].argv
+    if name == "teleop_record.yaml":
+        defaults = {p.name: p for p in load_launch_file(LAUNCH_DIR / name, base).processes}
+        assert "robot:=sim_panda" in defaults["actor"].argv and "robot:=sim_panda" in defaults["sim"].argv
+    else:
+        missing = {k: v for k, v in ROBOT_DRIVERS.items() if k != "robot"}
+        with pytest.raises(LaunchError, match="argument 'robot' has no default and was not given: pass robot:=VALUE"):
+            load_launch_file(LAUNCH_DIR / name, missing)
+
+
+def test_robot_train_checks_the_drivers_before_the_nodes_start():
+    processes = load_launch_file(LAUNCH_DIR / "robot_train.yaml", {**ROBOT_DRIVERS, "robot": "robots/my arm.yaml",
+                                                                   "doctor_wait": "5"}).processes
+    assert [p.name for p in processes] == ["cameras", "robot", "doctor", "learner", "actor", "teleop"]
+    doctor = processes[2]
+    assert doctor.preflight and not doctor.required and not doctor.respawn
+    assert doctor.argv[1:] == ("-m", "robot_rl.ros.doctor", "robots/my arm.yaml", "--wait", "5", "--duration", "3")
+    skipped = load_launch_file(LAUNCH_DIR / "robot_train.yaml", {**ROBOT_DRIVERS, "doctor": "false"}).processes
+    assert "doctor" not in [p.name for p in skipped]
+
+
+def test_robot_train_driver_commands_are_split_like_a_shell():
+    processes = {p.name: p for p in load_launch_file(LAUNCH_DIR / "robot_train.yaml", {
+        **ROBOT_DRIVERS, "camera_driver": "cmd --arg x --label 'front cam'",
+        "robot_driver": 'ros2 launch franka_bringup franka.launch.py robot_ip:="172.16.0.2"'}).processes}
+    assert processes["cameras"].argv == ("cmd", "--arg", "x", "--label", "front cam")
+    assert processes["robot"].argv == ("ros2", "launch", "franka_bringup", "franka.launch.py", "robot_ip:=172.16.0.2")
 
 
 def test_sim_train_human_can_be_switched_off():
@@ -933,6 +1061,43 @@ def test_teleop_record_ends_when_the_teleop_device_is_missing(tmp_path):
     assert not (tmp_path / "demos.zarr").exists()
 
 
+def test_without_a_teleop_device_auto_keeps_the_launch_going(tmp_path):
+    """device:=auto (the default) with no device: the teleop node says so once and stays up, so its required
+    on_exit: shutdown does not end the launch; Ctrl-C stops it cleanly."""
+    _wheels_or_skip()
+    from ros_harness import private_network_or_skip
+
+    from robot_rl.drivers.teleop import find_spacemice
+
+    if glob.glob("/dev/input/js*") or find_spacemice():
+        pytest.skip("a teleop device is connected")
+    path = _write(tmp_path, [{"node": {"pkg": "robot_rl", "exec": "teleop_node", "name": "teleop",
+                                       "args": "--device auto", "on_exit": "shutdown"}}])
+    log = tmp_path / "launch.log"
+    argv = [sys.executable, "-m", "robot_rl.cli", "launch", str(path), "--domain-id", "86"]
+    with open(log, "w") as out:
+        process = subprocess.Popen(private_network_or_skip(argv), cwd=REPO, stdin=subprocess.DEVNULL, stdout=out,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_for(lambda: "no teleop device found" in log.read_text(), timeout=60)
+        time.sleep(2.5)  # past one more look for a device
+        assert process.poll() is None, log.read_text()
+        process.send_signal(signal.SIGINT)
+        status = process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    out = log.read_text()
+    assert status == 0, out
+    line = next(line for line in out.splitlines() if "no teleop device found" in line)
+    for fragment in ("gamepad: no gamepad found", "keyboard: keyboard teleop needs an interactive terminal",
+                     "running without a teleop device", "teleop_node --device keyboard", "teleop/episode"):
+        assert fragment in line, line
+    assert out.count("no teleop device found") == 1, out  # said once, not at every look
+    assert "[launch] teleop exited with code 0" in out, out
+
+
 IDLE_DRIVER = """
 import signal, sys
 signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
@@ -945,8 +1110,8 @@ while True:
 
 def test_robot_train_with_stand_in_drivers(recorded_demos, tmp_path):
     """robot_train.yaml with the sim node (real time, cameras) as the camera driver, an idle process as the arm driver
-    (the sim node drives the arm too) and the scripted human: the actor commands the robot, the learner acknowledges
-    its transitions; SIGINT stops everything cleanly."""
+    (the sim node drives the arm too) and the scripted human: the doctor passes the drivers, then the actor commands
+    the robot and the learner acknowledges its transitions; SIGINT stops everything cleanly."""
     demos, status, _ = recorded_demos
     if status != 0:
         pytest.skip("teleop_record failed (see its test)")
@@ -955,6 +1120,7 @@ def test_robot_train_with_stand_in_drivers(recorded_demos, tmp_path):
     idle.write_text(IDLE_DRIVER)
     run_dir = tmp_path / "run"
     run = LaunchRun("robot_train.yaml", {
+        "robot": "sim_panda",
         "camera_driver": f"{python} -m robot_rl.sim.node --task PickCube-v0 --obs-mode pixels --image-size 64 "
                          "--mode realtime --seed 0",
         "robot_driver": f"{python} {shlex.quote(str(idle))}",
@@ -984,3 +1150,7 @@ def test_robot_train_with_stand_in_drivers(recorded_demos, tmp_path):
     assert not any("still running: sending" in line for line in launcher), out[-4000:]
     for name in ("cameras", "robot", "learner", "actor", "human"):
         assert f"[launch] {name} exited with code 0" in launcher, out[-4000:]
+    # The doctor checked the drivers before the learner and the actor started.
+    assert any(line.startswith("[doctor] ") and line.endswith("all checks passed") for line in out.splitlines()), out
+    assert launcher.index("[launch] doctor exited with code 0: preflight passed") < \
+        next(i for i, line in enumerate(launcher) if line.startswith("[launch] started actor")), out[-4000:]

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MAPPED = {"robot_rl.drivers": "drivers", "robot_rl.policies": "policies", "robot_rl.sim": "sim"}
+MAPPED = {"robot_rl.drivers": "drivers", "robot_rl.policies": "policies", "robot_rl.sim": "sim",
+          "robot_rl.robots": "robots"}
 
 
 def test_installed_package_maps_top_level_folders():
@@ -37,7 +38,8 @@ def test_non_editable_install_imports_mapped_packages(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     for module in MAPPED:
         assert f"{module.replace('.', '/')}/__init__.py" in names, names
-    assert not any(name.startswith(("sim/", "drivers/", "policies/", "tests/")) for name in names)
+    assert not any(name.startswith(("sim/", "drivers/", "policies/", "robots/", "tests/")) for name in names)
+    assert {"robot_rl/robots/sim_panda.yaml", "robot_rl/robots/models/sim_panda.xml"} <= set(names), names
     target = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],

@@ -60,7 +60,7 @@ def client(weights: str) -> dict:
              "-p", "episodes:=2", "-p", f"frame_timeout_s:={FRAME_TIMEOUT_S}", "-p", f"stats_path:={work / 'a.json'}"],
             stdout=logs["a"], stderr=subprocess.STDOUT, start_new_session=True),
         "b": subprocess.Popen(
-            [*actor, "-r", "__ns:=/b", "-p", "reset_service:=''", "-p", f"max_weight_lag:={MAX_WEIGHT_LAG}",
+            [*actor, "-r", "__ns:=/b", "-p", "reset_service:=none", "-p", f"max_weight_lag:={MAX_WEIGHT_LAG}",
              "-p", "weight_wait_s:=60.0", "-p", f"stats_path:={work / 'b.json'}"],
             stdout=logs["b"], stderr=subprocess.STDOUT, start_new_session=True),
     }

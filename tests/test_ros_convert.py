@@ -7,16 +7,22 @@ pytest.importorskip("rclpy")
 pytest.importorskip("sensor_msgs.msg")
 from builtin_interfaces.msg import Time  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
+from sensor_msgs.msg import CompressedImage  # noqa: E402
 from std_msgs.msg import UInt8MultiArray  # noqa: E402
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint  # noqa: E402
 
 from robot_rl import codec  # noqa: E402
 from robot_rl.ros.convert import (  # noqa: E402
     MessageError,
     bytes_to_msg,
+    compressed_image_from_msg,
+    compressed_image_to_msg,
     image_from_msg,
     image_to_msg,
     joint_state_from_msg,
     joint_state_to_msg,
+    joint_trajectory_from_msg,
+    joint_trajectory_to_msg,
     joy_from_msg,
     joy_to_msg,
     make_header,
@@ -101,7 +107,7 @@ def _image_msg(height=2, width=3, encoding="rgb8", step=9, data_length=18):
         (_image_msg(data_length=17), "17 bytes, expected height\\*step"),
         (_image_msg(data_length=27), "27 bytes"),
         (_image_msg(step=8, data_length=16), "step 8 is smaller"),
-        (_image_msg(encoding="yuv422"), "unknown image encoding 'yuv422'"),
+        (_image_msg(encoding="bayer_rggb8"), "unknown image encoding 'bayer_rggb8'"),
         (_image_msg(encoding=""), "unknown image encoding ''"),
     ],
 )
@@ -193,3 +199,110 @@ def test_bytes_payload_round_trip_with_a_codec_payload():
     assert msg_to_bytes(bytes_to_msg(memoryview(ints))) == ints.tobytes()
     with pytest.raises(MessageError, match="bytes-like"):
         bytes_to_msg("text")  # type: ignore[arg-type]
+
+
+def test_yuv422_images_are_read_and_converted_by_vision():
+    import cv2
+
+    from robot_rl.vision import to_rgb
+
+    rgb = np.zeros((4, 6, 3), np.uint8)
+    rgb[:] = (40, 160, 220)
+    for encoding, code in (("yuv422", cv2.COLOR_RGB2YUV_UYVY), ("yuv422_yuy2", cv2.COLOR_RGB2YUV_YUY2)):
+        msg = image_to_msg(cv2.cvtColor(rgb, code), encoding)
+        assert msg.step == 12
+        packed = image_from_msg(msg)
+        assert packed.shape == (4, 6, 2)
+        assert np.abs(to_rgb(packed, encoding).astype(int) - rgb).max() <= 3
+
+
+def test_compressed_image_round_trip():
+    image = _random_image((48, 64, 3))
+    msg = compressed_image_to_msg(image, "png", stamp=2.5, frame_id="camera_front")
+    assert isinstance(msg, CompressedImage) and msg.format == "rgb8; png compressed bgr8"
+    assert msg.header.frame_id == "camera_front" and stamp_to_seconds(msg.header.stamp) == 2.5
+    np.testing.assert_array_equal(compressed_image_from_msg(msg), image)
+    y, x = np.mgrid[0:48, 0:64]
+    smooth = np.stack([x * 4, y * 5, 255 - x * 4], -1).astype(np.uint8)
+    jpeg = compressed_image_to_msg(smooth)
+    assert jpeg.format == "rgb8; jpeg compressed bgr8" and bytes(jpeg.data[:2]) == b"\xff\xd8"
+    assert np.abs(compressed_image_from_msg(jpeg).astype(int) - smooth).mean() < 3
+    # A driver's own message (data as a plain bytes sequence, format "jpeg").
+    foreign = CompressedImage(format="jpeg")
+    foreign.data = bytes(jpeg.data)
+    assert compressed_image_from_msg(foreign).shape == (48, 64, 3)
+
+
+def _compressed(data, fmt="jpeg"):
+    msg = CompressedImage(format=fmt)
+    msg.data = data
+    return msg
+
+
+@pytest.mark.parametrize("msg, problem", [
+    (_compressed(b""), "has no data"),
+    (_compressed(b"garbage bytes"), "cannot decode 13 bytes as jpeg"),
+    (_compressed(b"\x89PNG\r\n\x1a\n" + bytes(40), "png"), "cannot decode"),
+    (_compressed(b"\x89PNG", "16UC1; compressedDepth png"), "compressedDepth"),
+])
+def test_malformed_compressed_images_raise_message_error(msg, problem):
+    with pytest.raises(MessageError, match=problem):
+        compressed_image_from_msg(msg)
+
+
+def test_compressed_image_to_msg_rejects_bad_input():
+    with pytest.raises(MessageError, match="unknown compressed format 'bmp'"):
+        compressed_image_to_msg(_random_image((4, 4, 3)), "bmp")
+    with pytest.raises(MessageError, match=r"\(H, W, 3\) uint8"):
+        compressed_image_to_msg(_random_image((4, 4)))
+
+
+def test_joint_trajectory_round_trip():
+    names = [f"joint{i}" for i in range(1, 8)]
+    positions = np.linspace(-1, 1, 7)
+    msg = joint_trajectory_to_msg(names, positions, 0.1, stamp=4.25)
+    assert isinstance(msg, JointTrajectory) and list(msg.joint_names) == names and len(msg.points) == 1
+    assert (msg.points[0].time_from_start.sec, msg.points[0].time_from_start.nanosec) == (0, 100_000_000)
+    assert stamp_to_seconds(msg.header.stamp) == 4.25
+    got_names, got_positions, time_from_start = joint_trajectory_from_msg(msg)
+    assert got_names == tuple(names) and time_from_start == pytest.approx(0.1)
+    np.testing.assert_array_equal(got_positions, positions)
+    assert joint_trajectory_to_msg(["a"], [0.5], 2.75).points[0].time_from_start.sec == 2
+    # Extra points (a driver's longer trajectory) are allowed: the first one is read.
+    msg.points.append(JointTrajectoryPoint(positions=[9.0] * 7))
+    np.testing.assert_array_equal(joint_trajectory_from_msg(msg)[1], positions)
+
+
+@pytest.mark.parametrize("args, problem", [
+    ((["a", "b"], [0.0], 0.1), r"positions must have shape \(2,\)"),
+    ((["a", "b"], [0.0, float("nan")], 0.1), "positions must be finite"),
+    (([], [], 0.1), "non-empty names"),
+    ((["a", "a"], [0.0, 1.0], 0.1), "duplicates"),
+    (("ab", [0.0, 1.0], 0.1), "got the string 'ab'"),
+    ((["a"], [0.0], -0.1), "time_from_start must be finite non-negative"),
+    ((["a"], [0.0], float("inf")), "time_from_start must be finite non-negative"),
+])
+def test_joint_trajectory_to_msg_rejects_bad_input(args, problem):
+    with pytest.raises(MessageError, match=problem):
+        joint_trajectory_to_msg(*args)
+
+
+def _trajectory(names=("a", "b"), points=((0.0, 1.0),), sec=0):
+    msg = JointTrajectory(joint_names=list(names))
+    for positions in points:
+        point = JointTrajectoryPoint(positions=list(positions))
+        point.time_from_start.sec = sec
+        msg.points.append(point)
+    return msg
+
+
+@pytest.mark.parametrize("msg, problem", [
+    (_trajectory(points=()), "has no points"),
+    (_trajectory(points=((0.0,),)), "1 positions for 2 joints"),
+    (_trajectory(points=((0.0, float("inf")),)), "positions must be finite"),
+    (_trajectory(names=()), "non-empty names"),
+    (_trajectory(sec=-1), "time_from_start must be non-negative"),
+])
+def test_malformed_joint_trajectories_raise_message_error(msg, problem):
+    with pytest.raises(MessageError, match=problem):
+        joint_trajectory_from_msg(msg)

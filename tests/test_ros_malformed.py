@@ -43,7 +43,7 @@ def client() -> dict:
     nodes = {
         "actor": subprocess.Popen(
             [python, "-m", "robot_rl.ros.actor_node", "--ros-args", "-p", "obs_mode:=state", "-p", "mode:=lockstep",
-             "-p", "reset_service:=''", "-p", f"weights_path:={weights}", "-p", "stream_transitions:=false"],
+             "-p", "reset_service:=none", "-p", f"weights_path:={weights}", "-p", "stream_transitions:=false"],
             stdout=logs["actor"], stderr=subprocess.STDOUT, start_new_session=True),
         "learner": subprocess.Popen(
             [python, "-m", "robot_rl.ros.learner_node", "--ros-args", "-p", f"run_dir:={run_dir / 'learner'}",

@@ -2,25 +2,41 @@
 
 Run::
 
-    python -m robot_rl.ros.actor_node --ros-args -r __ns:=/robot1 -p actor_id:=robot1 -p mode:=lockstep
+    python -m robot_rl.ros.actor_node --ros-args -r __ns:=/robot1 -p actor_id:=robot1 -p robot:=robots/my_arm.yaml
 
-Topics (relative names resolve in the node's namespace; learner topics are absolute and shared by every actor):
+The robot file (``robot``, robot_rl.robot_config; default ``sim_panda``, the sim node's own topics) names the robot's
+topics, message types and QoS, its rate, limits, episode length, command interface and reset; the node knows no
+robot of its own. Topics (relative names resolve in the node's namespace; learner topics are absolute and shared by
+every actor):
 
 ====================================  ===  =====================================================================
-camera/<name>/image_raw, tcp_pose,    in   sensors, as published by the robot drivers or the sim node; only those
-tcp_twist, gripper/state,                  the observation keys need are subscribed (see robot_rl.sensors)
-sim/object_state
+cameras.<name>.topic                  in   sensor_msgs/Image (any size, rgb8 / bgr8 / rgba8 / bgra8 / mono8 / mono16
+                                           / yuv422) or CompressedImage; cropped / resized to the policy's size
+arm.tcp_pose_topic or                 in   the TCP pose (PoseStamped), or forward kinematics of the arm's model from
+arm.joint_states_topic                     sensor_msgs/JointState; the twist from arm.twist_topic or derived
+gripper.topic or finger joints        in   the gripper opening (its own JointState, or finger joints of joint_states)
+sim/object_state                      in   privileged task state (sim only; observation key object_state)
 task/reward, task/success             in   per-step reward and success (sim task, or a reward classifier)
 teleop/twist, teleop/gripper,         in   the human: while ``engaged`` is true the human's command is executed
 teleop/engaged, teleop/episode             and the transition is flagged; episode keys success / failure / reset
 safety/estop                          in   true latches a hold of every command until false
 /learner/weights, /learner/ack        in   versioned policy weights (transient-local); cumulative acks
-command/gripper, command/target_pose  out  the safe command of each step (gripper first, then the pose)
+gripper.command_topic,                out  the safe command of each step (gripper first, then the arm): a
+command.pose_topic or                      PoseStamped target, or a one-point JointTrajectory by differential IK
+command.joint_trajectory_topic
 actor/episode                         out  index of each episode started
 /actor/transitions                    out  msgpack batches of transitions with actor id + sequence numbers
 ====================================  ===  =====================================================================
 
-Service client ``reset`` (std_srvs/Trigger) starts each episode (empty ``reset_service``: no reset call). A call
+No message can crash the node: each subscription is guarded, and a message that cannot be used is dropped with a
+log line naming the topic and the reason (counted in the status file's ``rejected``). A publisher whose QoS does not
+match the robot file's (a reliable subscription and a best-effort camera driver) is logged with the fix. Every reason
+the node waits (weights, the reset, a lock-step frame, the human's command in lock-step) or holds (stale sensors,
+safety) is logged once it lasts and counted in the status file (``waits_s`` in seconds, ``holds`` by reason).
+
+Resets (the robot file's ``reset``): ``service``: the std_srvs/Trigger client ``reset.service`` starts each episode
+(``reset_service`` overrides it; ``none``: no reset call); ``move_home``: the actor drives the TCP to the home pose
+through the command interface within the safety limits; ``human``: it waits for the human's reset key. A call
 not answered within ``reset_timeout_s`` (a lost response, a sim or driver that died during the reset) is given up
 and made again, with a log line each time, as is a failed one; while no server is up the actor waits for one. A
 sensor frame that does not follow within ``frame_timeout_s`` (after the reset; in lock-step also after each command:
@@ -61,26 +77,27 @@ from robot_rl.ros import qos
 from robot_rl.ros.node_util import NodeStartupError, declare_parameters, relative_name, topic_publisher
 
 NODE_NAME = "actor"
-MODES = ("lockstep", "realtime")
+MODES = ("", "lockstep", "realtime")
 POLICIES = ("learner", "none")
 TELEOP_TIMEOUT_S = 0.5
-OBS_MODE_KEYS = {
-    "state": ("state", "object_state"),
-    "pixels": ("state", "images/front", "images/wrist"),
-    "state+pixels": ("state", "object_state", "images/front", "images/wrist"),
-}
+OBS_MODES = ("state", "pixels", "state+pixels")
+DEFAULT_IMAGE_SIZE = 64  # the record / train default; a policy's own observation spec wins
 RESET_LOG_EVERY_S = 5.0
 RESET_RETRY_AFTER_FAILURE_S = 1.0  # a server that answers "failed" is not asked again at once
 
 PARAMETERS: tuple[tuple[str, object, str], ...] = (
     ("actor_id", "robot0", "this actor's id in transitions (letters, digits, _ . -)"),
-    ("task", "PickCube-v0", "sim task whose limits configure safety and episode length"),
-    ("obs_mode", "", "state | pixels | state+pixels: the observation keys of a sim run's obs mode"),
+    ("robot", "sim_panda", "robot file (path, or a shipped name such as sim_panda): rate, limits, sensors, "
+                           "commands, reset"),
+    ("task", "PickCube-v0", "task name recorded with episodes; a sim task's registered episode length applies"),
+    ("obs_mode", "", "state | pixels | state+pixels: state (+ object_state) and/or every camera of the robot"),
     ("observation_keys", ["state", "images/front", "images/wrist"], "policy observation keys (no obs_mode)"),
-    ("mode", "lockstep", "lockstep | realtime"),
-    ("control_period", 0.1, "seconds between commands in realtime mode"),
-    ("max_sensor_age", 0.2, "a sensor older than this [s] holds the robot"),
-    ("max_episode_steps", 0, "episode time limit in steps (0: the task's)"),
+    ("image_size", 0, "policy image side [px] (0: the policy's own; 64 without a policy)"),
+    ("action_dim", 4, "4: (dx, dy, dz, gripper) | 7: with rotations"),
+    ("mode", "", "lockstep | realtime ('': the robot file's)"),
+    ("control_period", 0.0, "seconds between commands in realtime mode (0: the robot file's rate)"),
+    ("max_sensor_age", 0.0, "a sensor older than this [s] holds the robot (0: the robot file's)"),
+    ("max_episode_steps", 0, "episode time limit in steps (0: the sim task's, else the robot file's)"),
     ("episodes", 0, "stop after this many episodes (0: run until stopped)"),
     ("policy", "learner", "learner: weights from the learner or weights_path | none: hold unless the human acts "
                           "(episodes start once a teleop node is up)"),
@@ -93,13 +110,28 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
     ("resend_after", 2.0, "re-send an unacknowledged transition after this many seconds"),
     ("max_weight_lag", 0, "lockstep: wait for weights that saw all but this many transitions (0: off)"),
     ("weight_wait_s", 5.0, "longest wait per step for such weights"),
-    ("reset_service", "reset", "std_srvs/Trigger service that starts an episode ('' for none)"),
-    ("reset_timeout_s", 10.0, "give up a reset call not answered within this many seconds, and call again"),
+    ("reset_service", "", "std_srvs/Trigger service that starts an episode ('': the robot file's reset; none: "
+                          "no reset, episodes follow each other)"),
+    ("reset_timeout_s", 0.0, "give up a reset not done within this many seconds, and try again (0: the robot "
+                             "file's)"),
     ("frame_timeout_s", 10.0, "no sensor frame this long after a reset (lockstep: after a command): the sim or "
                               "driver is gone; the episode is given up and the reset called again"),
     ("stats_path", "", "write a JSON status file here every second"),
 )
 """The node's ROS parameters (name, default, description)."""
+
+
+def _sim_task_episode_steps(task: str) -> int:
+    """A registered sim task's episode length (its task spec), or 0 for a task that is not a sim task."""
+    import gymnasium as gym
+
+    import robot_rl.sim  # noqa: F401  (registers the sim tasks)
+    from robot_rl.loop import env_id
+
+    try:
+        return int(gym.spec(env_id(task)).max_episode_steps or 0)
+    except gym.error.Error:
+        return 0
 
 
 def _choice(param, name: str, choices: tuple[str, ...]) -> str:
@@ -113,41 +145,74 @@ class ActorNode:
     """rclpy node around an `ActorSession` (see the module doc)."""
 
     def __init__(self, *, node_name: str = NODE_NAME, context=None, cli_args: list[str] | None = None):
+        import dataclasses
+
         import rclpy
         from geometry_msgs.msg import PoseStamped, TwistStamped
-        from rclpy.event_handler import SubscriptionEventCallbacks
-        from sensor_msgs.msg import Image, JointState
+        from sensor_msgs.msg import CompressedImage, Image, JointState
         from std_msgs.msg import Bool, Float32, Float32MultiArray, Float64, String, UInt8MultiArray, UInt32
         from std_srvs.srv import Trigger
+        from trajectory_msgs.msg import JointTrajectory
 
         from robot_rl.actor import ActorSession
-        from robot_rl.loop import make_env
-        from robot_rl.safety import Safety, sim_safety_config
-        from robot_rl.sensors import SensorCache, sensors_for
+        from robot_rl.robot_config import RobotConfigError, load_robot_config
+        from robot_rl.safety import Safety
+        from robot_rl.sensors import SensorCache, TwistEstimator, sensors_for
         from robot_rl.transport import Outbox, make_source
 
         self.node = rclpy.create_node(node_name, context=context, cli_args=cli_args)
         node = self.node
         self._log = node.get_logger()
         param = declare_parameters(node, PARAMETERS)
-        self.mode = _choice(param, "mode", MODES)
+        try:
+            self.robot = load_robot_config(str(param("robot")))
+        except RobotConfigError as error:
+            raise NodeStartupError(f"robot: {error}") from None
+        robot = self.robot
+        self.mode = _choice(param, "mode", MODES) or robot.mode
         self.policy_kind = _choice(param, "policy", POLICIES)
-        obs_mode = _choice(param, "obs_mode", ("", *OBS_MODE_KEYS))
-        self.reset_timeout_s = float(param("reset_timeout_s"))
+        obs_mode = _choice(param, "obs_mode", ("", *OBS_MODES))
+        self.reset_timeout_s = float(param("reset_timeout_s")) or robot.reset.timeout_s
         self.frame_timeout_s = float(param("frame_timeout_s"))
-        for name, value in (("reset_timeout_s", self.reset_timeout_s), ("frame_timeout_s", self.frame_timeout_s)):
+        for name, value in (("reset_timeout_s", self.reset_timeout_s), ("frame_timeout_s", self.frame_timeout_s),
+                            ("control_period", float(param("control_period")) or 1.0),
+                            ("max_sensor_age", float(param("max_sensor_age")) or 1.0)):
             if value <= 0:
                 raise NodeStartupError(f"{name}={value} must be > 0")
-        self.observation_keys = OBS_MODE_KEYS[obs_mode] if obs_mode else tuple(str(k) for k in param("observation_keys"))
-        self.required = sensors_for(self.observation_keys)
-        env = make_env(str(param("task")), obs_mode="state")
-        base = env.unwrapped
-        self.control_dt = float(base.control_dt)
-        self.max_translation, self.max_rotation = float(base.max_translation), float(base.max_rotation)
-        max_steps = int(param("max_episode_steps")) or int(env.spec.max_episode_steps)
-        max_age = float(param("max_sensor_age"))
-        safety = Safety(sim_safety_config(env, required_sensors=self.required, stale_timeout=max_age))
-        env.close()
+        if obs_mode:
+            self.observation_keys = ("state", *(("object_state",) if obs_mode != "pixels" else ()),
+                                     *((f"images/{c}" for c in robot.camera_names) if "pixels" in obs_mode else ()))
+        else:
+            self.observation_keys = tuple(str(k) for k in param("observation_keys"))
+        try:
+            self.required = sensors_for(self.observation_keys)
+        except ValueError as error:
+            raise NodeStartupError(f"observation_keys: {error}") from None
+        for sensor in self.required:
+            if sensor.startswith("camera/") and sensor[len("camera/"):] not in robot.camera_names:
+                raise NodeStartupError(f"observation key images/{sensor[len('camera/'):]}: robot {robot.name} "
+                                       f"({robot.path}) has no such camera (cameras: {list(robot.camera_names)})")
+        self.action_dim = int(param("action_dim"))
+        if self.action_dim not in (4, 7):
+            raise NodeStartupError(f"action_dim={self.action_dim} must be 4 (dx, dy, dz, gripper) or 7 (with rotations)")
+        self.image_size = int(param("image_size"))
+        if self.image_size < 0:
+            raise NodeStartupError(f"image_size={self.image_size} must be >= 0 (0: the policy's own)")
+        self.control_dt = float(param("control_period")) or robot.control_period
+        self.max_translation, self.max_rotation = robot.max_translation, robot.max_rotation
+        self.task = str(param("task"))
+        max_steps = int(param("max_episode_steps")) or _sim_task_episode_steps(self.task) or robot.max_episode_steps
+        max_age = float(param("max_sensor_age")) or robot.sensor_age_limit
+        safety_config = robot.safety_config(action_dim=self.action_dim, required_sensors=self.required)
+        safety = Safety(dataclasses.replace(safety_config, stale_timeout=max_age))
+        self.kinematics = None
+        if robot.arm.state == "joint_states" or robot.command.interface == "joint_trajectory":
+            from robot_rl.kinematics import ArmKinematics, KinematicsError
+
+            try:
+                self.kinematics = ArmKinematics.from_file(robot.model_path(), robot.arm.joint_names, robot.tcp_frame)
+            except (KinematicsError, OSError, ValueError) as error:
+                raise NodeStartupError(f"robot {robot.path}: arm.model: {error}") from None
         try:
             self.source = make_source(str(param("actor_id")))
         except ValueError as error:
@@ -155,6 +220,11 @@ class ActorNode:
         self.outbox = Outbox(int(param("outbox_capacity")), float(param("resend_after")))
         self.session = ActorSession(safety, self.source, self.outbox, max_episode_steps=max_steps)
         self.sensors = SensorCache(self.observation_keys, max_age_s=max_age)
+        self._twist_estimator = TwistEstimator() if robot.arm.twist == "derived" else None
+        self._image_transforms: dict[tuple[str, int], object] = {}
+        self._policy_image_sizes: dict[str, int] = {}
+        self._joint_positions: np.ndarray | None = None  # measured arm joints, robot.arm.joint_names order
+        self._ik_seed: np.ndarray | None = None  # the last commanded joints (joint_trajectory commands)
         self.episodes_wanted = int(param("episodes"))
         self.deterministic = bool(param("deterministic"))
         self.seed = int(param("seed"))
@@ -171,46 +241,64 @@ class ActorNode:
         self.results: list[dict] = []
         self.rejected: collections.Counter[str] = collections.Counter()
         self._rejected_logged: dict[str, float] = {}
+        self.waits: collections.Counter[str] = collections.Counter()  # timer ticks spent waiting, by reason
+        self.holds: collections.Counter[str] = collections.Counter()  # commands held, by reason
+        self._wait_logged: dict[str, float] = {}
+        self.incompatible_qos: collections.Counter[str] = collections.Counter()
         self.done = False
         self.exit_status = 0
 
-        sensors_qos = qos.qos_profile(qos.SENSORS)
+        self._sensor_topics: dict[str, str] = {}  # sensor -> topic (log lines name the topic)
         for sensor in self.required:
             if sensor.startswith("camera/"):
-                camera = sensor.split("/", 1)[1]
-                node.create_subscription(Image, f"camera/{camera}/image_raw",
-                                         lambda msg, s=sensor: self._on_image(s, msg), sensors_qos)
-        if "tcp_pose" in self.required:
-            node.create_subscription(PoseStamped, relative_name(qos.TCP_POSE), self._on_tcp_pose, sensors_qos)
-            node.create_subscription(TwistStamped, relative_name(qos.TCP_TWIST), self._on_tcp_twist, sensors_qos)
-            node.create_subscription(JointState, relative_name(qos.GRIPPER_STATE), self._on_gripper, sensors_qos)
+                camera = robot.camera(sensor[len("camera/"):])
+                message_type = CompressedImage if camera.type == "CompressedImage" else Image
+                self._subscribe(message_type, camera.topic, lambda msg, s=sensor: self._on_image(s, msg),
+                                qos.sensor_qos(camera.qos), sensor)
+        arm, gripper = robot.arm, robot.gripper
+        if arm.state == "tcp_pose":
+            self._subscribe(PoseStamped, arm.tcp_pose_topic, self._on_tcp_pose, qos.sensor_qos(arm.qos), "tcp_pose")
+        if arm.twist == "topic":
+            self._subscribe(TwistStamped, arm.twist_topic, self._on_tcp_twist, qos.sensor_qos(arm.qos), "tcp_twist")
+        if gripper.state == "topic":
+            self._subscribe(JointState, gripper.topic, self._on_gripper, qos.sensor_qos(gripper.qos), "gripper")
+        if self.kinematics is not None or gripper.state == "joint_states":
+            self._subscribe(JointState, arm.joint_states_topic, self._on_joint_states, qos.sensor_qos(arm.qos),
+                            "joint_states")
         if "object_state" in self.required:
-            node.create_subscription(Float32MultiArray, relative_name(qos.SIM_OBJECT_STATE), self._on_object_state,
-                                     sensors_qos)
+            self._subscribe(Float32MultiArray, relative_name(qos.SIM_OBJECT_STATE), self._on_object_state,
+                            qos.qos_profile(qos.SENSORS), "object_state")
         events = qos.qos_profile(qos.EVENTS)
-        node.create_subscription(Float32, relative_name(qos.TASK_REWARD), self._on_reward, events)
-        node.create_subscription(Bool, relative_name(qos.TASK_SUCCESS), self._on_success, events)
-        node.create_subscription(TwistStamped, relative_name(qos.TELEOP_TWIST), self._on_teleop_twist,
-                                 qos.topic_qos(qos.TELEOP_TWIST))
-        node.create_subscription(Float64, relative_name(qos.TELEOP_GRIPPER), self._on_teleop_gripper,
-                                 qos.topic_qos(qos.TELEOP_GRIPPER))
-        node.create_subscription(Bool, relative_name(qos.TELEOP_ENGAGED), self._on_teleop_engaged,
-                                 qos.topic_qos(qos.TELEOP_ENGAGED))
-        node.create_subscription(String, relative_name(qos.TELEOP_EPISODE), self._on_episode_key,
-                                 qos.topic_qos(qos.TELEOP_EPISODE))
-        node.create_subscription(Bool, relative_name(qos.SAFETY_ESTOP), self._on_estop, qos.topic_qos(qos.SAFETY_ESTOP))
-        node.create_subscription(UInt8MultiArray, qos.LEARNER_WEIGHTS, self._on_weights,
-                                 qos.topic_qos(qos.LEARNER_WEIGHTS))
-        node.create_subscription(UInt8MultiArray, qos.LEARNER_ACK, self._on_ack, qos.topic_qos(qos.LEARNER_ACK),
-                                 event_callbacks=SubscriptionEventCallbacks(matched=self._on_learner_matched))
-        self._pose_pub = topic_publisher(node, PoseStamped, qos.COMMAND_TARGET_POSE)
-        self._gripper_pub = topic_publisher(node, Float64, qos.COMMAND_GRIPPER)
+        for message_type, topic, callback, profile, what in (
+                (Float32, qos.TASK_REWARD, self._on_reward, events, "task/reward"),
+                (Bool, qos.TASK_SUCCESS, self._on_success, events, "task/success"),
+                (TwistStamped, qos.TELEOP_TWIST, self._on_teleop_twist, None, "teleop/twist"),
+                (Float64, qos.TELEOP_GRIPPER, self._on_teleop_gripper, None, "teleop/gripper"),
+                (Bool, qos.TELEOP_ENGAGED, self._on_teleop_engaged, None, "teleop/engaged"),
+                (String, qos.TELEOP_EPISODE, self._on_episode_key, None, "teleop/episode"),
+                (Bool, qos.SAFETY_ESTOP, self._on_estop, None, "safety/estop")):
+            self._subscribe(message_type, relative_name(topic), callback, profile or qos.topic_qos(topic), what)
+        self._subscribe(UInt8MultiArray, qos.LEARNER_WEIGHTS, self._on_weights, qos.topic_qos(qos.LEARNER_WEIGHTS),
+                        "learner/weights")
+        self._subscribe(UInt8MultiArray, qos.LEARNER_ACK, self._on_ack, qos.topic_qos(qos.LEARNER_ACK), "learner/ack",
+                        matched=self._on_learner_matched)
+        commands_qos = qos.qos_profile(qos.COMMANDS)
+        command = robot.command
+        if command.interface == "pose":
+            self._pose_pub = node.create_publisher(PoseStamped, command.pose_topic, commands_qos)
+        else:
+            self._trajectory_pub = node.create_publisher(JointTrajectory, command.joint_trajectory_topic, commands_qos)
+        self._gripper_pub = node.create_publisher(
+            Float64 if gripper.command == "Float64" else JointTrajectory, gripper.command_topic, commands_qos)
         self._episode_pub = topic_publisher(node, UInt32, qos.ACTOR_EPISODE)
         self._transitions_pub = node.create_publisher(UInt8MultiArray, qos.ACTOR_TRANSITIONS,
                                                       qos.topic_qos(qos.ACTOR_TRANSITIONS))
         self._Float64, self._UInt32 = Float64, UInt32
         reset_service = str(param("reset_service"))
-        self._reset_client = node.create_client(Trigger, reset_service) if reset_service else None
+        self.reset_kind = "none" if reset_service == "none" else "service" if reset_service else robot.reset.kind
+        if self.reset_kind == "service":
+            reset_service = reset_service or robot.reset.service
+        self._reset_client = node.create_client(Trigger, reset_service) if self.reset_kind == "service" else None
         self._reset_name = self._reset_client.service_name if self._reset_client is not None else ""
         self._Trigger = Trigger
 
@@ -221,6 +309,8 @@ class ActorNode:
         self._teleop_engaged = False
         self._teleop_seen = False  # the teleop node's latched engaged state has arrived
         self._teleop_twist: tuple[np.ndarray, np.ndarray, float] | None = None
+        self._teleop_twist_stamp = -math.inf  # header stamp of the newest teleop twist
+        self._human_wait: tuple[float, float] | None = None  # (frame stamp, monotonic start) of a wait for the human
         self._teleop_gripper: float | None = None
         # episode state machine: "idle" -> "resetting" -> "starting" -> "running" -> "idle"
         self._phase = "idle"
@@ -233,6 +323,8 @@ class ActorNode:
         self.reset_counters: collections.Counter[str] = collections.Counter()
         self._frame_due_since: float | None = None  # monotonic time since which a sensor frame is awaited
         self.waiting_for: str | None = None
+        self._wait_since: float | None = None
+        self._wait_last = 0.0
         self._reset_requested_at_stamp = -math.inf
         self._pending_object_state = None
         self._last_stepped_stamp = -math.inf
@@ -246,7 +338,7 @@ class ActorNode:
         if self.weights_path:
             self._load_policy_file(self.weights_path)
         # Real time steps on this timer; lock-step steps on each frame, the timer only polls waiting phases.
-        node.create_timer(float(param("control_period")) if self.mode == "realtime" else 0.002, self._on_timer)
+        node.create_timer(self.control_dt if self.mode == "realtime" else 0.002, self._on_timer)
         node.create_timer(0.05, self._flush_outbox)
         self._log.info(
             f"actor up: source={self.source} mode={self.mode} policy={self.policy_kind} keys={list(self.observation_keys)} "
@@ -264,28 +356,75 @@ class ActorNode:
         now = time.monotonic()
         if now - self._rejected_logged.get(what, -math.inf) >= 1.0:
             self._rejected_logged[what] = now
-            self._log.warning(f"dropped malformed {what} message: {error} ({self.rejected[what]} so far)")
+            topic = self._sensor_topics.get(what)
+            where = f" on {topic}" if topic else ""
+            self._log.warning(f"dropped malformed {what} message{where}: {error} ({self.rejected[what]} so far)")
+
+    def _subscribe(self, message_type, topic: str, callback, profile, what: str, matched=None) -> None:
+        """Subscribe with a guard: no message can crash the node (any error drops the message with a log line),
+        and an incompatible QoS offer is logged with what to change."""
+        from rclpy.event_handler import SubscriptionEventCallbacks
+
+        def guarded(msg) -> None:
+            try:
+                callback(msg)
+            except Exception as error:  # noqa: BLE001 - a message must never take the actor down
+                self._reject(what, error)
+
+        events = SubscriptionEventCallbacks(
+            incompatible_qos=lambda info: self._on_incompatible_qos(what, topic, profile, info), matched=matched)
+        subscription = self.node.create_subscription(message_type, topic, guarded, profile, event_callbacks=events)
+        self._sensor_topics[what] = subscription.topic_name
+
+    def _on_incompatible_qos(self, what: str, topic: str, profile, info) -> None:
+        from rclpy.qos import ReliabilityPolicy
+
+        self.incompatible_qos[what] += 1
+        policy = getattr(getattr(info, "last_policy_kind", None), "name", str(getattr(info, "last_policy_kind", "")))
+        hint = ""
+        if profile.reliability == ReliabilityPolicy.RELIABLE and "RELIABILITY" in policy.upper():
+            hint = ": the publisher is best-effort (most camera drivers are); set qos: best_effort in the robot file"
+        self._log.error(f"incompatible QoS on {self._sensor_topics.get(what, topic)} ({what}): a publisher's offer "
+                        f"does not match this subscription ({policy}){hint}", throttle_duration_sec=5.0)
 
     def _on_image(self, sensor: str, msg) -> None:
-        from robot_rl.ros.convert import MessageError, image_from_msg, stamp_to_seconds
+        from robot_rl.ros.convert import MessageError, compressed_image_from_msg, image_from_msg, stamp_to_seconds
+        from robot_rl.vision import ImageError, to_rgb
 
         try:
-            image = image_from_msg(msg, rgb=True)
-            if image.ndim != 3 or image.shape[2] != 3:
-                raise MessageError(f"expected a 3-channel image, got shape {image.shape}")
-            self.sensors.update(sensor, np.ascontiguousarray(image), stamp_to_seconds(msg.header.stamp))
-        except MessageError as error:
+            if hasattr(msg, "format"):  # sensor_msgs/CompressedImage
+                image = compressed_image_from_msg(msg)
+            else:
+                image = to_rgb(image_from_msg(msg), msg.encoding)
+            self.sensors.update(sensor, image, stamp_to_seconds(msg.header.stamp))
+        except (MessageError, ImageError) as error:
             self._reject(sensor, error)
 
     def _on_tcp_pose(self, msg) -> None:
         from robot_rl.ros.convert import MessageError, pose_from_msg, stamp_to_seconds
 
         try:
-            self.sensors.update("tcp_pose", pose_from_msg(msg), stamp_to_seconds(msg.header.stamp))
+            position, quat = pose_from_msg(msg)
+            self._check_frame(msg.header.frame_id)
         except MessageError as error:
             self._reject("tcp_pose", error)
             return
-        if self.mode == "lockstep":  # tcp_pose closes a frame: step now rather than at the next poll
+        self._set_tcp_pose(position, quat, stamp_to_seconds(msg.header.stamp))
+
+    def _check_frame(self, frame_id: str) -> None:
+        from robot_rl.ros.convert import MessageError
+
+        if frame_id not in ("", self.robot.base_frame):
+            raise MessageError(f"pose in frame {frame_id!r}, expected the robot's base frame "
+                               f"{self.robot.base_frame!r} (frames.base in the robot file)")
+
+    def _set_tcp_pose(self, position, quat, stamp: float) -> None:
+        """A new TCP pose (measured, or forward kinematics of the joints); a derived twist follows it."""
+        self.sensors.update("tcp_pose", (np.asarray(position, np.float64), np.asarray(quat, np.float64)), stamp)
+        if self._twist_estimator is not None:
+            twist = self._twist_estimator.update(stamp, position, quat)
+            self.sensors.update("tcp_twist", twist if twist is not None else (np.zeros(3), np.zeros(3)), stamp)
+        if self.mode == "lockstep":  # the arm state closes a frame: step now rather than at the next poll
             self._on_timer()
 
     def _on_tcp_twist(self, msg) -> None:
@@ -305,7 +444,46 @@ class ActorNode:
                 raise MessageError(f"gripper state needs one finite position, got {state.positions.tolist()}")
             self.sensors.update("gripper", float(state.positions[0]), state.stamp)
         except MessageError as error:
-            self._reject("gripper/state", error)
+            self._reject("gripper", error)
+
+    def _on_joint_states(self, msg) -> None:
+        """Arm joints -> TCP pose by forward kinematics (arm.state joint_states; also the IK seed for joint
+        commands); finger joints -> gripper opening (gripper.state joint_states). Drivers may split the joints over
+        several messages on one topic: each message is used for what it has."""
+        from robot_rl.ros.convert import MessageError, joint_state_from_msg
+        from robot_rl.sensors import finger_opening
+
+        try:
+            state = joint_state_from_msg(msg)
+        except MessageError as error:
+            self._reject("joint_states", error)
+            return
+        names, used = state.names, False
+        arm, gripper = self.robot.arm, self.robot.gripper
+        if self.kinematics is not None and all(name in names for name in arm.joint_names):
+            index = [names.index(name) for name in arm.joint_names]
+            q = np.asarray(state.positions, dtype=np.float64)[index]
+            if not np.isfinite(q).all():
+                self._reject("joint_states", ValueError(f"arm joint positions are not finite: {q.tolist()}"))
+                return
+            self._joint_positions, used = q.copy(), True
+            if arm.state == "joint_states":
+                position, quat = self.kinematics.forward(q)
+                self._set_tcp_pose(position, quat, state.stamp)
+        if gripper.state == "joint_states" and all(name in names for name in gripper.finger_joints):
+            try:
+                opening = gripper.opening_offset + finger_opening(names, state.positions, gripper.finger_joints,
+                                                                  gripper.opening_per_unit)
+            except ValueError as error:
+                self._reject("joint_states", error)
+                return
+            self.sensors.update("gripper", opening, state.stamp)
+            used = True
+        if not used:
+            wanted = [*(arm.joint_names if self.kinematics is not None else ()),
+                      *(gripper.finger_joints if gripper.state == "joint_states" else ())]
+            self._reject("joint_states", ValueError(f"none of the robot file's joints {wanted} (all of the arm's or "
+                                                    f"all fingers) in a JointState with {list(names)}"))
 
     def _on_object_state(self, msg) -> None:
         from robot_rl.ros.convert import MessageError, floats_from_msg
@@ -325,11 +503,12 @@ class ActorNode:
             self._on_timer()
 
     def _on_teleop_twist(self, msg) -> None:
-        from robot_rl.ros.convert import MessageError, twist_from_msg
+        from robot_rl.ros.convert import MessageError, stamp_to_seconds, twist_from_msg
 
         try:
             linear, angular = twist_from_msg(msg)
             self._teleop_twist = (linear, angular, time.monotonic())
+            self._teleop_twist_stamp = stamp_to_seconds(msg.header.stamp)
         except MessageError as error:
             self._reject("teleop/twist", error)
 
@@ -385,6 +564,7 @@ class ActorNode:
         try:
             weights = decode_weights(payload)
         except TransportError as error:
+            self.rejected["learner/weights"] += 1
             self._log.error(f"rejected weights from {origin}: {error}", throttle_duration_sec=5.0)
             return
         if self.policy_kind == "none" or weights.version <= self.weights_version:
@@ -399,11 +579,26 @@ class ActorNode:
 
         try:
             if self.session.actor is None:
-                missing = [k for k in weights.observation_spec.keys if k not in self.observation_keys]
+                spec = weights.observation_spec
+                missing = [k for k in spec.keys if k not in self.observation_keys]
                 if missing:
                     return (f"the policy needs observation keys {missing} this actor does not build (it builds "
                             f"{list(self.observation_keys)}: set obs_mode)")
+                if int(weights.action_dim) != self.action_dim:
+                    return f"the policy has {weights.action_dim} actions, the actor action_dim={self.action_dim}"
+                for key in spec.image_keys:
+                    height, width = spec[key].shape[:2]
+                    if height != width:
+                        return f"the policy's {key} is {height}x{width}; the actor makes square images"
+                    if self.image_size and self.image_size != height:
+                        self._log.warning(f"image_size={self.image_size} but the policy sees {height} px {key}: "
+                                          f"using {height}")
+                    self._policy_image_sizes[key] = int(height)
                 self.session.actor = actor_from_weights(weights, seed=self.seed, deterministic=self.deterministic)
+                # Compile the policy now: a first call inside an episode would stall the node for its compile time
+                # and leave every sensor stale at the next step (a hold).
+                self.session.actor.policy_action({key: np.zeros(entry.shape, entry.dtype)
+                                                  for key, entry in spec.entries})
             else:
                 self.session.actor.update_weights(weights.policy, weights.version)
         except (ValueError, KeyError, TypeError) as error:
@@ -481,14 +676,14 @@ class ActorNode:
         self._frame_due_since = None
         if self._phase == "starting":
             if self.policy_kind == "learner" and self.session.actor is None and not self._teleop_engaged:
-                self.waiting_for = "policy weights from the learner"
-                self._log.info("waiting for policy weights from the learner", throttle_duration_sec=5.0)
+                self._wait("policy weights from the learner", "for policy weights from the learner "
+                           f"({qos.LEARNER_WEIGHTS}; is the learner node up?)", after_s=0.0)
                 return
             if self.policy_kind == "none" and not self._teleop_seen:  # recording demos: nobody would act yet
-                self.waiting_for = "a teleop node (teleop/engaged)"
-                self._log.info("waiting for a teleop node (teleop/engaged)", throttle_duration_sec=5.0)
+                self._wait("a teleop node (teleop/engaged)", "for a teleop node (teleop/engaged)", after_s=0.0)
                 return
-            self.waiting_for = None
+            self._waited()
+            self._ik_seed = None  # joint commands start from the measured joints
             position, quat = self.sensors.tcp_pose()
             episode = self.session.start_episode(position, quat)
             self._episode_pub.publish(self._UInt32(data=episode % (2**32)))
@@ -497,21 +692,54 @@ class ActorNode:
             self._episode_steps = []
             self._phase = "running"
         if self._must_wait_for_weights():
+            self._wait("fresher policy weights (max_weight_lag)", "for weights that trained on all but "
+                       f"{self.max_weight_lag} of this actor's transitions (max_weight_lag)")
             return
+        self._waited()
         self._step(stamp)
 
     def _awaiting_frame(self, stamp: float | None) -> bool:
         """Whether the next step needs a sensor frame that has not arrived (after the reset; lockstep: the frame,
         reward and success that answer the last command)."""
         if self._phase == "starting" and (stamp is None or stamp <= self._reset_requested_at_stamp):
-            self.waiting_for = "a sensor frame after the reset"
+            self._wait("a sensor frame after the reset", "for a sensor frame after the reset: "
+                       f"{self._missing_sensors_text()}")
             return True
         if self.mode == "lockstep":
             if stamp is None or stamp <= self._last_stepped_stamp:
+                self._wait("a lock-step frame", "lock-step needs a frame whose sensors all carry one stamp, newer "
+                           f"than the last step ({self._missing_sensors_text()}); only the sim node in lock-step "
+                           "mode sends such frames: a real driver needs mode: realtime in the robot file")
                 return True
             if self._phase == "running" and self._commanded_since_frame and not self._task_events:
+                self._wait("the step's reward and success", "for task/reward and task/success of the last step "
+                           "(lock-step: the sim task publishes them; a real robot needs mode: realtime)")
                 return True  # the step's reward / success have not arrived yet
+            if self._phase == "running" and self._awaiting_human(stamp):
+                return True
         return False
+
+    def _awaiting_human(self, stamp: float) -> bool:
+        """Lock-step with an engaged human: the world waits for us, and the human (the scripted teleop node, which
+        stamps its twist with the frame it answers) is part of it; wait up to TELEOP_TIMEOUT_S for their command for
+        this frame rather than act on the previous one."""
+        if not self._teleop_engaged or self._teleop_twist_stamp >= stamp:
+            self._human_wait = None
+            return False
+        now = time.monotonic()
+        if self._human_wait is None or self._human_wait[0] != stamp:
+            self._human_wait = (stamp, now)
+        if now - self._human_wait[1] >= TELEOP_TIMEOUT_S:
+            return False  # a device that does not stamp per frame: act on its newest command
+        self._wait("the human's command for this frame", "for the teleop node's command answering this frame")
+        return True
+
+    def _missing_sensors_text(self) -> str:
+        stamps = self.sensors.stamps()
+        parts = [f"{sensor} {'never received' if sensor not in stamps else f'stamp {stamps[sensor]:.3f}'} "
+                 f"from {self._sensor_topics.get(sensor) or self._sensor_topics.get('joint_states', '?')}"
+                 for sensor in self.required if sensor != "object_state"]
+        return "; ".join(parts)
 
     def _check_frame_timeout(self) -> None:
         """No frame for `frame_timeout_s` (the sim or driver died, or restarted and lost the episode): give the
@@ -557,9 +785,43 @@ class ActorNode:
         if "object_state" in self.required and pending is not None:
             self.sensors.update("object_state", pending, self.sensors.stamp("tcp_pose"))
         try:
-            return self.sensors.observation(now), ()
+            obs = self.sensors.observation(now)
         except MissingSensors as missing:
             return None, missing.reasons
+        for key in obs:
+            if key.startswith("images/"):
+                try:
+                    obs[key] = self._image_transform(key)(obs[key])
+                except ValueError as error:  # vision.ImageError: e.g. a region of interest outside the frame
+                    return None, (f"image:{key[len('images/'):]}: {error}",)
+        return obs, ()
+
+    def _image_transform(self, key: str):
+        """The camera's transform to the policy's image size (the policy's spec; `image_size`; 64)."""
+        from robot_rl.vision import ImageTransform
+
+        size = self._policy_image_sizes.get(key) or self.image_size or DEFAULT_IMAGE_SIZE
+        transform = self._image_transforms.get((key, size))
+        if transform is None:
+            transform = ImageTransform.from_camera(self.robot.camera(key[len("images/"):]), size)
+            self._image_transforms[(key, size)] = transform
+        return transform
+
+    def _wait(self, reason: str, message: str, every_s: float = 5.0, after_s: float = 1.0) -> None:
+        """The actor cannot step now: add the time to `waits[reason]` [s] (the status file) and, once a wait has
+        lasted `after_s`, log why (at most every `every_s` per reason)."""
+        now = time.monotonic()
+        if self.waiting_for == reason and self._wait_since is not None:
+            self.waits[reason] += now - self._wait_last
+        else:
+            self._wait_since = now
+        self.waiting_for, self._wait_last = reason, now
+        if now - self._wait_since >= after_s and now - self._wait_logged.get(reason, -math.inf) >= every_s:
+            self._wait_logged[reason] = now
+            self._log.warning(f"waiting {now - self._wait_since:.1f} s: {message}")
+
+    def _waited(self) -> None:
+        self.waiting_for, self._wait_since = None, None
 
     def _step(self, stamp: float | None) -> None:
         # Lock-step: the world waits for us, so sensor age is measured on the frame's own clock.
@@ -567,6 +829,7 @@ class ActorNode:
         obs, problems = self._observation(now)
         if obs is None:
             self._log.warning(f"holding: {', '.join(problems)}", throttle_duration_sec=1.0)
+            self.holds.update(problems)
             if self.mode == "realtime":  # a real-time robot needs a steady command stream; lock-step waits for us
                 command = self.session.hold(now, self.sensors.stamps())
                 if command is not None:
@@ -588,6 +851,7 @@ class ActorNode:
             self._end_episode(result, obs)
             return
         if result.command.held:
+            self.holds.update(result.command.reasons)
             self._log.warning(f"safety held the command: {', '.join(result.command.reasons)}",
                               throttle_duration_sec=1.0)
         self._publish(result.command, stamp)
@@ -608,19 +872,51 @@ class ActorNode:
                                action_dim=self.session.safety.config.action_dim)
 
     def _publish(self, command, stamp: float | None) -> None:
-        from robot_rl.ros.convert import pose_to_msg
+        """Send a safe command through the robot file's interfaces (gripper first, then the arm)."""
+        from robot_rl.ros.convert import joint_trajectory_to_msg, pose_to_msg
 
-        self._gripper_pub.publish(self._Float64(data=float((1.0 - command.gripper) / 2.0)))
-        self._pose_pub.publish(pose_to_msg(command.target_position, command.target_quat, stamp=self._now(),
-                                           frame_id="base"))
+        robot, now = self.robot, self._now()
+        opening = float((1.0 - command.gripper) / 2.0)  # [0 closed, 1 open]
+        gripper = robot.gripper
+        if gripper.command == "Float64":
+            self._gripper_pub.publish(self._Float64(data=opening))
+        else:
+            per_joint = ((opening * gripper.max_opening - gripper.opening_offset) / len(gripper.command_joints)
+                         / gripper.opening_per_unit)
+            self._gripper_pub.publish(joint_trajectory_to_msg(
+                gripper.command_joints, [per_joint] * len(gripper.command_joints), self._time_from_start(), stamp=now))
+        if robot.command.interface == "pose":
+            self._pose_pub.publish(pose_to_msg(command.target_position, command.target_quat, stamp=now,
+                                               frame_id=robot.base_frame))
+        else:
+            seed = self._ik_seed if self._ik_seed is not None else self._joint_positions
+            if seed is None:
+                self._wait("joint_states", f"no arm joints ({robot.arm.joint_names[0]}, ...) on "
+                           f"{self._sensor_topics.get('joint_states')} yet: a joint command needs them", every_s=1.0)
+                return
+            q = self.kinematics.solve(seed, command.target_position, command.target_quat)
+            self._ik_seed = np.asarray(q, dtype=np.float64)
+            self._trajectory_pub.publish(joint_trajectory_to_msg(robot.arm.joint_names, q, self._time_from_start(),
+                                                                 stamp=now))
         self._commanded_since_frame = True
         if self.mode == "lockstep":  # the sim answers each command with a frame
             self._frame_due_since = time.monotonic()
 
+    def _time_from_start(self) -> float:
+        return self.robot.command.time_from_start_s or self.control_dt
+
     # ----- episodes ----------------------------------------------------------------------------------------------
     def _begin_reset(self) -> None:
-        """Call the reset service (phase idle -> resetting), or wait for one to come up."""
+        """Call the reset service (phase idle -> resetting), or wait for one to come up; start homing or waiting
+        for the human's reset key."""
         self._commanded_since_frame = False
+        if self.reset_kind in ("human", "move_home"):
+            stamp = self.sensors.stamp("tcp_pose")
+            self._reset_requested_at_stamp = -math.inf if stamp is None else stamp
+            self._reset_wait_started = time.monotonic()
+            self._episode_key = None
+            self._phase = "resetting"
+            return
         if self._reset_client is None:  # no reset: the episode starts at the first frame not stepped on yet
             self._reset_requested_at_stamp = self._last_stepped_stamp
             self._phase = "starting"
@@ -634,21 +930,34 @@ class ActorNode:
         if now < self._reset_retry_at:
             return
         if not self._reset_client.service_is_ready():
-            self.waiting_for = f"the reset service {self._reset_name}"
+            self._wait(f"the reset service {self._reset_name}", "", after_s=math.inf)  # logged by _reset_log
             self._reset_log(f"waiting for the reset service {self._reset_name} ({self._reset_waited(now):.0f} s)")
             return
         self.reset_counters["reset_attempts"] += 1
         self._reset_attempt += 1
-        self.waiting_for = f"a response of the reset service {self._reset_name}"
+        self._wait(f"a response of the reset service {self._reset_name}", "", after_s=math.inf)
         self._reset_future = self._reset_client.call_async(self._Trigger.Request())
         self._reset_sent_at = now
         self._phase = "resetting"
 
     def _check_reset(self) -> None:
         """A reset call answered (-> starting), failed or not answered in time (-> idle: call again)."""
+        if self.reset_kind == "human":
+            if self._episode_key == "reset":
+                self._episode_key = None
+                self._reset_done(time.monotonic())
+            else:
+                self._hold_between_episodes()
+                self._wait("the human's reset key", f"for the human to reset the scene and press the reset key "
+                           f"({qos.TELEOP_EPISODE} 'reset')", after_s=0.0, every_s=15.0)
+            return
+        if self.reset_kind == "move_home":
+            self._move_home()
+            return
         future, now, attempt = self._reset_future, time.monotonic(), self._reset_attempt
         if not future.done():
             if now - self._reset_sent_at < self.reset_timeout_s:
+                self._wait(f"a response of the reset service {self._reset_name}", "", after_s=math.inf)
                 return
             # A lost response, or a sim / driver that died during the reset: this future would never complete.
             self._reset_client.remove_pending_request(future)
@@ -671,9 +980,44 @@ class ActorNode:
         if attempt > 1:
             self._log.info(f"reset service {self._reset_name} answered attempt {attempt}, "
                            f"{self._reset_waited(now):.1f} s after the reset began")
+        self._reset_done(now)
+
+    def _reset_done(self, now: float) -> None:
         self._reset_attempt, self._reset_wait_started = 0, None
         self._phase = "starting"
         self._frame_due_since = now
+
+    def _hold_between_episodes(self) -> None:
+        """Realtime: keep the command stream going (the last target) while no episode runs."""
+        if self.mode == "realtime" and self.session.target is not None:
+            command = self.session.hold(self._now(), self.sensors.stamps())
+            if command is not None:
+                self._publish(command, None)
+
+    def _move_home(self) -> None:
+        """Drive the TCP to the robot file's home pose through the command interface, within the safety limits;
+        done when it is within home_tolerance. A homing that takes longer than the reset timeout is logged and
+        goes on."""
+        now = time.monotonic()
+        pose = self.sensors.tcp_pose()
+        if pose is None:
+            self._wait("the arm state (homing)", f"for the arm state to home the robot ({self._missing_sensors_text()})")
+            return
+        robot = self.robot
+        position, quat = pose
+        home = np.asarray(robot.home_position)
+        if float(np.linalg.norm(np.asarray(position) - home)) <= robot.reset.home_tolerance:
+            self._log.info(f"at home after {self._reset_waited(now):.1f} s")
+            self._reset_done(now)
+            return
+        if self._reset_waited(now) > self.reset_timeout_s * (1 + self.reset_counters["reset_timeouts"]):
+            self.reset_counters["reset_timeouts"] += 1
+            self._log.warning(f"homing takes longer than {self.reset_timeout_s:g} s (TCP {np.round(position, 3)}, "
+                              f"home {list(robot.home_position)}): is the arm's controller running?")
+        command = self.session.safety.filter_absolute(home, robot.home_quat, robot.home_gripper, position, quat,
+                                                      self._now(), self.sensors.stamps())
+        self._publish(command, None)
+        self._wait("homing", f"moving home ({np.linalg.norm(np.asarray(position) - home):.3f} m to go)")
 
     def _reset_waited(self, now: float) -> float:
         return now - (self._reset_wait_started if self._reset_wait_started is not None else now)
@@ -715,8 +1059,11 @@ class ActorNode:
             first = self._episode_steps[0][0]
             obs_spec = dict(ObservationSpec.from_example(first.observation).entries)
             action_spec = ArraySpec(tuple(np.shape(first.action)), "float32")
+            attrs = {"robot_config": self.robot.to_json(),
+                     "image_transforms": {key: self._image_transform(key).to_json() for key in obs_spec
+                                          if key.startswith("images/")}}
             self._recorder = EpisodeWriter(self.record_path, obs_spec, action_spec, fps=1.0 / self.control_dt,
-                                           task=str(self.node.get_parameter("task").value), robot="ros_graph")
+                                           task=self.task, robot=self.robot.name, attrs=attrs)
         for transition, wall_time in self._episode_steps:
             self._recorder.add_step(transition.observation, transition.action, transition.reward,
                                     transition.terminated, transition.truncated, transition.intervention, wall_time)
@@ -752,7 +1099,9 @@ class ActorNode:
             "reset_timeouts": self.reset_counters["reset_timeouts"],
             "reset_failures": self.reset_counters["reset_failures"],
             "frame_timeouts": self.reset_counters["frame_timeouts"],
-            "episodes_given_up": self.reset_counters["episodes_given_up"], "time": time.time(),
+            "episodes_given_up": self.reset_counters["episodes_given_up"], "robot": self.robot.name,
+            "waits_s": {reason: round(seconds, 3) for reason, seconds in self.waits.items()},
+            "holds": dict(self.holds), "incompatible_qos": dict(self.incompatible_qos), "time": time.time(),
         }
 
     def write_stats(self) -> None:

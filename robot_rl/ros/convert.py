@@ -24,10 +24,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from builtin_interfaces.msg import Time
+from builtin_interfaces.msg import Duration, Time
 from geometry_msgs.msg import PoseStamped, TwistStamped
-from sensor_msgs.msg import Image, JointState, Joy
+from sensor_msgs.msg import CompressedImage, Image, JointState, Joy
 from std_msgs.msg import Float32MultiArray, Header, UInt8MultiArray
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+from robot_rl.vision import ImageError, decode_compressed, encode_compressed
 
 _NANOSECONDS_PER_SECOND = 1_000_000_000
 _MAX_STAMP_SECONDS = 2**31 - 1
@@ -65,6 +68,8 @@ IMAGE_ENCODINGS: dict[str, ImageEncoding] = {
         ImageEncoding("bgra8", 4, 1),
         ImageEncoding("mono8", 1, 1),
         ImageEncoding("mono16", 1, 2),
+        ImageEncoding("yuv422", 2, 1),  # UYVY, two bytes per pixel; robot_rl.vision.to_rgb converts it
+        ImageEncoding("yuv422_yuy2", 2, 1),  # YUYV
     )
 }
 
@@ -207,6 +212,81 @@ def image_from_msg(msg: Image, *, rgb: bool = False) -> np.ndarray:
     if rgb and msg.encoding in ("bgr8", "bgra8"):
         image = image[..., [2, 1, 0, 3]] if spec.channels == 4 else image[..., ::-1]
     return image
+
+
+# --------------------------------------------------------------------------------------------------- CompressedImage
+
+
+def compressed_image_to_msg(rgb: np.ndarray, format: str = "jpeg", stamp: float = 0.0, frame_id: str = "",
+                            quality: int = 90) -> CompressedImage:
+    """sensor_msgs/CompressedImage of an (H, W, 3) uint8 RGB image, JPEG or PNG, with image_transport's format
+    string (``rgb8; jpeg compressed bgr8``)."""
+    try:
+        data = encode_compressed(rgb, format, quality)
+    except ImageError as error:
+        raise MessageError(str(error)) from None
+    msg = CompressedImage(header=make_header(stamp, frame_id), format=f"rgb8; {format.lower()} compressed bgr8",
+                          check_fields=True)
+    payload = array.array("B")
+    payload.frombytes(data)
+    msg.data = payload
+    return msg
+
+
+def compressed_image_from_msg(msg: CompressedImage) -> np.ndarray:
+    """(H, W, 3) uint8 RGB decoded from a CompressedImage (JPEG / PNG; colour or mono)."""
+    data = msg.data
+    buffer = memoryview(data) if isinstance(data, array.array) else bytes(data)
+    try:
+        return decode_compressed(buffer, msg.format)
+    except ImageError as error:
+        raise MessageError(str(error)) from None
+
+
+# --------------------------------------------------------------------------------------------------- JointTrajectory
+
+
+def _names(joint_names: Sequence[str], what: str) -> list[str]:
+    if isinstance(joint_names, str):
+        raise MessageError(f"{what} must be a list of joint names, got the string {joint_names!r}")
+    names = [str(n) for n in joint_names]
+    if not names or any(not n for n in names):
+        raise MessageError(f"{what} must be non-empty names, got {names}")
+    if len(set(names)) != len(names):
+        raise MessageError(f"{what} has duplicates: {names}")
+    return names
+
+
+def joint_trajectory_to_msg(joint_names: Sequence[str], positions, time_from_start_s: float,
+                            stamp: float = 0.0) -> JointTrajectory:
+    """trajectory_msgs/JointTrajectory with one point: reach `positions` `time_from_start_s` seconds after `stamp`
+    (stamp 0: as soon as the controller receives it)."""
+    names = _names(joint_names, "joint trajectory joint names")
+    values = _vector(positions, len(names), "joint trajectory positions")
+    if not (math.isfinite(time_from_start_s) and 0 <= time_from_start_s <= _MAX_STAMP_SECONDS):
+        raise MessageError(f"time_from_start must be finite non-negative seconds, got {time_from_start_s!r}")
+    sec, nanosec = divmod(round(time_from_start_s * _NANOSECONDS_PER_SECOND), _NANOSECONDS_PER_SECOND)
+    point = JointTrajectoryPoint(time_from_start=Duration(sec=int(sec), nanosec=int(nanosec)), check_fields=True)
+    point.positions = _array_field("d", values, _FLOAT64, "joint trajectory positions")
+    return JointTrajectory(header=make_header(stamp), joint_names=names, points=[point])
+
+
+def joint_trajectory_from_msg(msg: JointTrajectory) -> tuple[tuple[str, ...], np.ndarray, float]:
+    """(joint names, positions of the first point (float64), its time_from_start [s]) of a JointTrajectory."""
+    names = tuple(_names(msg.joint_names, "joint trajectory joint names"))
+    if not msg.points:
+        raise MessageError("joint trajectory has no points")
+    point = msg.points[0]
+    positions = _view(point.positions, _FLOAT64)
+    if positions.shape != (len(names),):
+        raise MessageError(f"joint trajectory point has {positions.shape[0]} positions for {len(names)} joints")
+    if not np.all(np.isfinite(positions)):
+        raise MessageError(f"joint trajectory positions must be finite, got {positions.tolist()}")
+    duration = point.time_from_start
+    seconds = duration.sec + duration.nanosec * 1e-9
+    if seconds < 0:
+        raise MessageError(f"joint trajectory time_from_start must be non-negative, got {seconds} s")
+    return names, positions, seconds
 
 
 # --------------------------------------------------------------------------------------------------- JointState

@@ -28,6 +28,7 @@ Example (every key shown; ``$(...)`` substitutions work in any string value)::
         respawn: false                 # true: restart it respawn_delay seconds after it exits
         respawn_delay: 2.0
         on_exit: shutdown              # when it exits, stop the rest (ROS 2's "required"; required: true works)
+        preflight: false               # true: run it to completion before starting the entries after it
         if: $(var with_sim)            # start it only if true (`unless:` the opposite)
     - node: {module: robot_rl.ros.learner_node, name: learner}  # our extension: python -m MODULE
     - executable: {cmd: "python3 $(dirname)/helper.py --flag", name: helper, env: [{name: X, value: "1"}]}
@@ -42,14 +43,16 @@ to keep a value with spaces one word. The whole file is validated before anythin
 :class:`LaunchError` naming the file and line, the entry and the key (YAML syntax errors: FILE:LINE:COLUMN).
 
 Lifecycle (:class:`Launcher`): processes start in file order, each in its own session (a terminal Ctrl-C reaches only
-the launcher). SIGINT/SIGTERM/SIGHUP (the terminal closed) to the launcher, or the exit of an ``on_exit: shutdown``
-process, stops every process: SIGINT, then SIGTERM after ``grace_s``, then SIGKILL. Should the launcher itself die
-(``kill -9``), each process gets SIGTERM from the kernel (``setpriv --pdeathsig``, util-linux) rather than running on
-unsupervised. A ``respawn`` process is restarted after it exits, except when it exits with status 2 (a usage or
-configuration error, which a restart would only repeat): then it ends the launch like a required process. Exit
-status: 0 after a signal-triggered shutdown; the status of the process that ended the launch (1 if it died by a
-signal), named again on the launcher's last line; otherwise, once every process has exited on its own, 0 if all
-exited 0, else 1. Children read stdin from /dev/null.
+the launcher). A ``preflight: true`` process (a check such as ``robot-rl doctor``) runs while the entries before it
+keep running, and the entries after it start only once it has exited with status 0; any other status ends the launch
+with that status, its output shown as it ran. SIGINT/SIGTERM/SIGHUP (the terminal closed) to the launcher, or the
+exit of an ``on_exit: shutdown`` process, stops every process: SIGINT, then SIGTERM after ``grace_s``, then SIGKILL.
+Should the launcher itself die (``kill -9``), each process gets SIGTERM from the kernel (``setpriv --pdeathsig``,
+util-linux) rather than running on unsupervised. A ``respawn`` process is restarted after it exits, except when it
+exits with status 2 (a usage or configuration error, which a restart would only repeat): then it ends the launch like
+a required process. Exit status: 0 after a signal-triggered shutdown; the status of the process that ended the launch
+(1 if it died by a signal), named again on the launcher's last line; otherwise, once every process has exited on its
+own, 0 if all exited 0, else 1. Children read stdin from /dev/null.
 """
 
 from __future__ import annotations
@@ -81,11 +84,15 @@ EXECUTABLES: dict[str, dict[str, str]] = {
         "actor_node": "robot_rl.ros.actor_node",
         "learner_node": "robot_rl.ros.learner_node",
         "teleop_node": "robot_rl.drivers.teleop_node",
+        "reward_node": "robot_rl.ros.reward_node",
+        "camera_node": "robot_rl.drivers.camera_node",
         "scripted_teleop": "robot_rl.sim.scripted_teleop",
+        "doctor": "robot_rl.ros.doctor",
     }
 }
 
-_COMMON_KEYS = {"name", "env", "respawn", "respawn_delay", "on_exit", "required", "args", "if", "unless"}
+_COMMON_KEYS = {"name", "env", "respawn", "respawn_delay", "on_exit", "required", "args", "if", "unless",
+                "preflight"}
 _NODE_KEYS = _COMMON_KEYS | {"pkg", "exec", "module", "namespace", "param", "remap"}
 _EXECUTABLE_KEYS = _COMMON_KEYS | {"cmd"}
 _ARG_KEYS = {"name", "default", "description"}
@@ -189,6 +196,8 @@ class ProcessSpec:
     respawn: bool = False
     respawn_delay: float = 0.0
     required: bool = False
+    preflight: bool = False
+    """Run to completion (exit status 0) before the processes after it start."""
 
     def command(self) -> str:
         """The process as one shell-runnable line (environment additions first)."""
@@ -512,6 +521,11 @@ def _parse_process(kind: str, body: dict[str, Any], ctx: _Context) -> ProcessSpe
         required = True
     respawn = _parse_bool(body.get("respawn", False), "respawn", ctx)
     delay = _parse_delay(body.get("respawn_delay", 0.0), ctx)
+    preflight = _parse_bool(body.get("preflight", False), "preflight", ctx)
+    if preflight and (respawn or required):
+        other = "respawn" if respawn else "on_exit" if "on_exit" in body else "required"
+        raise ctx.error(f"key 'preflight': a preflight process runs once and must exit 0 before the entries after it "
+                        f"start; it cannot also be {other}")
 
     if kind == "executable":
         if not isinstance(body["cmd"], str):
@@ -546,6 +560,7 @@ def _parse_process(kind: str, body: dict[str, Any], ctx: _Context) -> ProcessSpe
         label = f"{namespace.strip('/')}/{base}" if namespace and namespace != "/" else base
     return ProcessSpec(
         name=label, argv=tuple(argv), env=env, respawn=respawn, respawn_delay=delay, required=required,
+        preflight=preflight,
     )
 
 
@@ -803,6 +818,18 @@ class Launcher:
             if self._signals:
                 break
             self._start_or_stop_all(node)
+            if node.spec.preflight:
+                self.log(f"waiting for {node.spec.name} (preflight) before starting the rest")
+                ended = self._supervise(preflight=node)
+                if ended is not None:
+                    return ended
+        ended = self._supervise()
+        assert ended is not None
+        return ended
+
+    def _supervise(self, preflight: _Running | None = None) -> int | None:
+        """Reap, respawn and end the launch as the processes exit; returns the launch's exit status, or None once
+        `preflight` has exited with status 0."""
         while True:
             if self._signals:
                 self.log(f"received {signal.Signals(self._signals[0]).name}, shutting down")
@@ -813,12 +840,16 @@ class Launcher:
                 code = self._reap(node)
                 if code is not None:
                     status = _describe(code)
-                    if node.spec.required:
+                    if node.spec.preflight:
+                        if code != 0:
+                            return self._end_launch(node, f"{node.spec.name} {status}: the preflight check failed")
+                        self.log(f"{node.spec.name} {status}: preflight passed")
+                    elif node.spec.required:
                         return self._end_launch(node, f"{node.spec.name} {status}; it is required (on_exit: shutdown)")
-                    if node.spec.respawn and code == EXIT_CONFIGURATION_ERROR:
+                    elif node.spec.respawn and code == EXIT_CONFIGURATION_ERROR:
                         return self._end_launch(node, f"{node.spec.name} {status}, a configuration error that a "
                                                       "restart would repeat: not respawning it")
-                    if node.spec.respawn:
+                    elif node.spec.respawn:
                         node.restarts += 1
                         node.restart_at = now + node.spec.respawn_delay
                         self.log(f"{node.spec.name} {status}; respawning in {node.spec.respawn_delay:g} s "
@@ -830,6 +861,8 @@ class Launcher:
                         self.log(f"killing what {node.spec.name} left running before respawning it")
                         self._signal_group(node, signal.SIGKILL)
                     self._start_or_stop_all(node)
+            if preflight is not None and preflight.returncode == 0:
+                return None
             if all(n.returncode is not None and n.restart_at is None and not n.stray_group for n in self._nodes):
                 failed = [n.spec.name for n in self._nodes if n.returncode != 0]
                 self.log("all processes exited" + (f"; failed: {', '.join(failed)}" if failed else ""))
@@ -924,6 +957,7 @@ def launch(
     description = load_launch_file(path, parse_cli_arguments(arguments))
     if dry_run:
         for spec in description.processes:
-            print_fn(f"[{spec.name}] {spec.command()}")
+            print_fn(f"[{spec.name}] {spec.command()}" + ("  # preflight: the rest starts once it exits 0"
+                                                          if spec.preflight else ""))
         return 0
     return Launcher(description, domain_id=domain_id, grace_s=grace_s).run()

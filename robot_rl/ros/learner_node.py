@@ -52,7 +52,8 @@ _started_at = time.time()  # module import: the node's start-up stages are measu
 
 PARAMETERS: tuple[tuple[str, object, str], ...] = (
     ("run_dir", "runs/ros-learner", "checkpoints, transition log, policy file, status (resumed if present)"),
-    ("task", "PickCube-v0", "sim task (observation/action spaces, demos, final evaluation)"),
+    ("task", "PickCube-v0", "task: a sim task (its spaces, demos, final evaluation) or a real robot's task name"),
+    ("robot", "sim_panda", "robot file whose cameras make the pixel observation of a task that is not a sim task"),
     ("obs_mode", "pixels", "state | pixels | state+pixels: what the policy sees"),
     ("image_size", 64, "camera image side [px] for pixel modes"),
     ("demos", 20, "scripted demos to record in the sim for a new run (0: none)"),
@@ -70,6 +71,27 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
     ("seed", 0, "seed"),
 )
 """The node's ROS parameters (name, default, description)."""
+
+
+def robot_task_spaces(robot_name: str, obs_mode: str, image_size: int, action_dim: int = 4):
+    """(observation spec, action dim) of a real robot's task: the proprioceptive state and, for pixels, every camera
+    of the robot file at `image_size` (the actor builds the same keys from the same file)."""
+    from robot_rl.robot_config import RobotConfigError, load_robot_config
+    from robot_rl.sensors import STATE_SIZE
+    from robot_rl.types import ObservationSpec
+
+    if obs_mode != "pixels":
+        raise NodeStartupError(f"obs_mode={obs_mode} needs a sim task's object_state; a real robot's task uses "
+                               "obs_mode pixels")
+    try:
+        robot = load_robot_config(robot_name)
+    except RobotConfigError as error:
+        raise NodeStartupError(f"robot: {error}") from None
+    if not robot.cameras:
+        raise NodeStartupError(f"robot {robot.path} has no cameras for obs_mode pixels")
+    shapes = {"state": ((STATE_SIZE,), "float32")}
+    shapes.update({f"images/{name}": ((image_size, image_size, 3), "uint8") for name in robot.camera_names})
+    return ObservationSpec.from_shapes(shapes), action_dim
 
 
 def _train_config(settings):
@@ -229,7 +251,10 @@ class LearnerNode:
             spec = ObservationSpec.from_shapes({key: ArraySpec.from_json(entry) for key, entry in recorded})
             return spec, int(state["action_dim"])
         from robot_rl.loop import make_env
+        from robot_rl.ros.actor_node import _sim_task_episode_steps
 
+        if not _sim_task_episode_steps(cfg.task):
+            return robot_task_spaces(str(self.settings["robot"]), cfg.obs_mode, cfg.image_size)
         env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size)
         try:
             return env.observation_space, env.action_space.shape[0]

@@ -72,6 +72,21 @@ def qos_profile(stream: str | StreamQos, depth: int | None = None):
     return spec.to_rclpy(depth)
 
 
+def sensor_qos(reliability: str = "reliable", depth: int = 2):
+    """A sensor subscription's QoSProfile (volatile, keep last `depth`) with the robot file's reliability.
+
+    A best-effort subscription receives from reliable and best-effort publishers alike (most camera drivers publish
+    with SensorDataQoS, best-effort); a reliable one never matches a best-effort publisher.
+    """
+    from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+    if reliability not in ("reliable", "best_effort"):
+        raise ValueError(f"sensor QoS reliability {reliability!r} must be reliable or best_effort")
+    return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=depth, durability=DurabilityPolicy.VOLATILE,
+                      reliability=ReliabilityPolicy.RELIABLE if reliability == "reliable"
+                      else ReliabilityPolicy.BEST_EFFORT)
+
+
 # ---------------------------------------------------------------------------------------------------- topic names
 # Robot-facing topics use standard messages so real drivers and the sim node are interchangeable.
 

@@ -1,0 +1,122 @@
+"""Robot files: every shipped one loads, errors name the file and the key, the sim robot matches the sim tasks."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import yaml
+
+from robot_rl.robot_config import (
+    ROBOTS_DIR,
+    RobotConfigError,
+    load_robot_config,
+    robot_config_from_dict,
+)
+
+SHIPPED = sorted(p.stem for p in ROBOTS_DIR.glob("*.yaml"))
+
+
+def test_there_are_shipped_robot_files():
+    assert "sim_panda" in SHIPPED
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_robot_file_loads(name):
+    robot = load_robot_config(name)
+    assert robot.name
+    assert robot.path.endswith(f"{name}.yaml")
+    if robot.arm.model and not robot.model_path().is_file():
+        # a lab's own model (not shipped): the file must say how to make it
+        assert f"> robots/{robot.arm.model}" in (ROBOTS_DIR / f"{name}.yaml").read_text(), \
+            f"{name}: arm.model {robot.model_path()} is neither shipped nor documented"
+    # the flat JSON recorded with datasets reads back to the same robot
+    again = robot_config_from_dict(robot.to_json(), path=robot.path)
+    assert again == robot
+
+
+def test_sim_robot_matches_the_sim_tasks():
+    """robots/sim_panda.yaml's limits are the sim env's: a policy trained in-process runs over ROS unchanged."""
+    from robot_rl.loop import make_env
+    from robot_rl.safety import sim_safety_config
+
+    robot = load_robot_config("sim_panda")
+    for task in ("PickCube-v0", "PegInsert-v0"):
+        env = make_env(task, obs_mode="state")
+        try:
+            expected = sim_safety_config(env, stale_timeout=robot.sensor_age_limit)
+            assert robot.safety_config(action_dim=env.action_space.shape[0]) == dataclasses.replace(
+                expected, initial_gripper=robot.home_gripper)
+            assert robot.control_period == pytest.approx(env.unwrapped.control_dt)
+        finally:
+            env.close()
+
+
+def _write(tmp_path, text: str):
+    path = tmp_path / "robot.yaml"
+    path.write_text(text)
+    return path
+
+
+def _base() -> dict:
+    return yaml.safe_load((ROBOTS_DIR / "sim_panda.yaml").read_text())
+
+
+@pytest.mark.parametrize("change, key", [
+    (lambda d: d.update(colour="red"), "colour: unknown key"),
+    (lambda d: d["cameras"]["front"].update(qos="fast"), "cameras.front.qos: 'fast' must be one of"),
+    (lambda d: d["cameras"]["front"].update(quality=3), "cameras.front.quality: unknown key"),
+    (lambda d: d["cameras"]["front"].pop("topic"), "cameras.front.topic: missing"),
+    (lambda d: d["workspace"].update(low=[0.1, 0.2]), "workspace.low: must have 3 values"),
+    (lambda d: d["workspace"].update(low=[0.7, -0.22, 0.015]), "workspace: low"),
+    (lambda d: d["limits"].update(max_translation="fast"), "limits.max_translation: must be a finite number"),
+    (lambda d: d["limits"].update(max_translation=0.5), "limits.max_translation: 0.5 must be in (0, 0.2]"),
+    (lambda d: d["home"].update(position=[0.0, 0.0, 0.25]), "home.position"),
+    (lambda d: d["home"].update(gripper="half"), "home.gripper: 'half' must be open, closed"),
+    (lambda d: d.pop("name"), "name: missing"),
+    (lambda d: d.update(control_rate_hz=0), "control_rate_hz: 0.0 must be in (0, 1000]"),
+    (lambda d: d["arm"].update(state="joint_states"), "arm.model: arm.state joint_states needs"),
+    (lambda d: d["command"].update(interface="joint_trajectory"), "arm.model: command.interface joint_trajectory"),
+    (lambda d: d["gripper"].update(state="joint_states"), "gripper.finger_joints"),
+    (lambda d: d["reset"].update(kind="move_home"), "mode: lockstep"),
+    (lambda d: d.update(limits=[1, 2]), "limits: must be a mapping"),
+])
+def test_errors_name_the_file_and_the_key(tmp_path, change, key):
+    data = _base()
+    change(data)
+    path = _write(tmp_path, yaml.safe_dump(data))
+    with pytest.raises(RobotConfigError) as error:
+        load_robot_config(path)
+    message = str(error.value)
+    assert message.startswith(f"{path}: "), message
+    assert key in message, message
+    assert "\n" not in message
+
+
+def test_yaml_syntax_error_names_file_line_and_column(tmp_path):
+    path = _write(tmp_path, "name: x\ncameras: {front: {topic: a\n")
+    with pytest.raises(RobotConfigError, match=rf"^{path}:\d+:\d+: YAML syntax error"):
+        load_robot_config(path)
+
+
+def test_missing_file_and_unknown_name(tmp_path):
+    with pytest.raises(RobotConfigError, match="cannot read it"):
+        load_robot_config(tmp_path / "nope.yaml")
+    with pytest.raises(RobotConfigError, match="not a shipped robot .shipped: .*sim_panda"):
+        load_robot_config("no_such_robot")
+
+
+def test_a_real_robot_task_gets_its_spaces_from_the_robot_file():
+    """The learner of a task that is not a sim task builds its observation spec from the robot file's cameras."""
+    from robot_rl.ros.learner_node import robot_task_spaces
+    from robot_rl.ros.node_util import NodeStartupError
+
+    spec, action_dim = robot_task_spaces("franka_fr3", "pixels", 96)
+    assert dict(spec.entries) == {
+        "images/front": spec["images/front"], "images/wrist": spec["images/wrist"], "state": spec["state"]}
+    assert spec["images/wrist"].shape == (96, 96, 3) and spec["state"].shape == (14,)
+    assert action_dim == 4
+    with pytest.raises(NodeStartupError, match="object_state"):
+        robot_task_spaces("franka_fr3", "state", 64)
+    with pytest.raises(NodeStartupError, match="robot: .*no_such_robot"):
+        robot_task_spaces("no_such_robot", "pixels", 64)

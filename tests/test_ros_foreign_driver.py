@@ -1,0 +1,130 @@
+"""The actor against drivers that publish like real ones: the sim node in driver mode (robots/sim_panda_driver.yaml:
+640x480 bgr8 best-effort camera, JPEG CompressedImage wrist camera, joint_states with finger joints, no TCP pose or
+twist, JointTrajectory commands), configured by the robot file alone.
+
+1. The scripted human (the expert's hands) records demos through it: its twist becomes the actor's safe target, the
+   target becomes joint commands by differential IK, the sim follows them, and the task is solved.
+2. A pixel policy drives it at 10 Hz from the first step of its episode to the last without a hold.
+
+Runs in a private network namespace with its own ROS_DOMAIN_ID (tests/ros_harness.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DOMAIN_ID = 52
+DEADLINE_S = 200.0
+ROBOT = "sim_panda_driver"
+SEED = 3
+
+
+def client() -> dict:
+    from robot_rl.ros.env import ensure_ros_environment
+
+    ensure_ros_environment()
+    from test_ros_actor_fuzz import untrained_pixel_agent
+
+    from robot_rl.data.episodes import EpisodeDataset
+    from robot_rl.policy_file import weights_message, write_policy_file
+
+    work = Path(tempfile.mkdtemp(prefix="ros-foreign-"))
+    weights = write_policy_file(work / "policy.msgpack", weights_message(untrained_pixel_agent(), version=1))
+    python = sys.executable
+    logs = {name: open(work / f"{name}.log", "w+") for name in ("sim", "human", "recorder", "actor")}
+
+    def start(name: str, argv: list[str]) -> subprocess.Popen:
+        return subprocess.Popen([python, "-m", *argv], stdout=logs[name], stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+    def status(path: Path) -> dict:
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    nodes = {
+        "sim": start("sim", ["robot_rl.sim.node", "--task", "PickCube-v0", "--seed", str(SEED), "--ros-args",
+                             "-p", f"robot:={ROBOT}"]),
+        "human": start("human", ["robot_rl.sim.scripted_teleop", "--ros-args", "-p", f"robot:={ROBOT}",
+                                 "-p", "stuck_window:=2", "-p", "stuck_distance:=10.0", "-p", "takeover_steps:=1000",
+                                 "-p", "episode_budget:=1000"]),
+    }
+    summary: dict = {}
+    try:
+        # 1. demos through the foreign interfaces, the human at the controls
+        demos, recorder_stats = work / "demos.zarr", work / "recorder.json"
+        nodes["recorder"] = start("recorder", [
+            "robot_rl.ros.actor_node", "--ros-args", "-r", "__node:=recorder", "-p", f"robot:={ROBOT}",
+            "-p", "obs_mode:=pixels", "-p", "policy:=none", "-p", "stream_transitions:=false", "-p", "episodes:=2",
+            "-p", f"record_path:={demos}", "-p", f"stats_path:={recorder_stats}"])
+        summary["recorder_exit"] = nodes["recorder"].wait(timeout=DEADLINE_S / 2)
+        summary["recorder"] = status(recorder_stats)
+        if demos.exists():
+            dataset = EpisodeDataset(demos)
+            summary["demo_episodes"] = dataset.num_episodes
+            summary["demo_success"] = [bool(dataset.episode(i)["success"]) for i in range(dataset.num_episodes)]
+            episode = dataset.episode(0)
+            summary["demo_image_shape"] = list(episode["obs"]["images/front"].shape[1:])
+            summary["demo_intervention"] = float(episode["intervention"].mean())
+            attrs = dataset.attrs
+            summary["demo_robot"] = attrs.get("robot_config", {}).get("name")
+            summary["demo_transform"] = attrs.get("image_transforms", {}).get("images/front")
+        os.killpg(nodes["human"].pid, signal.SIGINT)
+        nodes["human"].wait(timeout=20)
+        # 2. a pixel policy alone, 10 Hz, no hold
+        actor_stats = work / "actor.json"
+        nodes["actor"] = start("actor", [
+            "robot_rl.ros.actor_node", "--ros-args", "-p", f"robot:={ROBOT}", "-p", "obs_mode:=pixels",
+            "-p", f"weights_path:={weights}", "-p", "deterministic:=true", "-p", "stream_transitions:=false",
+            "-p", "episodes:=1", "-p", f"stats_path:={actor_stats}"])
+        summary["actor_exit"] = nodes["actor"].wait(timeout=DEADLINE_S / 2)
+        summary["actor"] = status(actor_stats)
+    finally:
+        for process in nodes.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGINT)
+        for name, process in nodes.items():
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+        for name, log in logs.items():
+            log.seek(0)
+            summary[f"{name}_log"] = log.read()[-3000:]
+            log.close()
+        shutil.rmtree(work, ignore_errors=True)
+    return summary
+
+
+def test_actor_drives_a_foreign_driver_from_the_robot_file():
+    from ros_harness import run_ros_script
+
+    summary, stderr, _ = run_ros_script(__file__, "client", DOMAIN_ID, DEADLINE_S + 60)
+    assert summary["recorder_exit"] == 0, summary["recorder_log"]
+    assert summary["demo_episodes"] == 2, summary
+    assert any(summary["demo_success"]), summary  # the expert's twist, through IK and joint commands, solved it
+    assert summary["demo_image_shape"] == [64, 64, 3], summary  # 640x480 frames cropped and resized
+    assert summary["demo_intervention"] >= 0.5, summary
+    assert summary["demo_robot"] == ROBOT, summary
+    assert summary["demo_transform"]["fit"] == "crop", summary
+    actor = summary["actor"]
+    assert summary["actor_exit"] == 0, summary["actor_log"]
+    assert actor["episodes"] == 1 and actor["transitions"] >= 49, actor  # 50 steps (PickCube-v0)
+    assert actor["held"] == 0, actor  # no hold after warm-up: every sensor fresh at every 10 Hz step
+    assert actor["rejected"] == {} and actor["incompatible_qos"] == {}, actor
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["client"]:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        print("RESULT " + json.dumps(client()))
