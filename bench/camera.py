@@ -207,33 +207,6 @@ def run_inner(args) -> int:
     return 0
 
 
-def run_outer(argv: list[str], timeout_s: float) -> int:
-    """Re-run this script in a private network namespace with the ROS environment; refuse where none can be made."""
-    from robot_rl.ros.env import RosEnvironmentError, private_network_command, ros_environment
-
-    env = ros_environment(domain_id=DOMAIN_ID)
-    env[INNER_FLAG] = "1"
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
-    inner = [sys.executable, str(Path(__file__).resolve()), *argv]
-    try:
-        command = private_network_command(inner)
-    except RosEnvironmentError as error:
-        print(json.dumps({"bench": "camera", "error": str(error)}), flush=True)
-        return 2
-    proc = subprocess.Popen(command, env=env, cwd=REPO_ROOT, start_new_session=True)
-    try:
-        return proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        log(f"timed out after {timeout_s:.0f}s")
-        return 124
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -247,7 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.role == "subscriber":
         return role_subscriber(args.topic, args.compressed)
     if not os.environ.get(INNER_FLAG):
-        return run_outer(argv, args.timeout)
+        from private_network import rerun_in_private_network
+
+        return rerun_in_private_network(__file__, argv, bench="camera", domain_id=DOMAIN_ID, inner_flag=INNER_FLAG,
+                                        timeout_s=args.timeout)
     return run_inner(args)
 
 

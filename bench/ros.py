@@ -2,9 +2,10 @@
 
 Usage::
 
-    python bench/ros.py            # full run (< 3 min on a loaded 2-core machine)
+    python bench/ros.py            # full run (about 4 min on a loaded 2-core machine)
     python bench/ros.py --quick    # fewer samples (smoke test)
     python bench/ros.py --no-pixels-latency   # skip the 2x128x128 camera round trip
+    python bench/ros.py --no-driver-latency --no-camera   # skip the 640x480 round trip / the camera node
 
 What is measured (every figure has p50 / p99 / n; times in ms):
 
@@ -20,6 +21,19 @@ What is measured (every figure has p50 / p99 / n; times in ms):
    Baseline in the same run (``baseline_echo_rtt_ms``): the same robot process and frame against a bare rclpy echo
    node that answers as soon as the frame is complete (no observation, policy or safety): the transport + Python
    executor floor. ``actor_overhead_*`` = round trip - policy median - echo round trip (same percentile).
+   ``obs_to_command_640x480``: the same through a real robot's topics, ``robots/sim_panda_driver.yaml`` (actor
+   ``-p robot:=robots/sim_panda_driver.yaml -p mode:=lockstep``, overriding the file's realtime). The robot process
+   plays the drivers: per frame, with one header stamp, a 640x480 bgr8 ``sensor_msgs/Image`` (front) and a 640x480
+   JPEG ``CompressedImage`` (wrist, a textured scene at quality 90), best-effort like camera drivers, then
+   ``joint_states`` (7 arm joints at the home pose + 2 finger joints), which completes the frame: the actor derives
+   the TCP pose by forward kinematics, decodes and centre-crops + resizes both frames to the policy's 64x64, and
+   answers with a ``JointTrajectory`` by differential IK (an untrained pixel SAC agent from a policy file; the
+   round trip ends when the trajectory arrives). In-process medians of the actor's per-frame work with its own
+   functions on the same messages: ``image_conversion_ms`` (``<cam>_to_rgb``: vision.to_rgb of the Image;
+   ``<cam>_decode``: the JPEG decode; ``<cam>_transform``: ImageTransform 640x480 -> 64), ``kinematics_ms``
+   (forward kinematics, one IK solve) and ``policy_ms`` (``Actor.policy_action`` on one 64x64 observation). Its
+   baseline is a bare rclpy echo node on the same topics and QoS answering a JointTrajectory once the frame is
+   complete. Same target.
 2. ``transitions_pixels_2x128``: acknowledged transitions/s from a publisher process to a real learner node
    (``-p obs_mode:=pixels -p image_size:=128 -p demos:=0 -p updates_per_transition:=0.0``: it decodes, fsyncs to
    its transition log, stages into replay and acks, but does not train). Batches of 8 transitions (the actor node's
@@ -31,10 +45,15 @@ What is measured (every figure has p50 / p99 / n; times in ms):
    CLOCK_MONOTONIC; the subscriber reports back on ``/bench/weights_ack``), decode (``msg_to_bytes`` +
    ``decode_weights``) and apply (``with_policy_bytes`` + ``block_until_ready``) times. The first broadcast of each
    size is a warm-up and not counted.
+4. ``camera_node``: bench/camera.py's measurement, run as a child in the same private network namespace (its domain
+   96): drivers/camera_node's ``capture_to_publish_ms`` (from OpenCV's hand-over of the frame, its stamp, to the
+   return of ``publish``) and ``capture_to_received_ms`` at a subscriber, for 640x480 raw bgr8 and JPEG at 30 Hz
+   from a generated video file, with its baseline (``cv2_read_ms``, ``jpeg_encode_ms``); ``--camera-seconds`` per
+   format.
 
 Network rule: the script re-executes itself inside a private network namespace (``unshare -n``, only ``lo``) when
 the kernel allows it, and every ROS process runs with ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` and its own
-``ROS_DOMAIN_ID`` (90-94, one per measurement) from ``robot_rl.ros.env.ros_environment``. Child processes run one
+``ROS_DOMAIN_ID`` (90-96, one per measurement) from ``robot_rl.ros.env.ros_environment``. Child processes run one
 measurement at a time and are stopped after it and at the end, also on errors or ``--timeout`` (partial figures are
 still printed, with ``errors``). Figures are percentiles on a shared machine (``loadavg_1m_*`` is recorded): compare
 ratios and baselines from the same run, not absolutes across runs.
@@ -63,7 +82,11 @@ if str(REPO_ROOT) not in sys.path:
 INNER_FLAG = "ROBOT_RL_BENCH_ROS_INNER"
 NETNS_FLAG = "ROBOT_RL_BENCH_ROS_NETNS"
 OUTER_DOMAIN = 94  # the launcher itself creates no ROS participant
-DOMAINS = {"latency_state": 90, "latency_pixels": 91, "transitions": 92, "weights": 93, "echo_baseline": 94}
+DOMAINS = {"latency_state": 90, "latency_pixels": 91, "transitions": 92, "weights": 93, "echo_baseline": 94,
+           "latency_640x480": 95, "camera_node": 96}  # camera_node: bench/camera.py's own
+DRIVER_ROBOT = REPO_ROOT / "robots" / "sim_panda_driver.yaml"  # 640x480 cameras, joint_states, JointTrajectory
+DRIVER_IMAGE_SIZE = 64  # the pixel policy's image side for the 640x480 round trip
+JPEG_QUALITY = 90
 CONTROL_HZ = 10.0
 ACTION_DIM = 4
 STATE_SIZE = 14
@@ -139,6 +162,54 @@ def spin_until(executor, predicate, timeout_s: float, step_s: float = 0.05) -> b
     return True
 
 
+def time_calls(call, calls: int, warmup: int = 5) -> list[float]:
+    """Durations [s] of `calls` calls of `call()` after `warmup` untimed ones."""
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def time_frames(executor, send_frame, arrivals: list, args) -> tuple[list[float], int, float | None, int]:
+    """Lock-step round trips: `send_frame(index, ros_stamp)` publishes one frame, each answered by one entry appended
+    to `arrivals` (perf_counter time). Returns (round trips after the warm-up [s], frames not answered within
+    --frame-timeout after the first answer, the first answer's round trip [s], frames sent)."""
+    from robot_rl.ros.convert import stamp_from_seconds
+
+    rtts: list[float] = []
+    misses = 0
+    first_answer_s = None
+    last_stamp = 0.0
+    frames = args.warmup + args.frames
+    for i in range(frames):
+        stamp = max(time.time(), last_stamp + 1e-6)
+        last_stamp = stamp
+        ros_stamp = stamp_from_seconds(stamp)
+        expected = len(arrivals) + 1
+        start = time.perf_counter()
+        send_frame(i, ros_stamp)
+        timeout = args.first_timeout if first_answer_s is None else args.frame_timeout
+        if spin_until(executor, lambda: len(arrivals) >= expected, timeout, step_s=timeout):
+            rtt = arrivals[expected - 1] - start
+            if first_answer_s is None:
+                first_answer_s = rtt
+            elif i >= args.warmup:
+                rtts.append(rtt)
+        else:
+            if first_answer_s is not None:
+                misses += 1
+            # drain a late answer so it is not taken for the next frame's
+            spin_until(executor, lambda: False, 0.2)
+            del arrivals[:]
+        if first_answer_s is None and i >= args.warmup - 1:
+            return rtts, misses, first_answer_s, i + 1
+    return rtts, misses, first_answer_s, frames
+
+
 # ----------------------------------------------------------------------------------------------------- role: robot
 
 def role_robot(args) -> None:
@@ -155,7 +226,6 @@ def role_robot(args) -> None:
         image_to_msg,
         joint_state_to_msg,
         pose_to_msg,
-        stamp_from_seconds,
         twist_to_msg,
     )
 
@@ -225,20 +295,11 @@ def role_robot(args) -> None:
         return
 
     reward_msg, success_msg = Float32(data=0.0), Bool(data=False)
-    rtts: list[float] = []
-    misses = 0
-    first_answer_s = None
-    last_stamp = 0.0
-    frames = args.warmup + args.frames
-    for i in range(frames):
-        stamp = max(time.time(), last_stamp + 1e-6)
-        last_stamp = stamp
-        ros_stamp = stamp_from_seconds(stamp)
+
+    def send_frame(index: int, ros_stamp) -> None:
         for msg in stamped:
             msg.header.stamp = ros_stamp
-        expected = len(arrivals) + 1
-        start = time.perf_counter()
-        if i > 0:  # the previous step's reward / success (the lock-step actor waits for them)
+        if index > 0:  # the previous step's reward / success (the lock-step actor waits for them)
             reward_pub.publish(reward_msg)
             success_pub.publish(success_msg)
         if not pixels:
@@ -248,29 +309,10 @@ def role_robot(args) -> None:
         gripper_pub.publish(gripper_msg)
         twist_pub.publish(twist_msg)
         tcp_pub.publish(tcp_msg)  # last, as the sim node does
-        timeout = args.first_timeout if first_answer_s is None else args.frame_timeout
-        if spin_until(executor, lambda: len(arrivals) >= expected, timeout, step_s=timeout):
-            rtt = arrivals[expected - 1] - start
-            if first_answer_s is None:
-                first_answer_s = rtt
-            elif i >= args.warmup:
-                rtts.append(rtt)
-        else:
-            if first_answer_s is not None:
-                misses += 1
-            # drain a late answer so it is not taken for the next frame's
-            spin_until(executor, lambda: False, 0.2)
-            del arrivals[:]
-        if first_answer_s is None and i >= args.warmup - 1:
-            break
 
-    policy_times = []
-    for _ in range(5 if actor is not None else 0):
-        actor.policy_action(policy_obs)
-    for _ in range(args.policy_calls if actor is not None else 0):
-        t0 = time.perf_counter()
-        actor.policy_action(policy_obs)
-        policy_times.append(time.perf_counter() - t0)
+    rtts, misses, first_answer_s, frames = time_frames(executor, send_frame, arrivals, args)
+
+    policy_times = time_calls(lambda: actor.policy_action(policy_obs), args.policy_calls) if actor is not None else []
     emit({"rtt": rtts, "policy": policy_times, "misses": misses, "first_answer_s": first_answer_s,
           "frames_sent": frames})
     node.destroy_node()
@@ -310,6 +352,198 @@ def role_echo(args) -> None:
     events = qos.qos_profile(qos.EVENTS)  # the actor subscribes to these too: same executor work
     node.create_subscription(Float32, qos.TASK_REWARD, lambda _msg: None, events)
     node.create_subscription(Bool, qos.TASK_SUCCESS, lambda _msg: None, events)
+    while rclpy.ok():
+        executor.spin_once(timeout_sec=0.1)
+
+
+# ----------------------------------------------------------------------------------------------------- role: driver
+
+def camera_scene(width: int, height: int) -> np.ndarray:
+    """An RGB frame textured like a camera's (gradient, discs, sensor noise), so JPEG costs what it does on one."""
+    import cv2
+
+    rng = np.random.default_rng(0)
+    yy, xx = np.mgrid[0:height, 0:width]
+    frame = np.stack([xx * 200 // width, yy * 200 // height, (xx + yy) * 100 // (width + height)], -1).astype(np.uint8)
+    for disc in range(6):
+        centre = (int(width * (0.12 + 0.14 * disc)), int(height * (0.5 + 0.3 * np.cos(disc))))
+        cv2.circle(frame, centre, int(height * (0.07 + 0.01 * disc)), (40 * disc, 255 - 30 * disc, 120), -1)
+    noisy = frame.astype(np.int16) + rng.normal(0, 4, frame.shape).astype(np.int16)
+    return np.clip(noisy, 0, 255).astype(np.uint8)
+
+
+def driver_robot():
+    """(robot file config, its arm kinematics, arm joints whose TCP is the file's home pose) of DRIVER_ROBOT."""
+    from robot_rl.kinematics import ArmKinematics
+    from robot_rl.robot_config import load_robot_config
+    from robot_rl.sim.robot import HOME_QPOS
+
+    robot = load_robot_config(str(DRIVER_ROBOT))
+    kinematics = ArmKinematics.from_file(robot.model_path(), robot.arm.joint_names, robot.tcp_frame)
+    q = np.asarray(HOME_QPOS, dtype=np.float64)
+    for _ in range(20):
+        q = kinematics.solve(q, np.asarray(robot.home_position), np.asarray(robot.home_quat))
+    return robot, kinematics, q
+
+
+def driver_streams(robot, q: np.ndarray) -> list[tuple[str, object, str, object]]:
+    """One frame of the robot file's drivers, as (sensor, message, topic, QoS) in publishing order: every camera
+    (Image in its encoding, or a JPEG / PNG CompressedImage) of one textured scene, then the arm's joint_states with
+    the finger joints (last: the arm state completes the frame)."""
+    from robot_rl.ros import qos
+    from robot_rl.ros.convert import compressed_image_to_msg, image_to_msg, joint_state_to_msg
+
+    streams = []
+    for name, camera in robot.cameras:
+        scene = camera_scene(camera.width or 640, camera.height or 480)
+        if camera.type == "CompressedImage":
+            msg = compressed_image_to_msg(scene, camera.encoding or "jpeg", frame_id=f"{name}_camera",
+                                          quality=JPEG_QUALITY)
+        elif camera.encoding in ("", "rgb8", "bgr8"):
+            encoding = camera.encoding or "rgb8"
+            msg = image_to_msg(scene[..., ::-1] if encoding == "bgr8" else scene, encoding, frame_id=f"{name}_camera")
+        else:
+            raise ValueError(f"{robot.path}: camera {name}: the bench sends rgb8 / bgr8 / jpeg / png, not "
+                             f"{camera.encoding}")
+        streams.append((f"camera/{name}", msg, camera.topic, qos.sensor_qos(camera.qos)))
+    fingers = robot.gripper.finger_joints
+    opening = robot.gripper.max_opening / max(len(fingers), 1) / robot.gripper.opening_per_unit
+    joints = joint_state_to_msg([*robot.arm.joint_names, *fingers], [*q, *([opening] * len(fingers))])
+    streams.append(("joint_states", joints, robot.arm.joint_states_topic, qos.sensor_qos(robot.arm.qos)))
+    return streams
+
+
+def role_driver(args) -> None:
+    """Play real arm and camera drivers (DRIVER_ROBOT's topics: 640x480 bgr8 Image and JPEG CompressedImage
+    best-effort, joint_states) for a lock-step actor: one frame, wait for its JointTrajectory command, repeat; then
+    time in-process what the actor does per step (image conversion, kinematics, the policy)."""
+    rclpy, node, executor = start_rclpy("bench_driver")
+    from std_msgs.msg import Bool, Float32
+    from trajectory_msgs.msg import JointTrajectory
+
+    from robot_rl.ros import qos
+    from robot_rl.ros.node_util import relative_name
+
+    robot, kinematics, q = driver_robot()
+    streams = driver_streams(robot, q)
+    pubs = [(node.create_publisher(type(msg), topic, profile), msg) for _, msg, topic, profile in streams]
+    events = qos.qos_profile(qos.EVENTS)
+    reward_pub = node.create_publisher(Float32, relative_name(qos.TASK_REWARD), events)
+    success_pub = node.create_publisher(Bool, relative_name(qos.TASK_SUCCESS), events)
+    arrivals: list[float] = []
+    command_topic = robot.command.joint_trajectory_topic
+    node.create_subscription(JointTrajectory, command_topic, lambda _msg: arrivals.append(time.perf_counter()),
+                             qos.qos_profile(qos.COMMANDS))
+
+    # The policy, built and compiled while the actor node starts up (timed after the ROS loop).
+    actor = spec = None  # no weights: the baseline run against the echo node
+    if args.weights:
+        from robot_rl.policy_file import actor_from_weights, read_policy_file
+
+        weights = read_policy_file(args.weights)
+        spec = weights.observation_spec
+        actor = actor_from_weights(weights, seed=0)
+        actor.policy_action({key: np.zeros(entry.shape, entry.dtype) for key, entry in spec.entries})
+
+    matched = spin_until(executor, lambda: all(pub.get_subscription_count() >= 1 for pub, _ in pubs)
+                         and node.count_publishers(command_topic) >= 1, args.start_timeout)
+    if not matched:
+        emit({"error": f"the actor did not match {[topic for _, _, topic, _ in streams]} / {command_topic} within "
+                       f"{args.start_timeout:.0f}s"})
+        return
+    reward_msg, success_msg = Float32(data=0.0), Bool(data=False)
+
+    def send_frame(index: int, ros_stamp) -> None:
+        if index > 0:  # the previous step's reward / success (the lock-step actor waits for them)
+            reward_pub.publish(reward_msg)
+            success_pub.publish(success_msg)
+        for pub, msg in pubs:  # one header stamp: the frame
+            msg.header.stamp = ros_stamp
+            pub.publish(msg)
+
+    rtts, misses, first_answer_s, frames = time_frames(executor, send_frame, arrivals, args)
+    result = {"rtt": rtts, "misses": misses, "first_answer_s": first_answer_s, "frames_sent": frames,
+              "streams": {sensor: describe_stream(msg) for sensor, msg, _, _ in streams}}
+    if actor is not None:
+        result.update(actor_step_costs(robot, kinematics, q, streams, actor, spec, args.policy_calls))
+    emit(result)
+    node.destroy_node()
+    rclpy.try_shutdown()
+
+
+def describe_stream(msg) -> str:
+    if hasattr(msg, "format"):
+        return f"CompressedImage {msg.format!r}, {len(msg.data)} bytes"
+    if hasattr(msg, "encoding"):
+        return f"Image {msg.width}x{msg.height} {msg.encoding}, {len(msg.data)} bytes"
+    return f"{type(msg).__name__} {len(msg.name)} joints"
+
+
+def actor_step_costs(robot, kinematics, q, streams, actor, spec, calls: int) -> dict:
+    """In-process durations [s] of the actor node's per-frame work, with its own functions on the frame just sent:
+    each camera message -> RGB (its subscription callback: vision.to_rgb, or the JPEG / PNG decode), each RGB ->
+    the policy's image (ImageTransform, at the step), forward kinematics of joint_states, the IK of the command and
+    Actor.policy_action on the resulting observation."""
+    from robot_rl.ros.convert import compressed_image_from_msg, image_from_msg
+    from robot_rl.vision import ImageTransform, to_rgb
+
+    costs: dict[str, list[float]] = {}
+    obs = {key: np.zeros(entry.shape, entry.dtype) for key, entry in spec.entries}
+    for sensor, msg, _, _ in streams:
+        if not sensor.startswith("camera/"):
+            continue
+        name = sensor[len("camera/"):]
+        key = f"images/{name}"
+        if hasattr(msg, "format"):
+            def receive(msg=msg):
+                return compressed_image_from_msg(msg)
+            what = "decode"
+        else:
+            def receive(msg=msg):
+                return to_rgb(image_from_msg(msg), msg.encoding)
+            what = "to_rgb"
+        rgb = receive()
+        transform = ImageTransform.from_camera(robot.camera(name), spec[key].shape[0])
+        costs[f"{name}_{what}"] = time_calls(receive, calls)
+        costs[f"{name}_transform"] = time_calls(lambda t=transform, rgb=rgb: t(rgb), calls)
+        obs[key] = transform(rgb)
+    position, quat = kinematics.forward(q)
+    target = np.asarray(position) + np.array([0.01, 0.0, 0.0])  # a 1 cm step, as a policy's action asks
+    costs["forward_kinematics"] = time_calls(lambda: kinematics.forward(q), calls)
+    costs["ik_solve"] = time_calls(lambda: kinematics.solve(q, target, quat), calls)
+    costs["policy"] = time_calls(lambda: actor.policy_action(obs), calls)
+    return {"costs": costs}
+
+
+def role_driver_echo(args) -> None:
+    """Transport baseline of the driver frame: a bare rclpy node subscribed to the same topics with the actor's QoS
+    that answers with a JointTrajectory as soon as every message of the frame has arrived (no decoding, kinematics,
+    policy or safety)."""
+    rclpy, node, executor = start_rclpy("bench_driver_echo")
+    from std_msgs.msg import Bool, Float32
+    from trajectory_msgs.msg import JointTrajectory
+
+    from robot_rl.ros import qos
+    from robot_rl.ros.convert import joint_trajectory_to_msg
+    from robot_rl.ros.node_util import relative_name
+
+    robot, _, q = driver_robot()
+    streams = driver_streams(robot, q)
+    answer = joint_trajectory_to_msg(robot.arm.joint_names, q, robot.control_period)
+    pub = node.create_publisher(JointTrajectory, robot.command.joint_trajectory_topic, qos.qos_profile(qos.COMMANDS))
+    seen: set[str] = set()
+
+    def on_sensor(sensor: str) -> None:
+        seen.add(sensor)
+        if len(seen) == len(streams):
+            seen.clear()
+            pub.publish(answer)
+
+    for sensor, msg, topic, profile in streams:
+        node.create_subscription(type(msg), topic, lambda _msg, s=sensor: on_sensor(s), profile)
+    events = qos.qos_profile(qos.EVENTS)  # the actor subscribes to these too: same executor work
+    node.create_subscription(Float32, relative_name(qos.TASK_REWARD), lambda _msg: None, events)
+    node.create_subscription(Bool, relative_name(qos.TASK_SUCCESS), lambda _msg: None, events)
     while rclpy.ok():
         executor.spin_once(timeout_sec=0.1)
 
@@ -506,12 +740,15 @@ class Children:
         self.log_dir = log_dir
         self.procs: list[tuple[str, subprocess.Popen]] = []
 
-    def start(self, name: str, argv: list[str], domain_id: int) -> subprocess.Popen:
+    def start(self, name: str, argv: list[str], domain_id: int, extra_env: dict[str, str] | None = None
+              ) -> subprocess.Popen:
         from robot_rl.ros.env import ros_environment
 
         env = ros_environment(domain_id=domain_id)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # no spinning OpenMP threads competing with the measured ones
+        env.update(extra_env or {})
         out = open(self.log_dir / f"{name}.out", "wb")
         err = open(self.log_dir / f"{name}.err", "wb")
         try:
@@ -574,9 +811,9 @@ class Children:
 
 
 class WeightFiles:
-    """Policy weight files for the two latency phases. The state one is written at once; the pixel one in a thread
-    while the state phase's processes start up (the state robot waits for `go` before measuring, so the two never
-    overlap a measurement)."""
+    """Policy weight files for the latency phases. The state one is written at once; the pixel ones (the 2-camera
+    128 px agent, and the 64 px agent of DRIVER_ROBOT's cameras as a policy file) in a thread while the state phase's
+    processes start up (the state robot waits for `go` before measuring, so the two never overlap a measurement)."""
 
     def __init__(self, tmp: Path, args):
         import threading
@@ -587,43 +824,63 @@ class WeightFiles:
         env = make_env("PickCube-v0", obs_mode="state")
         spec = ObservationSpec.from_space(env.observation_space)
         env.close()
-        self.paths = {"state": tmp / "weights_state.msgpack", "pixels": tmp / "weights_pixels.msgpack"}
+        self.paths = {"state": tmp / "weights_state.msgpack", "pixels": tmp / "weights_pixels.msgpack",
+                      "driver": tmp / "policy_driver_64.msgpack"}
         self.paths["state"].write_bytes(weights_payload(spec))
         self.go = tmp / "go_state"
         self.error: BaseException | None = None
         self._thread = None
-        if args.no_pixels_latency:
+        jobs = []
+        if not args.no_pixels_latency:
+            jobs.append(lambda: self.paths["pixels"].write_bytes(weights_payload(pixel_spec(args.image_size))))
+        if not args.no_driver_latency:
+            jobs.append(lambda: write_driver_policy(self.paths["driver"]))
+        if not jobs:
             self.go.touch()
         else:
-            self._thread = threading.Thread(target=self._pixels, args=(args.image_size,), daemon=True)
+            self._thread = threading.Thread(target=self._make, args=(jobs,), daemon=True)
             self._thread.start()
 
-    def _pixels(self, image_size: int) -> None:
+    def _make(self, jobs) -> None:
         try:
-            self.paths["pixels"].write_bytes(weights_payload(pixel_spec(image_size)))
-        except BaseException as error:  # noqa: BLE001 - reported by the pixel phase
+            for job in jobs:
+                job()
+        except BaseException as error:  # noqa: BLE001 - reported by the pixel phases
             self.error = error
         finally:
             self.go.touch()
 
-    def path(self, obs_mode: str) -> Path:
-        if obs_mode == "pixels" and self._thread is not None:
+    def path(self, kind: str) -> Path:
+        if kind != "state" and self._thread is not None:
             self._thread.join()
             if self.error is not None:
                 raise RuntimeError(f"could not make the pixel weights: {self.error!r}")
-        return self.paths[obs_mode]
+        return self.paths[kind]
 
 
-def echo_baseline(children: Children, args, obs_mode: str, frames: int) -> dict:
-    """Round trip of the same frame against the bare echo node (transport + rclpy floor), in its own domain."""
+def write_driver_policy(path: Path) -> None:
+    """A policy file of an untrained SAC agent (TrainConfig().sac) seeing DRIVER_ROBOT's cameras at
+    DRIVER_IMAGE_SIZE and the state, as the learner node builds it for a real robot's task."""
+    from robot_rl.agents.sac import SACAgent
+    from robot_rl.policy_file import weights_message, write_policy_file
+    from robot_rl.ros.learner_node import robot_task_spaces
+    from robot_rl.train import TrainConfig
+
+    spec, action_dim = robot_task_spaces(str(DRIVER_ROBOT), "pixels", DRIVER_IMAGE_SIZE)
+    write_policy_file(path, weights_message(SACAgent.create(0, spec, action_dim, TrainConfig().sac), version=1))
+
+
+def echo_baseline(children: Children, args, label: str, echo_role: str, robot_role: str, role_args: list[str],
+                  frames: int) -> dict:
+    """Round trip of the same frame against a bare echo node (transport + rclpy floor), in its own domain."""
     domain = DOMAINS["echo_baseline"]
-    echo = children.role(f"echo_{obs_mode}", "echo", domain, "--obs-mode", obs_mode)
-    robot = children.role(f"robot_echo_{obs_mode}", "robot", domain, "--obs-mode", obs_mode, "--frames", str(frames),
-                          "--warmup", str(args.warmup_frames), "--image-size", str(args.image_size))
+    echo = children.role(f"echo_{label}", echo_role, domain, *role_args)
+    robot = children.role(f"robot_echo_{label}", robot_role, domain, *role_args, "--frames", str(frames),
+                          "--warmup", str(args.warmup_frames))
     try:
-        raw = children.result(f"robot_echo_{obs_mode}", robot, timeout=args.phase_timeout)
+        raw = children.result(f"robot_echo_{label}", robot, timeout=args.phase_timeout)
     except RuntimeError as error:
-        raise RuntimeError(f"{error}; echo stderr tail: {children.tail(f'echo_{obs_mode}')}") from None
+        raise RuntimeError(f"{error}; echo stderr tail: {children.tail(f'echo_{label}')}") from None
     finally:
         children.stop(echo)
     return {**stats_ms(raw["rtt"]), "missed_frames": raw["misses"]}
@@ -666,6 +923,80 @@ def bench_latency(children: Children, files: WeightFiles, args, obs_mode: str, b
         "first_answer_s": round(raw["first_answer_s"], 2) if raw["first_answer_s"] is not None else None,
         **({"image_size": args.image_size, "cameras": 2} if obs_mode == "pixels" else {}),
     }
+
+
+def bench_driver_latency(children: Children, files: WeightFiles, args) -> dict:
+    """obs -> command through a lock-step actor on DRIVER_ROBOT (640x480 cameras resized in the actor, arm state by
+    forward kinematics of joint_states, JointTrajectory commands by IK), with its echo baseline from the same run."""
+    role_args = ["--frames", str(args.driver_frames), "--warmup", str(args.warmup_frames)]
+    try:
+        baseline = echo_baseline(children, args, "640x480", "driver_echo", "driver", [], args.driver_frames)
+    except RuntimeError as error:
+        baseline = {"error": str(error)}
+    weights = files.path("driver")
+    domain = DOMAINS["latency_640x480"]
+    actor = children.start("actor_640x480", [
+        sys.executable, "-m", "robot_rl.ros.actor_node", "--ros-args", "-p", f"robot:={DRIVER_ROBOT}",
+        "-p", "obs_mode:=pixels", "-p", "mode:=lockstep", "-p", "reset_service:=none",
+        "-p", f"weights_path:={weights}", "-p", "stream_transitions:=false", "-p", "max_episode_steps:=1000000",
+        "-p", "actor_id:=bench"], domain)
+    robot = children.role("driver_640x480", "driver", domain, "--weights", str(weights), *role_args,
+                          "--policy-calls", str(args.policy_calls))
+    try:
+        raw = children.result("driver_640x480", robot, timeout=args.phase_timeout)
+    except RuntimeError as error:
+        raise RuntimeError(f"{error}; actor stderr tail: {children.tail('actor_640x480')}") from None
+    finally:
+        children.stop(actor)
+    if not raw["rtt"]:
+        raise RuntimeError(f"no command answered a frame (first answer: {raw['first_answer_s']}); actor stderr "
+                           f"tail: {children.tail('actor_640x480')}")
+    costs = {name: stats_ms(values) for name, values in raw["costs"].items()}
+    rtt, policy = stats_ms(raw["rtt"]), costs.pop("policy")
+    images = {name: row for name, row in costs.items() if name.startswith(tuple(
+        sensor[len("camera/"):] + "_" for sensor in raw["streams"] if sensor.startswith("camera/")))}
+    return {
+        "rtt_ms": rtt, "policy_ms": policy,
+        "image_conversion_ms": {**images, "total_p50": round(sum(row["p50"] for row in images.values()), 3)},
+        "kinematics_ms": {name: row for name, row in costs.items() if name not in images},
+        "rtt_minus_policy_p50_ms": round(rtt["p50"] - policy["p50"], 3),
+        "rtt_minus_policy_p99_ms": round(rtt["p99"] - policy["p50"], 3),
+        "target_rtt_minus_policy_p99_ms": 10.0,
+        "meets_target": bool(rtt["p99"] - policy["p50"] <= 10.0),
+        "baseline_echo_rtt_ms": baseline,
+        **({"actor_overhead_p50_ms": round(rtt["p50"] - policy["p50"] - baseline["p50"], 3),
+            "actor_overhead_p99_ms": round(rtt["p99"] - policy["p50"] - baseline["p99"], 3)}
+           if "p50" in baseline else {}),
+        "missed_frames": raw["misses"], "frames_sent": raw["frames_sent"],
+        "first_answer_s": round(raw["first_answer_s"], 2) if raw["first_answer_s"] is not None else None,
+        "robot": str(DRIVER_ROBOT.relative_to(REPO_ROOT)), "streams": raw["streams"],
+        "policy_image_size": DRIVER_IMAGE_SIZE,
+    }
+
+
+def bench_camera_node(children: Children, args) -> dict:
+    """bench/camera.py's measurement (the camera node's capture -> publish and capture -> received latency of
+    640x480 raw bgr8 and JPEG at 30 Hz), run as a child in this private network namespace."""
+    import bench.camera as camera_bench
+
+    proc = children.start("camera", [sys.executable, str(REPO_ROOT / "bench" / "camera.py"),
+                                     "--seconds", str(args.camera_seconds)], camera_bench.DOMAIN_ID,
+                          extra_env={camera_bench.INNER_FLAG: "1"})
+    try:
+        proc.wait(timeout=args.phase_timeout)
+    except subprocess.TimeoutExpired:
+        children.stop(proc)
+        raise RuntimeError(f"bench/camera.py timed out after {args.phase_timeout:.0f}s; stderr tail: "
+                           f"{children.tail('camera')}") from None
+    lines = [line for line in (children.log_dir / "camera.out").read_text(errors="replace").splitlines()
+             if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"bench/camera.py exited {proc.returncode} without a result; stderr tail: "
+                           f"{children.tail('camera')}")
+    result = json.loads(lines[-1])
+    if "error" in result:
+        raise RuntimeError(f"bench/camera.py: {result['error']}")
+    return {key: value for key, value in result.items() if key not in ("bench", "cpus")}
 
 
 def bench_transitions(children: Children, tmp: Path, args) -> dict:
@@ -744,7 +1075,8 @@ def run_inner(args) -> int:
     def latency(obs_mode: str) -> dict:
         # The echo baseline first: the pixel weights are made in a thread while the state actor starts up.
         try:
-            baseline = echo_baseline(children, args, obs_mode,
+            baseline = echo_baseline(children, args, obs_mode, "echo", "robot",
+                                     ["--obs-mode", obs_mode, "--image-size", str(args.image_size)],
                                      args.frames if obs_mode == "state" else args.pixel_frames)
         except RuntimeError as error:
             baseline = {"error": str(error)}
@@ -752,11 +1084,20 @@ def run_inner(args) -> int:
             files.append(WeightFiles(tmp, args))
         return bench_latency(children, files[0], args, obs_mode, baseline)
 
+    def driver_latency() -> dict:
+        if not files:
+            files.append(WeightFiles(tmp, args))
+        return bench_driver_latency(children, files[0], args)
+
     phases = [("obs_to_command_state", lambda: latency("state"))]
     if not args.no_pixels_latency:
         phases.append((f"obs_to_command_pixels_2x{args.image_size}", lambda: latency("pixels")))
+    if not args.no_driver_latency:
+        phases.append(("obs_to_command_640x480", driver_latency))
     phases += [(f"transitions_pixels_2x{args.image_size}", lambda: bench_transitions(children, tmp, args)),
                ("weights_broadcast", lambda: bench_weights(children, args))]
+    if not args.no_camera:
+        phases.append(("camera_node", lambda: bench_camera_node(children, args)))
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM, like SIGINT: stop, report what we have
     try:
         for name, phase in phases:
@@ -826,10 +1167,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer samples")
     parser.add_argument("--no-pixels-latency", action="store_true", help="skip the camera round-trip measurement")
+    parser.add_argument("--no-driver-latency", action="store_true",
+                        help="skip the 640x480 round trip through robots/sim_panda_driver.yaml")
+    parser.add_argument("--no-camera", action="store_true", help="skip the camera node's latency (bench/camera.py)")
+    parser.add_argument("--camera-seconds", type=float, default=None,
+                        help="camera node measurement time per format (default 3 with --quick, else 10)")
     parser.add_argument("--keep-logs", action="store_true", help="keep the child processes' logs")
-    parser.add_argument("--timeout", type=float, default=240.0, help="kill everything after this many seconds")
-    parser.add_argument("--role", choices=("robot", "echo", "feeder", "weights_pub", "weights_sub"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument("--timeout", type=float, default=420.0, help="kill everything after this many seconds")
+    parser.add_argument("--role", choices=("robot", "echo", "driver", "driver_echo", "feeder", "weights_pub",
+                                           "weights_sub"), help=argparse.SUPPRESS)
     # role options
     parser.add_argument("--obs-mode", default="state", help=argparse.SUPPRESS)
     parser.add_argument("--weights", default="", help=argparse.SUPPRESS)
@@ -846,6 +1192,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     quick = args.quick
     args.frames = args.frames if args.frames is not None else (100 if quick else 300)
     args.pixel_frames = 60 if quick else 200
+    args.driver_frames = 100 if quick else 400
+    args.camera_seconds = args.camera_seconds if args.camera_seconds is not None else (3.0 if quick else 10.0)
     args.warmup_frames = args.warmup
     args.duration = args.duration if args.duration is not None else (4.0 if quick else 10.0)
     args.warmup_s = 1.0
@@ -863,8 +1211,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     if args.role is not None:
-        roles = {"robot": role_robot, "echo": role_echo, "feeder": role_feeder, "weights_pub": role_weights_pub,
-                 "weights_sub": role_weights_sub}
+        roles = {"robot": role_robot, "echo": role_echo, "driver": role_driver, "driver_echo": role_driver_echo,
+                 "feeder": role_feeder, "weights_pub": role_weights_pub, "weights_sub": role_weights_sub}
         signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         roles[args.role](args)

@@ -1,13 +1,19 @@
-"""Training over ROS 2 vs in-process: the same task, seeds, demos, learner settings and env-step budget, trained once
-by `robot-rl launch launch/sim_train.yaml` (sim node in lock-step + actor + learner as separate processes, no human)
-and once by `robot_rl.train.train` in one process; both final policies are evaluated in-process on the same eval
-seeds. Prints ONE JSON line.
+"""Training over ROS 2 vs in-process: the same task, seeds, demos, learner settings and env-step budget, trained by
+`robot-rl launch launch/sim_train.yaml` (sim node in lock-step + actor + learner as separate processes, no human) once
+per robot file, and once by `robot_rl.train.train` in one process; every final policy is evaluated in-process on the
+same eval seeds. Prints ONE JSON line.
+
+Robot files (``--robots``): ``sim_panda`` (the sim node's native topics: TCP pose and twist, gripper state, pose
+commands) and ``sim_panda_driver`` (the sim node publishing like real drivers: joint_states with finger joints and no
+TCP pose or twist, so the actor derives the pose by forward kinematics and the twist from successive poses, and
+commands as JointTrajectory by differential IK). Both run in lock-step whatever the file's mode.
 
     python bench/ros_training.py                      # PickCube state, 1500 env steps, seeds 0 1 2, 50 eval episodes
-    python bench/ros_training.py --seeds 0 --steps 1000 --eval-episodes 20
+    python bench/ros_training.py --seeds 0 --steps 1000 --eval-episodes 20 --no-in-process
+    python bench/ros_training.py --robots sim_panda_driver
 
 ROS processes run on loopback only (ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST, domain id 95), inside a private network
-namespace where the kernel allows it.
+namespace (refused where the kernel does not allow one).
 """
 
 from __future__ import annotations
@@ -29,21 +35,33 @@ DOMAIN_ID = 95
 
 @dataclasses.dataclass(frozen=True)
 class Args:
+    """What to train and over which robot files."""
+
     task: str = "PickCube-v0"
+    """sim task"""
     steps: int = 1500
+    """env steps (transitions) each run trains on"""
     seeds: tuple[int, ...] = (0, 1, 2)
+    """seeds: each is trained over every robot file and in-process"""
     demos: int = 20
+    """scripted demos each run starts with"""
     eval_episodes: int = 50
+    """final in-process evaluation episodes of each run (the same eval seeds for all)"""
+    robots: tuple[str, ...] = ("sim_panda", "sim_panda_driver")
+    """robot files (path or shipped name) to train over, one ROS run per robot and seed"""
+    in_process: bool = True
+    """also train in-process (the baseline; --no-in-process saves its time)"""
     out: Path = Path("runs/bench-ros-training")
 
 
-def ros_run(args: Args, seed: int, run_dir: Path) -> dict:
+def ros_run(args: Args, robot: str, seed: int, run_dir: Path) -> dict:
     from robot_rl.ros.env import private_network_command, ros_environment
 
     command = private_network_command([
         sys.executable, "-m", "robot_rl.cli", "launch", str(REPO / "launch" / "sim_train.yaml"),
-        f"task:={args.task}", "obs_mode:=state", f"steps:={args.steps}", f"demos:={args.demos}", f"seed:={seed}",
-        "human:=false", f"eval_episodes:={args.eval_episodes}", f"run_dir:={run_dir}", "--domain-id", str(DOMAIN_ID)])
+        f"robot:={robot}", f"task:={args.task}", "obs_mode:=state", f"steps:={args.steps}", f"demos:={args.demos}",
+        f"seed:={seed}", "human:=false", f"eval_episodes:={args.eval_episodes}", f"run_dir:={run_dir}",
+        "--domain-id", str(DOMAIN_ID)])
     start = time.perf_counter()
     log = run_dir.with_suffix(".log")
     run_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -58,7 +76,10 @@ def ros_run(args: Args, seed: int, run_dir: Path) -> dict:
     actor = json.loads((run_dir / "actor_status.json").read_text())
     return {"final_success": result["final_eval_success"], "wall_s": round(wall, 1),
             "transitions_sent": actor["transitions"], "trained_on": result["trained_on"],
-            "updates": result["updates"], "train_episodes": actor["episodes"]}
+            "updates": result["updates"], "train_episodes": actor["episodes"],
+            "train_successes": actor["successes"], "commands": actor["commands"], "held": actor["held"],
+            "holds": actor["holds"], "rejected": actor["rejected"],
+            "waits_s": {reason: round(s, 1) for reason, s in actor["waits_s"].items()}}
 
 
 def in_process_run(args: Args, seed: int, run_dir: Path) -> dict:
@@ -74,29 +95,47 @@ def in_process_run(args: Args, seed: int, run_dir: Path) -> dict:
     return {"final_success": evals[-1]["success_rate"], "wall_s": round(wall, 1)}
 
 
+def robot_names(robots: tuple[str, ...]) -> dict[str, str]:
+    """{robot file's name: the file as given}; RobotConfigError (one line naming the file and key) before any run."""
+    from robot_rl.robot_config import RobotConfigError, load_robot_config
+
+    names = {load_robot_config(robot).name: robot for robot in robots}
+    if len(names) != len(robots) or not robots:
+        raise RobotConfigError(f"--robots {' '.join(robots)}: give one or more robot files with different names")
+    return names
+
+
 def main(args: Args) -> dict:
+    robots = robot_names(args.robots)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    ros, local = {}, {}
+    ros: dict[str, dict[str, dict]] = {name: {} for name in robots}
+    local: dict[str, dict] = {}
     for seed in args.seeds:
-        ros[seed] = ros_run(args, seed, args.out / f"{stamp}-ros-seed{seed}")
-        local[seed] = in_process_run(args, seed, args.out / f"{stamp}-inprocess-seed{seed}")
+        for name, robot in robots.items():
+            ros[name][str(seed)] = ros_run(args, robot, seed, args.out / f"{stamp}-ros-{name}-seed{seed}")
+        if args.in_process:
+            local[str(seed)] = in_process_run(args, seed, args.out / f"{stamp}-inprocess-seed{seed}")
+    runs = {**{f"ros_{name}": by_seed for name, by_seed in ros.items()},
+            **({"in_process": local} if args.in_process else {})}
     result = {
         "bench": "ros_training", "task": args.task, "obs_mode": "state", "env_steps": args.steps,
         "demos": args.demos, "eval_episodes": args.eval_episodes, "seeds": list(args.seeds),
-        "ros": {str(s): r for s, r in ros.items()}, "in_process": {str(s): r for s, r in local.items()},
-        "ros_final_success_median": statistics.median(r["final_success"] for r in ros.values()),
-        "in_process_final_success_median": statistics.median(r["final_success"] for r in local.values()),
+        "final_success": {name: [r["final_success"] for r in by_seed.values()] for name, by_seed in runs.items()},
+        "final_success_median": {name: statistics.median(r["final_success"] for r in by_seed.values())
+                                 for name, by_seed in runs.items()},
+        **runs,
     }
     print(json.dumps(result))
     return result
 
 
 if __name__ == "__main__":
+    from robot_rl.robot_config import RobotConfigError
     from robot_rl.ros.env import RosEnvironmentError
 
     os.chdir(REPO)
     try:
         main(tyro.cli(Args))
-    except RosEnvironmentError as error:  # no private network namespace here: never run on the host's network
+    except (RosEnvironmentError, RobotConfigError) as error:  # never run on the host's network; a bad robot file
         print(json.dumps({"bench": "ros_training", "error": str(error)}))
         sys.exit(2)

@@ -44,7 +44,8 @@ class Record:
     obs_mode: ObsMode = "state+pixels"
     """Which observations to store."""
     image_size: int = TrainConfig.image_size
-    """Camera image height and width in pixels (the same default as `train`, so demos fit a default run)."""
+    """Camera image height and width in pixels (the same default as `train`, so demos fit a default run); a ROS
+    recording crops and resizes every camera frame to it as the robot file says."""
     noise: float = 0.0
     """Std of Gaussian noise added to the expert's actions."""
     seed: int | None = None

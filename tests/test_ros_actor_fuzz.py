@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 DOMAIN_ID = 51
 DEADLINE_S = 150.0
@@ -74,6 +75,22 @@ def client() -> dict:
          "-p", "obs_mode:=pixels", "-p", f"weights_path:={weights}", "-p", "stream_transitions:=false",
          "-p", "reset_service:=none", "-p", f"stats_path:={stats_path}"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    # A second actor whose robot file asks for a reliable front camera: the best-effort driver never matches it.
+    reliable = yaml.safe_load(ROBOT.read_text())
+    reliable["cameras"]["front"]["qos"] = "reliable"
+    reliable["arm"]["model"] = str(ROBOT.parent / reliable["arm"]["model"])
+    for sensor in (reliable["cameras"]["front"], reliable["cameras"]["wrist"]):  # the driver's topics, from /other
+        sensor["topic"] = "/" + sensor["topic"]
+    reliable["arm"]["joint_states_topic"] = "/" + reliable["arm"]["joint_states_topic"]
+    (work / "reliable.yaml").write_text(yaml.safe_dump(reliable))
+    mismatch_stats = work / "mismatch_status.json"
+    mismatch_log = open(work / "mismatch.log", "w+")
+    mismatch = subprocess.Popen(
+        [sys.executable, "-m", "robot_rl.ros.actor_node", "--ros-args", "-r", "__node:=mismatch",
+         "-r", "__ns:=/other", "-p", f"robot:={work / 'reliable.yaml'}", "-p", "obs_mode:=pixels",
+         "-p", f"weights_path:={weights}", "-p", "stream_transitions:=false", "-p", "reset_service:=none",
+         "-p", f"stats_path:={mismatch_stats}"],
+        stdout=mismatch_log, stderr=subprocess.STDOUT, start_new_session=True)
     rclpy.init()
     node = rclpy.create_node("fuzz_driver")
     best_effort = QoSProfile(depth=2, reliability=ReliabilityPolicy.BEST_EFFORT)
@@ -204,7 +221,17 @@ def client() -> dict:
         before = len(commands)
         summary["commands_after"] = wait_for(lambda: len(commands) >= before + 5, 30.0)
         summary["status"] = wait_for(lambda: sum(status().get("rejected", {}).values()) > 0, 5.0) and status()
+        try:
+            summary["mismatch_status"] = json.loads(mismatch_stats.read_text())
+        except (OSError, ValueError):
+            summary["mismatch_status"] = {}
     finally:
+        if mismatch.poll() is None:
+            os.killpg(mismatch.pid, signal.SIGINT)
+        mismatch.wait(timeout=20)
+        mismatch_log.seek(0)
+        summary["mismatch_log"] = mismatch_log.read()[-3000:]
+        mismatch_log.close()
         if actor.poll() is None:
             os.killpg(actor.pid, signal.SIGINT)
         try:
@@ -242,6 +269,11 @@ def test_no_message_crashes_the_actor():
         assert rejected.get(what, 0) >= 1, (what, rejected)
     for what in ("camera/front", "camera/wrist", "joint_states", "teleop/episode"):
         assert what in summary["log_dropped"], (what, summary["log_dropped"])
+    # a QoS mismatch is named with its fix, counted, and the missing camera holds the robot (counted by reason)
+    mismatch = summary["mismatch_status"]
+    assert mismatch.get("incompatible_qos", {}).get("camera/front", 0) >= 1, (mismatch, summary["mismatch_log"])
+    assert "set qos: best_effort in the robot file" in summary["mismatch_log"], summary["mismatch_log"]
+    assert mismatch["holds"].get("missing:camera/front", 0) >= 1 and mismatch["held"] >= 1, mismatch
 
 
 if __name__ == "__main__":
