@@ -51,12 +51,13 @@ What is measured (every figure has p50 / p99 / n; times in ms):
    from a generated video file, with its baseline (``cv2_read_ms``, ``jpeg_encode_ms``); ``--camera-seconds`` per
    format.
 
-Network rule: the script re-executes itself inside a private network namespace (``unshare -n``, only ``lo``) when
-the kernel allows it, and every ROS process runs with ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` and its own
-``ROS_DOMAIN_ID`` (90-96, one per measurement) from ``robot_rl.ros.env.ros_environment``. Child processes run one
-measurement at a time and are stopped after it and at the end, also on errors or ``--timeout`` (partial figures are
-still printed, with ``errors``). Figures are percentiles on a shared machine (``loadavg_1m_*`` is recorded): compare
-ratios and baselines from the same run, not absolutes across runs.
+Network rule: the script re-executes itself inside a private network namespace (``unshare -n``, only ``lo``) and
+refuses to run (one JSON error line, exit 2) where none can be made; every ROS process runs with
+``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` and its own ``ROS_DOMAIN_ID`` (90-96, one per measurement) from
+``robot_rl.ros.env.ros_environment``. Child processes run one measurement at a time and are stopped after it and
+at the end, also on errors or ``--timeout`` (partial figures are still printed, with ``errors``). Figures are
+percentiles on a shared machine (``loadavg_1m_*`` is recorded): compare ratios and baselines from the same run, not
+absolutes across runs.
 """
 
 from __future__ import annotations
@@ -472,6 +473,7 @@ def role_driver(args) -> None:
 
 
 def describe_stream(msg) -> str:
+    """'Image 640x480 bgr8, 921600 bytes' / 'CompressedImage ..., N bytes' / 'JointState 9 joints'."""
     if hasattr(msg, "format"):
         return f"CompressedImage {msg.format!r}, {len(msg.data)} bytes"
     if hasattr(msg, "encoding"):
@@ -481,38 +483,34 @@ def describe_stream(msg) -> str:
 
 def actor_step_costs(robot, kinematics, q, streams, actor, spec, calls: int) -> dict:
     """In-process durations [s] of the actor node's per-frame work, with its own functions on the frame just sent:
-    each camera message -> RGB (its subscription callback: vision.to_rgb, or the JPEG / PNG decode), each RGB ->
-    the policy's image (ImageTransform, at the step), forward kinematics of joint_states, the IK of the command and
+    ``images``: each camera message -> RGB (``<cam>_to_rgb``: its subscription callback's vision.to_rgb, or
+    ``<cam>_decode``: the JPEG / PNG decode) and RGB -> the policy's image (``<cam>_transform``: ImageTransform, at
+    the step); ``kinematics``: forward kinematics of joint_states and the IK solve of a command; ``policy``:
     Actor.policy_action on the resulting observation."""
     from robot_rl.ros.convert import compressed_image_from_msg, image_from_msg
     from robot_rl.vision import ImageTransform, to_rgb
 
-    costs: dict[str, list[float]] = {}
+    images: dict[str, list[float]] = {}
     obs = {key: np.zeros(entry.shape, entry.dtype) for key, entry in spec.entries}
     for sensor, msg, _, _ in streams:
         if not sensor.startswith("camera/"):
             continue
         name = sensor[len("camera/"):]
-        key = f"images/{name}"
-        if hasattr(msg, "format"):
-            def receive(msg=msg):
-                return compressed_image_from_msg(msg)
-            what = "decode"
+        if hasattr(msg, "format"):  # CompressedImage
+            what, receive = "decode", lambda msg=msg: compressed_image_from_msg(msg)
         else:
-            def receive(msg=msg):
-                return to_rgb(image_from_msg(msg), msg.encoding)
-            what = "to_rgb"
+            what, receive = "to_rgb", lambda msg=msg: to_rgb(image_from_msg(msg), msg.encoding)
         rgb = receive()
-        transform = ImageTransform.from_camera(robot.camera(name), spec[key].shape[0])
-        costs[f"{name}_{what}"] = time_calls(receive, calls)
-        costs[f"{name}_transform"] = time_calls(lambda t=transform, rgb=rgb: t(rgb), calls)
-        obs[key] = transform(rgb)
+        transform = ImageTransform.from_camera(robot.camera(name), spec[f"images/{name}"].shape[0])
+        images[f"{name}_{what}"] = time_calls(receive, calls)
+        images[f"{name}_transform"] = time_calls(lambda t=transform, rgb=rgb: t(rgb), calls)
+        obs[f"images/{name}"] = transform(rgb)
     position, quat = kinematics.forward(q)
     target = np.asarray(position) + np.array([0.01, 0.0, 0.0])  # a 1 cm step, as a policy's action asks
-    costs["forward_kinematics"] = time_calls(lambda: kinematics.forward(q), calls)
-    costs["ik_solve"] = time_calls(lambda: kinematics.solve(q, target, quat), calls)
-    costs["policy"] = time_calls(lambda: actor.policy_action(obs), calls)
-    return {"costs": costs}
+    return {"images": images,
+            "kinematics": {"forward_kinematics": time_calls(lambda: kinematics.forward(q), calls),
+                           "ik_solve": time_calls(lambda: kinematics.solve(q, target, quat), calls)},
+            "policy": time_calls(lambda: actor.policy_action(obs), calls)}
 
 
 def role_driver_echo(args) -> None:
@@ -951,14 +949,12 @@ def bench_driver_latency(children: Children, files: WeightFiles, args) -> dict:
     if not raw["rtt"]:
         raise RuntimeError(f"no command answered a frame (first answer: {raw['first_answer_s']}); actor stderr "
                            f"tail: {children.tail('actor_640x480')}")
-    costs = {name: stats_ms(values) for name, values in raw["costs"].items()}
-    rtt, policy = stats_ms(raw["rtt"]), costs.pop("policy")
-    images = {name: row for name, row in costs.items() if name.startswith(tuple(
-        sensor[len("camera/"):] + "_" for sensor in raw["streams"] if sensor.startswith("camera/")))}
+    rtt, policy = stats_ms(raw["rtt"]), stats_ms(raw["policy"])
+    images = {name: stats_ms(values) for name, values in raw["images"].items()}
     return {
         "rtt_ms": rtt, "policy_ms": policy,
         "image_conversion_ms": {**images, "total_p50": round(sum(row["p50"] for row in images.values()), 3)},
-        "kinematics_ms": {name: row for name, row in costs.items() if name not in images},
+        "kinematics_ms": {name: stats_ms(values) for name, values in raw["kinematics"].items()},
         "rtt_minus_policy_p50_ms": round(rtt["p50"] - policy["p50"], 3),
         "rtt_minus_policy_p99_ms": round(rtt["p99"] - policy["p50"], 3),
         "target_rtt_minus_policy_p99_ms": 10.0,

@@ -1,7 +1,9 @@
 """Training over ROS 2 vs in-process: the same task, seeds, demos, learner settings and env-step budget, trained by
 `robot-rl launch launch/sim_train.yaml` (sim node in lock-step + actor + learner as separate processes, no human) once
 per robot file, and once by `robot_rl.train.train` in one process; every final policy is evaluated in-process on the
-same eval seeds. Prints ONE JSON line.
+same eval seeds. Prints ONE JSON line: per robot file and seed the final success (in-process evaluation) and how the
+policy did while it acted over that robot's topics during training (``train_success_rate``, successes of the last 10
+training episodes, the actor's holds, rejected messages and waits).
 
 Robot files (``--robots``): ``sim_panda`` (the sim node's native topics: TCP pose and twist, gripper state, pose
 commands) and ``sim_panda_driver`` (the sim node publishing like real drivers: joint_states with finger joints and no
@@ -77,7 +79,9 @@ def ros_run(args: Args, robot: str, seed: int, run_dir: Path) -> dict:
     return {"final_success": result["final_eval_success"], "wall_s": round(wall, 1),
             "transitions_sent": actor["transitions"], "trained_on": result["trained_on"],
             "updates": result["updates"], "train_episodes": actor["episodes"],
-            "train_successes": actor["successes"], "commands": actor["commands"], "held": actor["held"],
+            "train_successes": actor["successes"],
+            "train_success_last10": sum(e["success"] for e in actor["results"][-10:]),
+            "commands": actor["commands"], "held": actor["held"],
             "holds": actor["holds"], "rejected": actor["rejected"],
             "waits_s": {reason: round(s, 1) for reason, s in actor["waits_s"].items()}}
 
@@ -123,6 +127,9 @@ def main(args: Args) -> dict:
         "final_success": {name: [r["final_success"] for r in by_seed.values()] for name, by_seed in runs.items()},
         "final_success_median": {name: statistics.median(r["final_success"] for r in by_seed.values())
                                  for name, by_seed in runs.items()},
+        # The policy acting over the robot's own topics while it trains (the final evaluation runs in-process).
+        "train_success_rate": {f"ros_{name}": [round(r["train_successes"] / max(r["train_episodes"], 1), 3)
+                                               for r in by_seed.values()] for name, by_seed in ros.items()},
         **runs,
     }
     print(json.dumps(result))

@@ -867,17 +867,20 @@ def test_the_teleop_device_picks_the_teleop_node(name):
     assert "teleop" not in none and "human" not in none
 
 
-@pytest.mark.parametrize("name", ["teleop_record.yaml", "robot_train.yaml"])
+@pytest.mark.parametrize("name", ["teleop_record.yaml", "robot_train.yaml", "sim_train.yaml"])
 def test_the_robot_file_reaches_the_nodes(name):
-    base = {"out": "demos.zarr"} if name == "teleop_record.yaml" else ROBOT_DRIVERS
+    base = {"teleop_record.yaml": {"out": "demos.zarr"}, "sim_train.yaml": {}}.get(name, ROBOT_DRIVERS)
     processes = {p.name: p for p in load_launch_file(LAUNCH_DIR / name, {**base, "robot": "robots/my arm.yaml"})
                  .processes}
-    takers = ("sim", "actor") if name == "teleop_record.yaml" else ("learner", "actor")
+    takers = {"teleop_record.yaml": ("sim", "actor"), "robot_train.yaml": ("learner", "actor")}.get(
+        name, ("sim", "learner", "actor", "human"))
     for node in takers:
         assert "robot:='robots/my arm.yaml'" in processes[node].argv, processes[node].argv
-    if name == "teleop_record.yaml":
+    if name == "sim_train.yaml":  # lock-step whatever the robot file's mode (sim_panda_driver's is realtime)
+        assert all("mode:=lockstep" in processes[node].argv for node in ("sim", "actor"))
+    if name != "robot_train.yaml":
         defaults = {p.name: p for p in load_launch_file(LAUNCH_DIR / name, base).processes}
-        assert "robot:=sim_panda" in defaults["actor"].argv and "robot:=sim_panda" in defaults["sim"].argv
+        assert all("robot:=sim_panda" in defaults[node].argv for node in takers)
     else:
         missing = {k: v for k, v in ROBOT_DRIVERS.items() if k != "robot"}
         with pytest.raises(LaunchError, match="argument 'robot' has no default and was not given: pass robot:=VALUE"):

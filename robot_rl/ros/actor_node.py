@@ -418,13 +418,14 @@ class ActorNode:
             raise MessageError(f"pose in frame {frame_id!r}, expected the robot's base frame "
                                f"{self.robot.base_frame!r} (frames.base in the robot file)")
 
-    def _set_tcp_pose(self, position, quat, stamp: float) -> None:
-        """A new TCP pose (measured, or forward kinematics of the joints); a derived twist follows it."""
+    def _set_tcp_pose(self, position, quat, stamp: float, step: bool = True) -> None:
+        """A new TCP pose (measured, or forward kinematics of the joints); a derived twist follows it. Lock-step:
+        the arm state closes a frame, so `step` now rather than at the next poll."""
         self.sensors.update("tcp_pose", (np.asarray(position, np.float64), np.asarray(quat, np.float64)), stamp)
         if self._twist_estimator is not None:
             twist = self._twist_estimator.update(stamp, position, quat)
             self.sensors.update("tcp_twist", twist if twist is not None else (np.zeros(3), np.zeros(3)), stamp)
-        if self.mode == "lockstep":  # the arm state closes a frame: step now rather than at the next poll
+        if step and self.mode == "lockstep":
             self._on_timer()
 
     def _on_tcp_twist(self, msg) -> None:
@@ -469,7 +470,7 @@ class ActorNode:
             self._joint_positions, used = q.copy(), True
             if arm.state == "joint_states":
                 position, quat = self.kinematics.forward(q)
-                self._set_tcp_pose(position, quat, state.stamp)
+                self._set_tcp_pose(position, quat, state.stamp, step=False)  # the fingers below are of this frame
         if gripper.state == "joint_states" and all(name in names for name in gripper.finger_joints):
             try:
                 opening = gripper.opening_offset + finger_opening(names, state.positions, gripper.finger_joints,
@@ -484,6 +485,9 @@ class ActorNode:
                       *(gripper.finger_joints if gripper.state == "joint_states" else ())]
             self._reject("joint_states", ValueError(f"none of the robot file's joints {wanted} (all of the arm's or "
                                                     f"all fingers) in a JointState with {list(names)}"))
+            return
+        if self.mode == "lockstep" and arm.state == "joint_states":
+            self._on_timer()  # the arm and the fingers of this frame are in: step now, not at the next poll
 
     def _on_object_state(self, msg) -> None:
         from robot_rl.ros.convert import MessageError, floats_from_msg

@@ -1,0 +1,78 @@
+"""Lock-step with the arm state and the gripper in one JointState (robots/sim_panda_driver.yaml in lock-step): the
+actor answers each frame from within that message's callback, once the fingers of the same message are in, rather
+than at its next poll. The node is driven in-process by calling its callbacks (no executor), inside a private network
+namespace with its own ROS_DOMAIN_ID (tests/ros_harness.py).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+import types
+from pathlib import Path
+
+DOMAIN_ID = 53
+
+
+def client() -> dict:
+    from robot_rl.ros.env import ensure_ros_environment
+
+    ensure_ros_environment()
+    import rclpy
+    from ros_harness import untrained_state_agent
+    from std_msgs.msg import Bool, Float32
+
+    from robot_rl.policy_file import weights_message, write_policy_file
+    from robot_rl.ros.actor_node import ActorNode
+    from robot_rl.ros.convert import floats_to_msg, joint_state_to_msg
+    from robot_rl.sim.robot import HOME_QPOS
+
+    work = Path(tempfile.mkdtemp(prefix="ros-lockstep-joints-"))
+    weights = write_policy_file(work / "policy.msgpack", weights_message(untrained_state_agent(), version=1))
+    rclpy.init()
+    actor = ActorNode(cli_args=["--ros-args", "-p", "robot:=sim_panda_driver", "-p", "mode:=lockstep",
+                                "-p", "obs_mode:=state", "-p", "reset_service:=none", "-p", f"weights_path:={weights}",
+                                "-p", "stream_transitions:=false"])
+    published: list = []
+    actor._trajectory_pub = types.SimpleNamespace(publish=published.append)
+    names = [f"joint{i}" for i in range(1, 8)] + ["finger_joint1", "finger_joint2"]
+
+    def frame(stamp: float) -> None:
+        actor._on_object_state(floats_to_msg([0.0] * 10))
+        actor._on_joint_states(joint_state_to_msg(names, [*HOME_QPOS, 0.04, 0.04], stamp=stamp))
+
+    summary = {}
+    try:
+        actor._on_timer()  # idle -> starting (no reset call)
+        frame(100.0)
+        summary["after_first_frame"] = len(published)
+        actor._on_reward(Float32(data=0.0))
+        actor._on_success(Bool(data=False))
+        summary["after_task_result"] = len(published)
+        frame(100.1)
+        summary["after_second_frame"] = len(published)
+        summary["phase"] = actor._phase
+    finally:
+        actor.destroy()
+        rclpy.try_shutdown()
+        shutil.rmtree(work, ignore_errors=True)
+    return summary
+
+
+def test_lockstep_steps_when_the_joint_state_completes_the_frame():
+    from ros_harness import run_ros_script
+
+    summary, stderr, _ = run_ros_script(__file__, "client", DOMAIN_ID, 120)
+    assert summary["after_first_frame"] == 1, (summary, stderr[-2000:])  # the episode starts and commands at once
+    assert summary["after_task_result"] == 1, summary  # the frame that answers the command is not in yet
+    assert summary["after_second_frame"] == 2, summary  # answered inside the JointState callback, fingers included
+    assert summary["phase"] == "running", summary
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["client"]:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        print("RESULT " + json.dumps(client()))
