@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import errno
 import json
+import os
 import signal
 import sys
 import threading
@@ -661,6 +662,10 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt as exc:
         terminated = isinstance(exc, Terminated)
         print("terminated" if terminated else "interrupted", file=sys.stderr)
+        if "jax" in sys.modules:  # an XLA thread may still be compiling: tearing the interpreter down under it aborts
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(143 if terminated else 130)
         raise SystemExit(143 if terminated else 130) from None
     except (DatasetError, ValueError, IndexError) as exc:  # bad input: a clear one-line error, not a traceback
         print(f"error: {exc}", file=sys.stderr)

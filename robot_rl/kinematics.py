@@ -167,3 +167,17 @@ class ArmKinematics:
             j = jac[:, self._dof_adr]
             q = np.clip(q + j.T @ np.linalg.solve(j @ j.T + regulariser, error), self.lower, self.upper)
         return q
+
+    def twist(self, q, qdot) -> tuple[np.ndarray, np.ndarray]:
+        """TCP twist (linear [m/s], angular [rad/s], both in the base frame) of joint velocities `qdot` at `q`:
+        J(q) qdot, the instantaneous velocity a joint_states message implies."""
+        n = len(self.joint_names)
+        self._set(self._vector(q, n, "joint positions"))
+        qdot = self._vector(qdot, n, "joint velocities")
+        mujoco.mj_comPos(self.model, self._data)
+        if self._site >= 0:
+            mujoco.mj_jacSite(self.model, self._data, self._jac[:3], self._jac[3:], self._site)
+        else:
+            mujoco.mj_jacBody(self.model, self._data, self._jac[:3], self._jac[3:], self._body)
+        velocity = self._jac[:, self._dof_adr] @ qdot
+        return velocity[:3].copy(), velocity[3:].copy()

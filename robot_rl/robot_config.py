@@ -8,6 +8,7 @@ Unknown keys are errors (a typo must not silently fall back to a default).
 Schema (see ``robots/*.yaml`` for documented examples; lengths [m], angles [rad], the robot base frame)::
 
     name: str                       # recorded with datasets and runs
+    sim: bool                       # true only for the MuJoCo mirror's files (the sim node refuses any other)
     control_rate_hz: float          # commands per second (the policy's step rate)
     mode: realtime | lockstep       # lockstep only for the sim node, which steps once per command
     max_episode_steps: int          # episode time limit in control steps
@@ -102,7 +103,8 @@ class ArmConfig:
     model: str = ""
     """MJCF or URDF of the arm loaded with MuJoCo (relative to the robot file), for forward / inverse kinematics."""
     twist: Literal["topic", "derived"] = "derived"
-    """topic: a TwistStamped topic; derived: finite differences of successive TCP poses (most drivers have none)."""
+    """topic: a TwistStamped topic; derived (most drivers have none): J(q) q' from the joint_states velocities where
+    the driver publishes them, else finite differences of successive TCP poses (restarted at each reset)."""
     twist_topic: str = "tcp_twist"
     """geometry_msgs/TwistStamped of the TCP in the base frame (twist: topic)."""
     qos: Literal["reliable", "best_effort"] = "best_effort"
@@ -175,6 +177,9 @@ class RobotConfig:
 
     name: str
     """Robot name, recorded with datasets and runs."""
+    sim: bool = False
+    """True for a file that describes the MuJoCo mirror (the sim node serves only such files, so it never publishes
+    on a real robot's topics)."""
     control_rate_hz: float = 10.0
     """Commands per second (the policy's step rate)."""
     mode: Literal["realtime", "lockstep"] = "realtime"
@@ -284,7 +289,7 @@ _GROUPS = {
     "home": {"position": "home_position", "quat": "home_quat", "gripper": "home_gripper"},
 }
 _SECTIONS = {"arm": ArmConfig, "gripper": GripperConfig, "command": CommandConfig, "reset": ResetConfig}
-_TOP_LEVEL = ("name", "description", "control_rate_hz", "mode", "max_episode_steps", "max_sensor_age_s", "cameras",
+_TOP_LEVEL = ("name", "description", "sim", "control_rate_hz", "mode", "max_episode_steps", "max_sensor_age_s", "cameras",
               *_GROUPS, *_SECTIONS)
 
 
@@ -311,6 +316,7 @@ def load_robot_config(path_or_name: str | Path) -> RobotConfig:
     except OSError as error:
         raise RobotConfigError(f"robot file {path}: cannot read it ({error.strerror or error})") from None
     try:
+        _check_duplicate_keys(yaml.compose(text, Loader=yaml.SafeLoader), path)
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
@@ -322,6 +328,25 @@ def load_robot_config(path_or_name: str | Path) -> RobotConfig:
     except RobotConfigError as error:
         message = str(error)
         raise RobotConfigError(message if message.startswith(str(path)) else f"{path}: {message}") from None
+
+
+def _check_duplicate_keys(node, path: Path) -> None:
+    """A key given twice in one mapping is an error (YAML would silently keep the last one)."""
+    import yaml
+
+    if isinstance(node, yaml.nodes.MappingNode):
+        seen = set()
+        for key, value in node.value:
+            name = getattr(key, "value", None)
+            if name in seen:
+                mark = key.start_mark
+                raise RobotConfigError(f"{path}:{mark.line + 1}:{mark.column + 1}: duplicate key {name!r} (the "
+                                       "first one would be ignored)")
+            seen.add(name)
+            _check_duplicate_keys(value, path)
+    elif isinstance(node, yaml.nodes.SequenceNode):
+        for item in node.value:
+            _check_duplicate_keys(item, path)
 
 
 def robot_config_from_dict(data: Any, path: str = "") -> RobotConfig:
@@ -338,8 +363,8 @@ def robot_config_from_dict(data: Any, path: str = "") -> RobotConfig:
         unknown = [k for k in data if k not in _TOP_LEVEL]
         if unknown:
             raise RobotConfigError(f"{unknown[0]}: unknown key (known: {', '.join(_TOP_LEVEL)})")
-        values = {k: data[k] for k in ("name", "control_rate_hz", "mode", "max_episode_steps", "max_sensor_age_s")
-                  if k in data}
+        values = {k: data[k] for k in ("name", "sim", "control_rate_hz", "mode", "max_episode_steps",
+                                        "max_sensor_age_s") if k in data}
         for group, mapping in _GROUPS.items():
             body = data.get(group)
             if body is None:
@@ -439,11 +464,31 @@ def _convert(value: Any, hint: Any, key: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, int):
             raise RobotConfigError(f"{key}: must be an integer, got {value!r}")
         return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise RobotConfigError(f"{key}: must be true or false, got {value!r}")
+        return value
     if hint is str:
         if not isinstance(value, str):
             raise RobotConfigError(f"{key}: must be a string, got {_kind(value)} {value!r}")
         return value
     return value
+
+
+def _rotation_from(quat, nominal) -> tuple[float, float, float]:
+    """Rotation vector r with quat = exp(r) * nominal (wxyz; the safety layer's orientation convention)."""
+    w1, x1, y1, z1 = quat
+    w2, x2, y2, z2 = nominal[0], -nominal[1], -nominal[2], -nominal[3]  # conjugate
+    w = w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2
+    v = (w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2, w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2,
+         w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2)
+    if w < 0:
+        w, v = -w, tuple(-c for c in v)
+    norm = math.sqrt(sum(c * c for c in v))
+    if norm < 1e-12:
+        return (0.0, 0.0, 0.0)
+    angle = 2.0 * math.atan2(norm, w)
+    return tuple(c / norm * angle for c in v)
 
 
 def _check_robot(robot: RobotConfig) -> list[str]:
@@ -471,6 +516,11 @@ def _check_robot(robot: RobotConfig) -> list[str]:
     for key, quat in (("limits.nominal_quat", robot.nominal_quat), ("home.quat", robot.home_quat)):
         if abs(math.sqrt(sum(q * q for q in quat)) - 1.0) > 1e-3:
             problems.append(f"{key}: {list(quat)} is not a unit quaternion (w, x, y, z)")
+    home_rotation = _rotation_from(robot.home_quat, robot.nominal_quat)
+    if not all(a - 1e-6 <= r <= b + 1e-6 for a, r, b in zip(robot.rotation_low, home_rotation, robot.rotation_high)):
+        problems.append(f"home.quat: {list(robot.home_quat)} is {[round(r, 3) for r in home_rotation]} rad from "
+                        f"limits.nominal_quat, outside the orientation box [{list(robot.rotation_low)}, "
+                        f"{list(robot.rotation_high)}]")
     if not -1.0 <= robot.home_gripper <= 1.0:
         problems.append(f"home.gripper: {robot.home_gripper} must be in [-1 open, 1 closed]")
     names = [name for name, _ in robot.cameras]
@@ -490,6 +540,11 @@ def _check_robot(robot: RobotConfig) -> list[str]:
     if needs_model and not arm.model:
         why = "arm.state joint_states" if arm.state == "joint_states" else "command.interface joint_trajectory"
         problems.append(f"arm.model: {why} needs the arm's MJCF or URDF for kinematics")
+    model = robot.model_path()
+    if needs_model and arm.model and robot.path and not model.is_file():
+        problems.append(f"arm.model: {model} {'is a folder' if model.is_dir() else 'does not exist'} (the arm's MJCF "
+                        "or URDF, relative to the robot file; make a URDF from the robot's description, e.g. with "
+                        "xacro)")
     if needs_model and not arm.joint_names:
         problems.append("arm.joint_names: needed for joint_states / joint_trajectory (base to tip)")
     if arm.state == "tcp_pose" and not arm.tcp_pose_topic:

@@ -10,6 +10,7 @@ Acknowledgements are cumulative per source: "every sequence number <= N is persi
 
 from __future__ import annotations
 
+import bisect
 import collections
 import dataclasses
 import os
@@ -167,8 +168,18 @@ def _transitions(message: dict[str, Any]) -> tuple[str, list[StampedTransition]]
 
 # ----- acknowledgements -----------------------------------------------------------------------------------------
 
-def encode_ack(acks: Mapping[str, int]) -> bytes:
-    return pack({"kind": "ack", "protocol": PROTOCOL_VERSION, "acks": {k: int(v) for k, v in acks.items()}})
+MAX_ACK_RANGES = 64
+"""Selective acknowledgements carry at most this many ranges of sequence numbers per source."""
+
+
+def encode_ack(acks: Mapping[str, int], above: Mapping[str, Sequence[tuple[int, int]]] | None = None) -> bytes:
+    """Cumulative acks {source: last seq of the persisted prefix}, and optionally selective ones: {source: inclusive
+    ranges of seqs persisted above that prefix} (so an actor re-sends only what is missing)."""
+    payload = {"kind": "ack", "protocol": PROTOCOL_VERSION, "acks": {k: int(v) for k, v in acks.items()}}
+    if above:
+        payload["above"] = {k: [[int(a), int(b)] for a, b in ranges[:MAX_ACK_RANGES]] for k, ranges in above.items()
+                            if ranges}
+    return pack(payload)
 
 
 def decode_ack(payload: bytes | bytearray | memoryview) -> dict[str, int]:
@@ -176,6 +187,27 @@ def decode_ack(payload: bytes | bytearray | memoryview) -> dict[str, int]:
     if not isinstance(acks, dict):
         raise TransportError("ack payload has no map of acks")
     return {_source(k): _integer(v, f"ack of {k}") for k, v in acks.items()}
+
+
+def decode_ack_above(payload: bytes | bytearray | memoryview) -> dict[str, list[tuple[int, int]]]:
+    """The selective acknowledgements of an ack payload ({} if it has none): {source: inclusive seq ranges}."""
+    above = _decode(payload, "ack").get("above", {})
+    if not isinstance(above, dict):
+        raise TransportError("ack payload's 'above' is not a map")
+    out: dict[str, list[tuple[int, int]]] = {}
+    for key, ranges in above.items():
+        if not isinstance(ranges, list) or len(ranges) > MAX_ACK_RANGES:
+            raise TransportError(f"selective ack of {key} must be a list of at most {MAX_ACK_RANGES} ranges")
+        pairs = []
+        for pair in ranges:
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise TransportError(f"selective ack of {key} has a range that is not [first, last]")
+            first, last = _integer(pair[0], f"ack range of {key}"), _integer(pair[1], f"ack range of {key}")
+            if first > last:
+                raise TransportError(f"selective ack of {key} has an empty range [{first}, {last}]")
+            pairs.append((first, last))
+        out[_source(key)] = pairs
+    return out
 
 
 # ----- weights --------------------------------------------------------------------------------------------------
@@ -237,13 +269,20 @@ class Outbox:
     """Bounded FIFO of transitions the learner has not acknowledged yet; re-sends what stays unacknowledged.
 
     When full, the oldest transition is dropped (the robot keeps acting) and counted in `dropped`.
+
+    Flow control: at most `max_in_flight` transitions are out (sent less than `resend_after_s` ago and not
+    acknowledged) at once. Acknowledgements are cumulative, so after a loss everything above the gap stays
+    unacknowledged; re-sending all of it in one burst would overflow the learner's bounded reader queue, which drops
+    the oldest messages, the gap itself among them, at every round. A window keeps each round small enough to arrive,
+    oldest first, so the gap is filled and the cumulative acknowledgement jumps over what arrived above it.
     """
 
-    def __init__(self, capacity: int = 3000, resend_after_s: float = 2.0):
-        if capacity < 1 or resend_after_s <= 0:
-            raise ValueError("outbox capacity must be >= 1 and resend_after_s > 0")
+    def __init__(self, capacity: int = 3000, resend_after_s: float = 2.0, max_in_flight: int = 256):
+        if capacity < 1 or resend_after_s <= 0 or max_in_flight < 1:
+            raise ValueError("outbox capacity and max_in_flight must be >= 1 and resend_after_s > 0")
         self.capacity = int(capacity)
         self.resend_after_s = float(resend_after_s)
+        self.max_in_flight = int(max_in_flight)
         self._items: collections.OrderedDict[int, StampedTransition] = collections.OrderedDict()
         self._sent_at: dict[int, float] = {}
         self.dropped = 0
@@ -262,14 +301,22 @@ class Outbox:
             self._sent_at.pop(seq, None)
             self.dropped += 1
 
+    def in_flight(self, now: float) -> int:
+        """Transitions sent less than `resend_after_s` ago and not acknowledged yet."""
+        return sum(1 for sent in self._sent_at.values() if now - sent < self.resend_after_s)
+
     def due(self, now: float, max_items: int = 64) -> list[StampedTransition]:
-        """Oldest first: transitions never sent, or sent more than `resend_after_s` ago without an ack."""
+        """Oldest first: transitions never sent, or sent more than `resend_after_s` ago without an ack, as many as
+        the in-flight window allows (at most `max_items`)."""
+        budget = min(int(max_items), self.max_in_flight - self.in_flight(now))
         out = []
+        if budget <= 0:
+            return out
         for seq, item in self._items.items():
             sent = self._sent_at.get(seq)
             if sent is None or now - sent >= self.resend_after_s:
                 out.append(item)
-                if len(out) >= max_items:
+                if len(out) >= budget:
                     break
         return out
 
@@ -284,6 +331,22 @@ class Outbox:
         for seq in self._items:
             self._sent_at[seq] = -float("inf")
         return len(self._items)
+
+    def acknowledge_ranges(self, ranges: Sequence[tuple[int, int]]) -> int:
+        """Forget the transitions whose seq lies in one of the inclusive `ranges` (selective acknowledgements: the
+        learner has them above a gap); returns how many were removed."""
+        if not ranges:
+            return 0
+        starts = sorted(ranges)
+        firsts = [a for a, _ in starts]
+        removed = 0
+        for seq in [s for s in self._items if s > self.acknowledged_through]:
+            i = bisect.bisect_right(firsts, seq) - 1
+            if i >= 0 and seq <= starts[i][1]:
+                del self._items[seq]
+                self._sent_at.pop(seq, None)
+                removed += 1
+        return removed
 
     def acknowledge(self, through: int) -> int:
         """Forget every transition with seq <= `through`; returns how many were removed."""
@@ -327,6 +390,18 @@ class SequenceTracker:
         self._advance()
         return True
 
+    def ranges(self, limit: int = MAX_ACK_RANGES) -> list[tuple[int, int]]:
+        """The seqs seen above the contiguous prefix as inclusive ranges, lowest first (at most `limit`)."""
+        out: list[tuple[int, int]] = []
+        for seq in sorted(self.above):
+            if out and seq == out[-1][1] + 1:
+                out[-1] = (out[-1][0], seq)
+            elif len(out) < limit:
+                out.append((seq, seq))
+            else:
+                break
+        return out
+
     def to_json(self) -> dict[str, Any]:
         return {"through": self.through, "above": sorted(self.above)}
 
@@ -351,6 +426,10 @@ class Inbox:
 
     def acks(self) -> dict[str, int]:
         return {source: tracker.through for source, tracker in self.trackers.items()}
+
+    def acks_above(self) -> dict[str, list[tuple[int, int]]]:
+        """Selective acks: per source, the ranges seen above its contiguous prefix (only sources with a gap)."""
+        return {source: tracker.ranges() for source, tracker in self.trackers.items() if tracker.above}
 
     def to_json(self) -> dict[str, Any]:
         return {source: tracker.to_json() for source, tracker in self.trackers.items()}

@@ -245,3 +245,25 @@ class ImageTransform:
     def from_camera(cls, camera: Any, size: int) -> ImageTransform:
         """The transform of a robot file's camera (robot_rl.robot_config.CameraConfig: fit, roi) to `size`."""
         return cls(size=size, fit=camera.fit, roi=None if camera.roi is None else tuple(camera.roi))
+
+
+def transform_mismatches(recorded: Mapping[str, Any], robot: Any, size: int) -> list[str]:
+    """How the image transforms a dataset recorded ({"images/<camera>": ImageTransform.to_json()}) differ from what
+    the robot file's cameras make at `size`: one line per camera ([] when they agree). Demos whose images were cut
+    or fitted another way than the robot's live frames teach a policy the wrong picture."""
+    problems = []
+    for key, data in sorted(recorded.items()):
+        camera = key[len("images/"):] if key.startswith("images/") else key
+        if camera not in robot.camera_names:
+            problems.append(f"{key}: the robot file {robot.path or robot.name} has no camera {camera!r}")
+            continue
+        try:
+            was = ImageTransform.from_json(data)
+        except ImageError as error:
+            problems.append(f"{key}: recorded transform unreadable ({error})")
+            continue
+        now = ImageTransform.from_camera(robot.camera(camera), size)
+        if was != now:
+            problems.append(f"{key}: recorded with {was.to_json()}, the robot file's cameras.{camera} makes "
+                            f"{now.to_json()}")
+    return problems

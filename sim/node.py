@@ -374,6 +374,11 @@ class DriverProfile:
         def fail(message: str):
             raise RobotConfigError(f"{robot.path or robot.name}: {message}")
 
+        if not robot.sim:
+            fail("sim: false: this robot file describes a real robot, and the sim node serves only files with "
+                 "`sim: true` (next to the robot's drivers it would publish on their topics); start the robot's "
+                 "drivers instead, or set sim: true in a copy made for a stand-in")
+
         cameras = []
         for name, camera in robot.cameras if "pixels" in obs_mode else ():
             where = f"cameras.{name}"

@@ -239,10 +239,13 @@ class ScriptedTeleopNode:
         self._kinematics = None
         robot = str(param("robot"))
         if robot and self._subscribe_robot(robot):
-            pass
+            self._arm_source = f"{self._robot.arm.joint_states_topic} (forward kinematics, robot {robot})"
         else:
-            node.create_subscription(PoseStamped, relative_name(qos.TCP_POSE), self._on_tcp_pose,
-                                     qos.topic_qos(qos.TCP_POSE))
+            subscription = node.create_subscription(PoseStamped, relative_name(qos.TCP_POSE), self._on_tcp_pose,
+                                                    qos.topic_qos(qos.TCP_POSE))
+            self._arm_source = subscription.topic_name
+        self._started = node.get_clock().now().nanoseconds * 1e-9
+        node.create_timer(5.0, self._check_heard)
         self._engaged_pub.publish(Bool(data=False))
         c = self.config
         self._log.info(
@@ -273,6 +276,13 @@ class ScriptedTeleopNode:
                                           qos.sensor_qos(robot.arm.qos))
             return True
         return False
+
+    def _check_heard(self) -> None:
+        """A human who never sees the arm never acts: say so (a driver-like sim needs -p robot:=...)."""
+        if self._last_tcp_stamp == 0.0:
+            self._log.warning(f"no arm state heard on {self._arm_source} yet: the scripted human cannot act (a robot "
+                              "file whose arm state is joint_states needs -p robot:=<that file>)",
+                              throttle_duration_sec=10.0)
 
     def _joint_tcp(self, names, positions) -> np.ndarray | None:
         joints = self._robot.arm.joint_names

@@ -164,6 +164,7 @@ def _client(video: str) -> int:
 
     processes = {
         "missing": start("-p", "source:=/dev/video99"),
+        "missing_index": start("-p", "source:=99"),  # ROS reads 99 as an integer: still a device index
         "unknown": start("-p", f"source:={video}", "-p", "rate:=5.0"),
         "raw": start("-p", f"source:={video}", "-p", f"rate_hz:={RATE_HZ}", "-r", "__node:=camera_front"),
         "jpeg": start("-p", f"source:={video}", "-p", "name:=wrist", "-p", "format:=jpeg", "-p", "qos:=reliable",
@@ -278,6 +279,9 @@ def test_camera_node_over_ros(tmp_path):
     assert len(error_lines(missing["output"])) == 1, missing
     assert ("camera source '/dev/video99': cannot open it (no such device"
             in error_lines(missing["output"])[0]), missing
+    index = processes["missing_index"]
+    assert index["exit_code"] == 2 and len(error_lines(index["output"])) == 1, index
+    assert "camera source '99': cannot open it" in error_lines(index["output"])[0], index
     assert len(error_lines(unknown["output"])) == 1, unknown
     assert "unknown parameter 'rate'" in unknown["output"] and "did you mean 'rate_hz'" in unknown["output"], unknown
 

@@ -205,3 +205,22 @@ def test_wrong_sizes_and_non_finite_values_raise_kinematics_error(planar, call, 
     kinematics = ArmKinematics.from_file(planar, ["shoulder", "elbow"], "tool")
     with pytest.raises(KinematicsError, match=reason):
         call(kinematics)
+
+
+def test_twist_matches_the_sim_tcp_velocity(sim_panda, env):
+    """J(q) qdot of the shipped model is the sim's own TCP twist (what the env's proprio state reports)."""
+    rng = np.random.default_rng(1)
+    velocity = np.empty(6)
+    for _ in range(20):
+        q = rng.uniform(robot.JOINT_LIMITS[:, 0], robot.JOINT_LIMITS[:, 1])
+        qdot = rng.normal(scale=0.5, size=q.shape)
+        env.data.qpos[env._arm_qpos_adr] = q
+        env.data.qvel[:] = 0.0
+        env.data.qvel[env._arm_dof_adr] = qdot
+        mujoco.mj_forward(env.model, env.data)
+        mujoco.mj_objectVelocity(env.model, env.data, mujoco.mjtObj.mjOBJ_SITE, env._tcp_site_id, velocity, 0)
+        linear, angular = sim_panda.twist(q, qdot)
+        np.testing.assert_allclose(linear, velocity[3:], atol=1e-9)
+        np.testing.assert_allclose(angular, velocity[:3], atol=1e-9)
+    with pytest.raises(KinematicsError, match="joint velocities"):
+        sim_panda.twist(q, [0.0] * 6)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 import yaml
@@ -22,14 +23,20 @@ def test_there_are_shipped_robot_files():
 
 
 @pytest.mark.parametrize("name", SHIPPED)
-def test_every_shipped_robot_file_loads(name):
+def test_every_shipped_robot_file_loads(name, tmp_path):
+    text = (ROBOTS_DIR / f"{name}.yaml").read_text()
+    model = yaml.safe_load(text).get("arm", {}).get("model")
+    if model and not (ROBOTS_DIR / model).is_file():
+        # a lab's own model (not shipped): loading names it, and the file says how to make it
+        assert f"> robots/{model}" in text, f"{name}: arm.model {model} is neither shipped nor documented"
+        with pytest.raises(RobotConfigError, match=f"arm.model: .*{model} does not exist .*xacro"):
+            load_robot_config(name)
+        (tmp_path / "models").mkdir()
+        (tmp_path / model).write_text("<robot name='x'/>")  # stands in for the lab's URDF
+        (tmp_path / f"{name}.yaml").write_text(text)
+        name = tmp_path / f"{name}.yaml"
     robot = load_robot_config(name)
     assert robot.name
-    assert robot.path.endswith(f"{name}.yaml")
-    if robot.arm.model and not robot.model_path().is_file():
-        # a lab's own model (not shipped): the file must say how to make it
-        assert f"> robots/{robot.arm.model}" in (ROBOTS_DIR / f"{name}.yaml").read_text(), \
-            f"{name}: arm.model {robot.model_path()} is neither shipped nor documented"
     # the flat JSON recorded with datasets reads back to the same robot
     again = robot_config_from_dict(robot.to_json(), path=robot.path)
     assert again == robot
@@ -80,6 +87,10 @@ def _base() -> dict:
     (lambda d: d["gripper"].update(state="joint_states"), "gripper.finger_joints"),
     (lambda d: d["reset"].update(kind="move_home"), "mode: lockstep"),
     (lambda d: d.update(limits=[1, 2]), "limits: must be a mapping"),
+    (lambda d: d["home"].update(quat=[1.0, 0.0, 0.0, 0.0]), "home.quat: .* outside the orientation box"),
+    (lambda d: d.update(sim="yes"), "sim: must be true or false"),
+    (lambda d: (d["arm"].update(state="joint_states", model="models/nope.urdf")), "arm.model: .*nope.urdf does not "
+                                                                                  "exist"),
 ])
 def test_errors_name_the_file_and_the_key(tmp_path, change, key):
     data = _base()
@@ -89,7 +100,7 @@ def test_errors_name_the_file_and_the_key(tmp_path, change, key):
         load_robot_config(path)
     message = str(error.value)
     assert message.startswith(f"{path}: "), message
-    assert key in message, message
+    assert re.search(key, message) if ".*" in key else key in message, message
     assert "\n" not in message
 
 
@@ -97,6 +108,21 @@ def test_yaml_syntax_error_names_file_line_and_column(tmp_path):
     path = _write(tmp_path, "name: x\ncameras: {front: {topic: a\n")
     with pytest.raises(RobotConfigError, match=rf"^{path}:\d+:\d+: YAML syntax error"):
         load_robot_config(path)
+
+
+def test_a_key_given_twice_is_an_error(tmp_path):
+    text = (ROBOTS_DIR / "sim_panda.yaml").read_text() + "cameras: {}\n"
+    path = _write(tmp_path, text)
+    with pytest.raises(RobotConfigError, match=rf"^{path}:\d+:1: duplicate key 'cameras'"):
+        load_robot_config(path)
+
+
+def test_the_sim_node_serves_only_sim_robot_files():
+    from robot_rl.sim.node import DriverProfile
+
+    assert load_robot_config("sim_panda_driver").sim
+    with pytest.raises(RobotConfigError, match="sim: false: this robot file describes a real robot"):
+        DriverProfile.from_robot(load_robot_config("franka_fr3"))
 
 
 def test_missing_file_and_unknown_name(tmp_path):

@@ -13,6 +13,8 @@ import tempfile
 import types
 from pathlib import Path
 
+import numpy as np
+
 DOMAIN_ID = 53
 
 
@@ -39,9 +41,11 @@ def client() -> dict:
     actor._trajectory_pub = types.SimpleNamespace(publish=published.append)
     names = [f"joint{i}" for i in range(1, 8)] + ["finger_joint1", "finger_joint2"]
 
+    qdot = [0.1, -0.2, 0.15, 0.1, -0.1, 0.2, 0.05]
+
     def frame(stamp: float) -> None:
         actor._on_object_state(floats_to_msg([0.0] * 10))
-        actor._on_joint_states(joint_state_to_msg(names, [*HOME_QPOS, 0.04, 0.04], stamp=stamp))
+        actor._on_joint_states(joint_state_to_msg(names, [*HOME_QPOS, 0.04, 0.04], [*qdot, 0.0, 0.0], stamp=stamp))
 
     summary = {}
     try:
@@ -54,6 +58,11 @@ def client() -> dict:
         frame(100.1)
         summary["after_second_frame"] = len(published)
         summary["phase"] = actor._phase
+        # the derived twist is J(q) q' of the message's joint velocities (not a difference of wall-clock stamps)
+        linear, angular = actor.sensors._readings["tcp_twist"].value
+        expected = actor.kinematics.twist(HOME_QPOS, qdot)
+        summary["twist_error"] = float(max(abs(linear - expected[0]).max(), abs(angular - expected[1]).max()))
+        summary["twist_speed"] = float(np.linalg.norm(expected[0]))
     finally:
         actor.destroy()
         rclpy.try_shutdown()
@@ -69,6 +78,7 @@ def test_lockstep_steps_when_the_joint_state_completes_the_frame():
     assert summary["after_task_result"] == 1, summary  # the frame that answers the command is not in yet
     assert summary["after_second_frame"] == 2, summary  # answered inside the JointState callback, fingers included
     assert summary["phase"] == "running", summary
+    assert summary["twist_speed"] > 0.01 and summary["twist_error"] < 1e-9, summary
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -449,7 +450,9 @@ def test_an_unusable_robot_file_is_one_line_and_exit_status_2(tmp_path, driver_r
     from robot_rl.ros.env import ros_environment
 
     foreign = tmp_path / "top_camera.yaml"
-    foreign.write_text(open(DRIVER_FILE).read().replace("  front:\n", "  top:\n"))
+    model = Path(__file__).resolve().parent.parent / "robots" / "models" / "sim_panda.xml"
+    foreign.write_text(open(DRIVER_FILE).read().replace("  front:\n", "  top:\n")
+                       .replace("model: models/sim_panda.xml", f"model: {model}"))
     cases = {"missing": (str(tmp_path / "nowhere.yaml"), "nowhere.yaml: cannot read it"),
              "foreign_camera": (str(foreign), f"{foreign}: cameras.top: the sim renders cameras front and wrist")}
     env = ros_environment(domain_id=200 + os.getpid() % 30)

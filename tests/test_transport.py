@@ -512,3 +512,85 @@ def test_transition_log_ignores_leftover_temp_and_foreign_files(tmp_path):
     assert [index for index, _ in reopened.replay()] == [0]
     assert reopened.append(SOURCE, [stamped(1)]) == 1
     assert [t.seq for _, batch in reopened.replay() for t in batch.items] == [0, 1]
+
+
+def _stream_through_a_bounded_queue(max_in_flight: int, selective: bool, read_every: int = 4,
+                                    ticks: int = 3000) -> tuple[int, int]:
+    """An actor's outbox flushing every 50 ms (up to 8 messages of 8 transitions; new transitions at 10 Hz) to a
+    learner that is away for the first 30 s (messages are lost), then appears (the actor re-sends everything) and reads
+    one message every `read_every` ticks, its reader keeping the newest 64 messages (the transitions QoS). Returns
+    (the learner's cumulative ack after `ticks`, the highest seq added)."""
+    import collections
+
+    from robot_rl.transport import SequenceTracker
+
+    outbox = Outbox(capacity=3000, resend_after_s=2.0, max_in_flight=max_in_flight)
+    queue: collections.deque = collections.deque(maxlen=64)
+    tracker = SequenceTracker()
+    seq = -1
+    for tick in range(ticks):
+        now, learner_up = tick * 0.05, tick >= 600
+        if tick == 600:
+            outbox.resend_all()
+        if tick % 2 == 0 and seq < 599:
+            seq += 1
+            outbox.add(stamped(seq))
+        for _ in range(8):
+            due = outbox.due(now, max_items=8)
+            if not due:
+                break
+            outbox.mark_sent(due, now)
+            if learner_up:
+                queue.append([t.seq for t in due])
+        if queue and tick % read_every == 0:
+            for received in queue.popleft():
+                tracker.add(received)
+        outbox.acknowledge(tracker.through)
+        if selective:
+            outbox.acknowledge_ranges(tracker.ranges())
+    return tracker.through, seq
+
+
+def test_outbox_drains_a_backlog_through_a_slow_bounded_reader_queue():
+    """Cumulative acks and a backlog (the learner was away) meet a slow reader whose queue keeps the newest 64
+    messages: re-sending everything unacknowledged bursts past the queue, which drops its oldest messages, the front
+    of the backlog, round after round, so the acknowledgement hardly moves. With the in-flight window and selective
+    acknowledgements (only the gaps are re-sent) the backlog drains."""
+    through, last = _stream_through_a_bounded_queue(max_in_flight=256, selective=True)
+    assert through == last == 599
+    stalled, last = _stream_through_a_bounded_queue(max_in_flight=10**9, selective=False)
+    assert stalled < 300, stalled
+
+
+def test_selective_acks_round_trip_and_forget_only_their_ranges():
+    from robot_rl.transport import SequenceTracker, decode_ack_above
+
+    tracker = SequenceTracker()
+    for seq in (0, 1, 2, 5, 6, 9):
+        tracker.add(seq)
+    assert tracker.through == 2 and tracker.ranges() == [(5, 6), (9, 9)]
+    payload = encode_ack({"a/run1": tracker.through}, {"a/run1": tracker.ranges()})
+    assert decode_ack(payload) == {"a/run1": 2}
+    assert decode_ack_above(payload) == {"a/run1": [(5, 6), (9, 9)]}
+    assert decode_ack_above(encode_ack({"a/run1": 2})) == {}  # an older learner's acks: nothing selective
+    outbox = Outbox(capacity=20)
+    for seq in range(11):
+        outbox.add(stamped(seq))
+    outbox.acknowledge(2)
+    assert outbox.acknowledge_ranges(decode_ack_above(payload)["a/run1"]) == 3
+    assert [t.seq for t in outbox.due(now=0.0)] == [3, 4, 7, 8, 10]
+    with pytest.raises(TransportError, match="empty range"):
+        decode_ack_above(pack({"kind": "ack", "protocol": PROTOCOL_VERSION, "acks": {}, "above": {"a/run1": [[4, 3]]}}))
+
+
+def test_outbox_window_limits_what_is_out():
+    outbox = Outbox(capacity=100, resend_after_s=2.0, max_in_flight=5)
+    for seq in range(12):
+        outbox.add(stamped(seq))
+    first = outbox.due(now=0.0)
+    assert [t.seq for t in first] == [0, 1, 2, 3, 4]
+    outbox.mark_sent(first, 0.0)
+    assert outbox.in_flight(0.5) == 5 and outbox.due(now=0.5) == []
+    outbox.acknowledge(2)  # three acknowledged: three more may go out
+    assert [t.seq for t in outbox.due(now=0.5)] == [5, 6, 7]
+    assert [t.seq for t in outbox.due(now=2.0)] == [3, 4, 5, 6, 7]  # after the resend timeout: the oldest first

@@ -275,3 +275,30 @@ def test_fuzzed_frames_only_ever_raise_image_error():
             with pytest.raises(ImageError):
                 decode_compressed(data, "jpeg")
     assert converted > 0
+
+
+def test_recorded_transforms_are_compared_with_the_robot_files_cameras(tmp_path):
+    """Demos cut or fitted another way than the robot's live frames are named, camera by camera; the learner node
+    refuses such a demo dataset in one line."""
+    import zarr
+
+    from robot_rl.robot_config import load_robot_config
+    from robot_rl.ros.learner_node import check_demo_images
+    from robot_rl.ros.node_util import NodeStartupError
+    from robot_rl.vision import transform_mismatches
+
+    robot = load_robot_config("sim_panda_driver")
+    same = {"images/front": {"size": 64, "fit": "crop", "roi": None}, "images/wrist": {"size": 64, "fit": "crop",
+                                                                                         "roi": None}}
+    assert transform_mismatches(same, robot, 64) == []
+    squashed = {**same, "images/front": {"size": 64, "fit": "resize", "roi": None}}
+    (problem,) = transform_mismatches(squashed, robot, 64)
+    assert problem.startswith("images/front: recorded with") and "cameras.front" in problem
+    assert len(transform_mismatches(same, robot, 96)) == 2
+    assert "no camera 'top'" in transform_mismatches({"images/top": same["images/front"]}, robot, 64)[0]
+    group = zarr.open_group(str(tmp_path / "demos.zarr"), mode="w")
+    group.attrs["image_transforms"] = squashed
+    with pytest.raises(NodeStartupError, match="images differ .* images/front: recorded with"):
+        check_demo_images(tmp_path / "demos.zarr", "sim_panda_driver", 64)
+    group.attrs["image_transforms"] = same
+    check_demo_images(tmp_path / "demos.zarr", "sim_panda_driver", 64)

@@ -212,7 +212,7 @@ class ActorNode:
             try:
                 self.kinematics = ArmKinematics.from_file(robot.model_path(), robot.arm.joint_names, robot.tcp_frame)
             except (KinematicsError, OSError, ValueError) as error:
-                raise NodeStartupError(f"robot {robot.path}: arm.model: {error}") from None
+                raise NodeStartupError(f"robot {robot.path}: arm.model / arm.joint_names / frames.tcp: {error}") from None
         try:
             self.source = make_source(str(param("actor_id")))
         except ValueError as error:
@@ -221,6 +221,7 @@ class ActorNode:
         self.session = ActorSession(safety, self.source, self.outbox, max_episode_steps=max_steps)
         self.sensors = SensorCache(self.observation_keys, max_age_s=max_age)
         self._twist_estimator = TwistEstimator() if robot.arm.twist == "derived" else None
+        self._last_pose_stamp, self._lockstep_clock = -math.inf, 0.0
         self._image_transforms: dict[tuple[str, int], object] = {}
         self._policy_image_sizes: dict[str, int] = {}
         self._joint_positions: np.ndarray | None = None  # measured arm joints, robot.arm.joint_names order
@@ -418,12 +419,28 @@ class ActorNode:
             raise MessageError(f"pose in frame {frame_id!r}, expected the robot's base frame "
                                f"{self.robot.base_frame!r} (frames.base in the robot file)")
 
-    def _set_tcp_pose(self, position, quat, stamp: float, step: bool = True) -> None:
-        """A new TCP pose (measured, or forward kinematics of the joints); a derived twist follows it. Lock-step:
-        the arm state closes a frame, so `step` now rather than at the next poll."""
+    def _joint_twist(self, q: np.ndarray, state, index: list[int]) -> tuple[np.ndarray, np.ndarray] | None:
+        """The derived TCP twist J(q) qdot where the JointState carries finite velocities of every arm joint (exact
+        and instantaneous, like a measured twist); None otherwise (finite differences of poses then)."""
+        if self._twist_estimator is None or len(state.velocities) != len(state.names):
+            return None
+        qdot = np.asarray(state.velocities, dtype=np.float64)[index]
+        return self.kinematics.twist(q, qdot) if np.isfinite(qdot).all() else None
+
+    def _set_tcp_pose(self, position, quat, stamp: float, step: bool = True, twist=None) -> None:
+        """A new TCP pose (measured, or forward kinematics of the joints); a derived twist follows it (`twist` from
+        joint velocities when given, else finite differences of successive poses). Lock-step: the arm state closes
+        a frame, so `step` now rather than at the next poll."""
         self.sensors.update("tcp_pose", (np.asarray(position, np.float64), np.asarray(quat, np.float64)), stamp)
         if self._twist_estimator is not None:
-            twist = self._twist_estimator.update(stamp, position, quat)
+            clock = stamp
+            if self.mode == "lockstep":  # frames carry the sim's wall-clock stamps: one frame is one control period
+                if stamp != self._last_pose_stamp:
+                    self._lockstep_clock += self.control_dt
+                clock = self._lockstep_clock
+            self._last_pose_stamp = stamp
+            estimate = self._twist_estimator.update(clock, position, quat)
+            twist = twist if twist is not None else estimate
             self.sensors.update("tcp_twist", twist if twist is not None else (np.zeros(3), np.zeros(3)), stamp)
         if step and self.mode == "lockstep":
             self._on_timer()
@@ -470,7 +487,8 @@ class ActorNode:
             self._joint_positions, used = q.copy(), True
             if arm.state == "joint_states":
                 position, quat = self.kinematics.forward(q)
-                self._set_tcp_pose(position, quat, state.stamp, step=False)  # the fingers below are of this frame
+                self._set_tcp_pose(position, quat, state.stamp, step=False,  # the fingers below are of this frame
+                                   twist=self._joint_twist(q, state, index))
         if gripper.state == "joint_states" and all(name in names for name in gripper.finger_joints):
             try:
                 opening = gripper.opening_offset + finger_opening(names, state.positions, gripper.finger_joints,
@@ -617,15 +635,18 @@ class ActorNode:
 
     def _on_ack(self, msg) -> None:
         from robot_rl.ros.convert import msg_to_bytes
-        from robot_rl.transport import TransportError, decode_ack
+        from robot_rl.transport import TransportError, decode_ack, decode_ack_above
 
         try:
-            acks = decode_ack(msg_to_bytes(msg))
+            payload = msg_to_bytes(msg)
+            acks, above = decode_ack(payload), decode_ack_above(payload)
         except TransportError as error:
             self._reject("learner/ack", error)
             return
         if self.source in acks:
             self.outbox.acknowledge(acks[self.source])
+        if self.source in above:  # what the learner has above a gap: re-send only the gap
+            self.outbox.acknowledge_ranges(above[self.source])
 
     def _on_learner_matched(self, info) -> None:
         """A learner's acks appeared (it started or respawned): re-send what it has not acknowledged now, rather
@@ -711,9 +732,9 @@ class ActorNode:
             return True
         if self.mode == "lockstep":
             if stamp is None or stamp <= self._last_stepped_stamp:
-                self._wait("a lock-step frame", "lock-step needs a frame whose sensors all carry one stamp, newer "
-                           f"than the last step ({self._missing_sensors_text()}); only the sim node in lock-step "
-                           "mode sends such frames: a real driver needs mode: realtime in the robot file")
+                self._wait("a lock-step frame", "for a frame whose sensors all carry one stamp, newer than the last "
+                           f"step ({self._missing_sensors_text()}); only the sim node in lock-step mode sends such "
+                           "frames: a real driver needs mode: realtime in the robot file")
                 return True
             if self._phase == "running" and self._commanded_since_frame and not self._task_events:
                 self._wait("the step's reward and success", "for task/reward and task/success of the last step "
@@ -822,7 +843,7 @@ class ActorNode:
         self.waiting_for, self._wait_last = reason, now
         if now - self._wait_since >= after_s and now - self._wait_logged.get(reason, -math.inf) >= every_s:
             self._wait_logged[reason] = now
-            self._log.warning(f"waiting {now - self._wait_since:.1f} s: {message}")
+            self._log.warning(f"waiting {message} ({now - self._wait_since:.1f} s so far)")
 
     def _waited(self) -> None:
         self.waiting_for, self._wait_since = None, None
@@ -832,8 +853,10 @@ class ActorNode:
         now = stamp if self.mode == "lockstep" and stamp is not None else self._now()
         obs, problems = self._observation(now)
         if obs is None:
-            self._log.warning(f"holding: {', '.join(problems)}", throttle_duration_sec=1.0)
             self.holds.update(problems)
+            self._log.warning(f"holding: {', '.join(problems)} ({self._missing_sensors_text()}; older than "
+                              f"{self.sensors.max_age_s:g} s counts as stale: is every driver running?)",
+                              throttle_duration_sec=2.0)
             if self.mode == "realtime":  # a real-time robot needs a steady command stream; lock-step waits for us
                 command = self.session.hold(now, self.sensors.stamps())
                 if command is not None:
@@ -895,8 +918,8 @@ class ActorNode:
         else:
             seed = self._ik_seed if self._ik_seed is not None else self._joint_positions
             if seed is None:
-                self._wait("joint_states", f"no arm joints ({robot.arm.joint_names[0]}, ...) on "
-                           f"{self._sensor_topics.get('joint_states')} yet: a joint command needs them", every_s=1.0)
+                self._wait("joint_states", f"for arm joints ({robot.arm.joint_names[0]}, ...) on "
+                           f"{self._sensor_topics.get('joint_states')}: a joint command needs them", every_s=1.0)
                 return
             q = self.kinematics.solve(seed, command.target_position, command.target_quat)
             self._ik_seed = np.asarray(q, dtype=np.float64)
@@ -914,6 +937,8 @@ class ActorNode:
         """Call the reset service (phase idle -> resetting), or wait for one to come up; start homing or waiting
         for the human's reset key."""
         self._commanded_since_frame = False
+        if self._twist_estimator is not None:  # no finite difference across the reset's jump
+            self._twist_estimator.reset()
         if self.reset_kind in ("human", "move_home"):
             stamp = self.sensors.stamp("tcp_pose")
             self._reset_requested_at_stamp = -math.inf if stamp is None else stamp
@@ -1005,7 +1030,8 @@ class ActorNode:
         now = time.monotonic()
         pose = self.sensors.tcp_pose()
         if pose is None:
-            self._wait("the arm state (homing)", f"for the arm state to home the robot ({self._missing_sensors_text()})")
+            self._wait("the arm state (homing)",
+                       f"for the arm state to home the robot ({self._missing_sensors_text()})")
             return
         robot = self.robot
         position, quat = pose
@@ -1021,7 +1047,7 @@ class ActorNode:
         command = self.session.safety.filter_absolute(home, robot.home_quat, robot.home_gripper, position, quat,
                                                       self._now(), self.sensors.stamps())
         self._publish(command, None)
-        self._wait("homing", f"moving home ({np.linalg.norm(np.asarray(position) - home):.3f} m to go)")
+        self._wait("homing", f"for the TCP to reach home ({np.linalg.norm(np.asarray(position) - home):.3f} m to go)")
 
     def _reset_waited(self, now: float) -> float:
         return now - (self._reset_wait_started if self._reset_wait_started is not None else now)

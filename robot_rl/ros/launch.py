@@ -395,8 +395,8 @@ def load_launch_file(path: str | os.PathLike[str], arguments: Mapping[str, str] 
         if kind == "arg":
             declared.append(_parse_arg(body, ctx, given))
         else:
-            process = _parse_process(kind, body, ctx)
             wanted = all(_parse_bool(body[key], key, ctx) == (key == "if") for key in ("if", "unless") if key in body)
+            process = _parse_process(kind, body, ctx, wanted)
             if wanted:
                 processes.append(process)
     undeclared = sorted(set(given) - {a.name for a in declared})
@@ -497,7 +497,9 @@ def _split_command(text: str, key: str, ctx: _Context) -> list[str]:
         raise ctx.error(f"key {key!r}: cannot split {shown} into words: {exc}") from None
 
 
-def _parse_process(kind: str, body: dict[str, Any], ctx: _Context) -> ProcessSpec:
+def _parse_process(kind: str, body: dict[str, Any], ctx: _Context, wanted: bool = True) -> ProcessSpec:
+    """One node or executable entry; an executable left out by its if / unless may have an empty command (an optional
+    driver command whose argument was not given)."""
     if kind == "node":
         _check_keys(body, _NODE_KEYS, [], ctx)
     else:
@@ -531,9 +533,9 @@ def _parse_process(kind: str, body: dict[str, Any], ctx: _Context) -> ProcessSpe
         if not isinstance(body["cmd"], str):
             raise ctx.error(f"key 'cmd': expected a string, got {_yaml_type(body['cmd'])}")
         argv = _split_command(body["cmd"], "cmd", ctx) + extra
-        if not argv:
+        if not argv and wanted:
             raise ctx.error("key 'cmd': the command is empty")
-        label = name or re.sub(r"\W", "_", Path(argv[0]).name)
+        label = name or re.sub(r"\W", "_", Path(argv[0] if argv else "executable").name)
     else:
         module = _node_module(body, ctx)
         namespace = _scalar_text(body["namespace"], "namespace", ctx) if "namespace" in body else None

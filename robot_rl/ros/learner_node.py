@@ -94,6 +94,26 @@ def robot_task_spaces(robot_name: str, obs_mode: str, image_size: int, action_di
     return ObservationSpec.from_shapes(shapes), action_dim
 
 
+def check_demo_images(demo_path, robot_name: str, image_size: int) -> None:
+    """NodeStartupError if the demos' cameras were cropped / resized another way than the robot file's live frames
+    (recorded by the actor in the dataset's `image_transforms`; datasets without it are not checked)."""
+    import zarr
+
+    from robot_rl.robot_config import load_robot_config
+    from robot_rl.vision import transform_mismatches
+
+    try:
+        recorded = dict(zarr.open_group(str(demo_path), mode="r").attrs).get("image_transforms")
+    except Exception:  # noqa: BLE001 - the demo loader reports an unreadable dataset in its own words
+        return
+    if not recorded:
+        return
+    problems = transform_mismatches(recorded, load_robot_config(robot_name), image_size)
+    if problems:
+        raise NodeStartupError(f"demo_path {demo_path}: images differ from what the robot's cameras give now: "
+                               f"{problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+
+
 def _train_config(settings):
     """TrainConfig (the CPU preset) with the node's parameters (`settings`: name -> value) applied."""
     from robot_rl.train import TrainConfig
@@ -162,6 +182,12 @@ class LearnerNode:
         self.final_eval_episodes = int(self.settings["final_eval_episodes"])
         self._mark("node")
 
+        try:  # a bad robot file is one line before anything is written (the file is small YAML: fast)
+            from robot_rl.robot_config import RobotConfigError, load_robot_config
+
+            load_robot_config(str(self.settings["robot"]))
+        except RobotConfigError as error:
+            raise NodeStartupError(f"robot: {error}") from None
         self.server = LearnerServer(None, self.run_dir,
                                     updates_per_transition=float(self.settings["updates_per_transition"]),
                                     weights_every=int(self.settings["weights_every"]), budget=self.budget,
@@ -227,10 +253,17 @@ class LearnerNode:
             cfg = self.cfg or _checked_train_config(self.settings)
             spec, action_dim = self._spaces(cfg)
             self._mark("spaces")
+            from robot_rl.ros.actor_node import _sim_task_episode_steps
+
+            if cfg.demos and cfg.demo_path is None and not _sim_task_episode_steps(cfg.task):
+                raise NodeStartupError(f"demos={cfg.demos}: scripted demos are recorded in a sim task, and task "
+                                       f"{cfg.task!r} is not one: give demo_path (teleoperated demos) or demos:=0")
             learner = Learner(spec, action_dim, cfg.sac, cfg.learner)
             self._mark("learner")
             resuming = self.server.checkpoint_state is not None
             message = self.server.load_learner(learner, None if resuming else record_demos(cfg, self.run_dir))
+            if cfg.demo_path is not None and not resuming:  # read by the loader above: a usable dataset
+                check_demo_images(cfg.demo_path, str(self.settings["robot"]), cfg.image_size)
             if not resuming:  # the settings this run starts with, once its demos are in (a failed start leaves none)
                 (self.run_dir / CONFIG_FILE).write_text(json.dumps(config_to_json(cfg), indent=2))
             self._mark("restore")
@@ -334,7 +367,7 @@ class LearnerNode:
 
         acks = self.server.inbox.acks()
         if acks:
-            self._ack_pub.publish(bytes_to_msg(encode_ack(acks)))
+            self._ack_pub.publish(bytes_to_msg(encode_ack(acks, self.server.inbox.acks_above())))
 
     def publish_weights(self) -> None:
         from robot_rl.ros.convert import bytes_to_msg

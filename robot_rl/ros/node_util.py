@@ -130,7 +130,8 @@ def declare_parameters(node, table: Iterable[tuple[str, object, str]]) -> Callab
 
     rclpy ignores a ``-p name:=value`` for a parameter the node never declares, so a typo would pass silently: every
     given parameter must be in `table`, else NodeStartupError names it, the closest known name and the known ones.
-    A value of the wrong type is a NodeStartupError too; an integer is accepted for a float parameter.
+    A value of the wrong type is a NodeStartupError too; an integer is accepted for a float parameter, a number for a
+    text parameter.
     """
     from rcl_interfaces.msg import ParameterDescriptor
     from rclpy.exceptions import InvalidParameterTypeException
@@ -142,6 +143,10 @@ def declare_parameters(node, table: Iterable[tuple[str, object, str]]) -> Callab
         given = overrides.get(name)
         if isinstance(default, float) and given is not None and given.type_ == Parameter.Type.INTEGER:
             overrides[name] = Parameter(name, Parameter.Type.DOUBLE, float(given.value))
+        elif isinstance(default, str) and given is not None and given.type_ in (Parameter.Type.INTEGER,
+                                                                                 Parameter.Type.DOUBLE):
+            # `-p source:=0` (a camera index) or `-p task:=3` is meant as text; ROS parses it as a number
+            overrides[name] = Parameter(name, Parameter.Type.STRING, str(given.value))
         try:
             node.declare_parameter(name, default, ParameterDescriptor(description=description))
         except InvalidParameterTypeException:
