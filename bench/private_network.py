@@ -15,14 +15,15 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def rerun_in_private_network(script: str, argv: Sequence[str], *, bench: str, domain_id: int, inner_flag: str,
-                             timeout_s: float) -> int:
-    """Run `python script *argv` in a private network namespace with `inner_flag` set in its environment; returns
-    its exit status (124 after `timeout_s`, when its whole process group is killed; 2 with one JSON error line where
-    no namespace can be made)."""
+                             timeout_s: float, extra_env: dict[str, str] | None = None) -> int:
+    """Run `python script *argv` in a private network namespace with `inner_flag` (and `extra_env`) set in its
+    environment; returns its exit status (124 after `timeout_s`, 130 on Ctrl-C; 2 with one JSON error line where no
+    namespace can be made). At the end its whole process group gets SIGINT, then SIGKILL."""
     from robot_rl.ros.env import RosEnvironmentError, private_network_command, ros_environment
 
     env = ros_environment(domain_id=domain_id)
     env[inner_flag] = "1"
+    env.update(extra_env or {})
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     inner = [sys.executable, str(Path(script).resolve()), *argv]
     try:
@@ -36,9 +37,16 @@ def rerun_in_private_network(script: str, argv: Sequence[str], *, bench: str, do
     except subprocess.TimeoutExpired:
         print(f"[{bench}] timed out after {timeout_s:.0f}s", file=sys.stderr, flush=True)
         return 124
+    except KeyboardInterrupt:
+        return 130
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        for sig in (signal.SIGINT, signal.SIGKILL):  # the inner bench and every child it started
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(timeout=5.0)
+                break
+            except subprocess.TimeoutExpired:
+                pass

@@ -1123,42 +1123,6 @@ def run_inner(args) -> int:
     return 1 if errors else 0
 
 
-def run_outer(argv: list[str], timeout_s: float) -> int:
-    """Re-run this script inside a private network namespace with the ROS environment; kill its group at the end."""
-    from robot_rl.ros.env import RosEnvironmentError, private_network_command, ros_environment
-
-    env = ros_environment(domain_id=OUTER_DOMAIN)
-    env[INNER_FLAG] = "1"
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
-    inner = [sys.executable, str(Path(__file__).resolve()), *argv]
-    try:
-        command = private_network_command(inner)
-    except RosEnvironmentError as error:  # never on the host's network
-        print(json.dumps({"bench": "ros", "error": str(error)}), flush=True)
-        return 2
-    env[NETNS_FLAG] = "1"
-    proc = subprocess.Popen(command, env=env, cwd=REPO_ROOT, start_new_session=True)
-    try:
-        return proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        log(f"timed out after {timeout_s:.0f}s")
-        return 124
-    except KeyboardInterrupt:
-        return 130
-    finally:
-        for sig, wait_s in ((signal.SIGINT, 5.0), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(proc.pid, sig)  # the inner bench and every child it started
-            except ProcessLookupError:
-                break
-            try:
-                proc.wait(timeout=wait_s)
-            except subprocess.TimeoutExpired:
-                pass
-            if sig == signal.SIGINT:
-                time.sleep(0.5)
-
-
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer samples")
@@ -1214,7 +1178,10 @@ def main(argv: list[str] | None = None) -> int:
         roles[args.role](args)
         return 0
     if not os.environ.get(INNER_FLAG):
-        return run_outer(argv, args.timeout)
+        from private_network import rerun_in_private_network
+
+        return rerun_in_private_network(__file__, argv, bench="ros", domain_id=OUTER_DOMAIN, inner_flag=INNER_FLAG,
+                                        timeout_s=args.timeout, extra_env={NETNS_FLAG: "1"})
     return run_inner(args)
 
 
