@@ -351,13 +351,15 @@ class FrameSet:
     """(N,) int, the frame's index in its episode (T: the final observation)."""
     episodes: list[tuple[str, int]]
     """(dataset path, episode index) of each episode."""
+    image_transforms: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Observation key -> the image transform its frames were recorded with (vision.ImageTransform JSON)."""
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def subset(self, mask: np.ndarray) -> FrameSet:
         return FrameSet({k: v[mask] for k, v in self.images.items()}, self.labels[mask], self.episode[mask],
-                        self.frame[mask], self.episodes)
+                        self.frame[mask], self.episodes, self.image_transforms)
 
 
 def episode_frame_labels(steps: int, success: bool, human: Mapping[int, bool], success_frames: int,
@@ -395,6 +397,25 @@ def resolve_cameras(readers: Sequence[DatasetReader], cameras: Sequence[str]) ->
     return shapes
 
 
+def resolve_transforms(readers: Sequence[DatasetReader], keys: Iterable[str]) -> dict[str, Any]:
+    """The image transform each camera key was recorded with (datasets' ``image_transforms`` attribute; keys no
+    dataset recorded one for are left out); RewardClassifierError when two datasets cut a camera differently."""
+    transforms: dict[str, Any] = {}
+    first_with: dict[str, Path] = {}
+    for reader in readers:
+        recorded = reader.attrs.get("image_transforms") or {}
+        for key in keys:
+            if key not in recorded:
+                continue
+            if key in transforms and transforms[key] != recorded[key]:
+                raise RewardClassifierError(
+                    f"{reader.path}: {key} was recorded with image transform {recorded[key]}, {first_with[key]} with "
+                    f"{transforms[key]}; train on datasets whose cameras were cropped / resized one way")
+            transforms.setdefault(key, recorded[key])
+            first_with.setdefault(key, reader.path)
+    return transforms
+
+
 def load_frames(datasets: Sequence[str | Path], config: RewardClassifierConfig) -> FrameSet:
     """Every training frame (success or failure, see the module doc) of the datasets, verified, in RAM."""
     if not datasets:
@@ -405,6 +426,7 @@ def load_frames(datasets: Sequence[str | Path], config: RewardClassifierConfig) 
         if reader.num_episodes == 0:
             raise RewardClassifierError(f"{reader.path} holds no episodes")
     shapes = resolve_cameras(readers, config.cameras)
+    transforms = resolve_transforms(readers, shapes)
     images: dict[str, list[np.ndarray]] = {key: [] for key in shapes}
     labels, episode_ids, frame_ids, episodes = [], [], [], []
     for reader in readers:
@@ -428,7 +450,7 @@ def load_frames(datasets: Sequence[str | Path], config: RewardClassifierConfig) 
         frame_ids.append(np.concatenate([np.arange(len(x)) for x in episode_labels])[kept])
         episodes.extend((str(reader.path), e) for e in range(reader.num_episodes))
     return FrameSet({k: np.concatenate(v) for k, v in images.items()}, np.concatenate(labels),
-                    np.concatenate(episode_ids), np.concatenate(frame_ids), episodes)
+                    np.concatenate(episode_ids), np.concatenate(frame_ids), episodes, transforms)
 
 
 def split_by_episode(frames: FrameSet, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -477,10 +499,12 @@ class RewardClassifier:
     """A trained success classifier: ``predict(observation) -> probability``, ``success(observation) -> bool``."""
 
     def __init__(self, config: RewardClassifierConfig, shapes: Mapping[str, tuple[int, ...]], params,
-                 threshold: float | None = None):
+                 threshold: float | None = None, image_transforms: Mapping[str, Any] | None = None):
         import jax
 
         self.config = config
+        self.image_transforms = dict(image_transforms or {})
+        """Observation key -> how its training frames were cut from the camera (checked against a robot file)."""
         self.shapes = {key: tuple(shape) for key, shape in shapes.items()}
         self.threshold = float(config.threshold if threshold is None else threshold)
         self.params = params
@@ -540,7 +564,7 @@ class RewardClassifier:
         (directory / MODEL_FILE).write_bytes(flax.serialization.to_bytes(self.params))
         description = {"format": MODEL_FORMAT, "version": 1, "config": self.config.to_json(),
                        "cameras": {key: list(shape) for key, shape in self.shapes.items()},
-                       "threshold": self.threshold}
+                       "threshold": self.threshold, "image_transforms": self.image_transforms}
         (directory / CONFIG_FILE).write_text(json.dumps(description, indent=2) + "\n")
         if metrics is not None:
             (directory / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
@@ -601,7 +625,8 @@ def load_reward_classifier(path: str | Path) -> RewardClassifier:
             raise ValueError("parameter shapes differ from the config's network")
     except Exception as exc:  # msgpack / structure errors come as several types
         raise RewardClassifierError(f"{directory / MODEL_FILE}: not this classifier's parameters ({exc})") from None
-    return RewardClassifier(config, shapes, params, threshold=float(description.get("threshold", config.threshold)))
+    return RewardClassifier(config, shapes, params, threshold=float(description.get("threshold", config.threshold)),
+                            image_transforms=description.get("image_transforms") or {})
 
 
 # ===================================================================================================== training
@@ -704,7 +729,7 @@ def train_reward_classifier(
         loss = float(mean_loss)
         if on_progress is not None:
             on_progress(done, loss)
-    classifier = RewardClassifier(config, shapes, params)
+    classifier = RewardClassifier(config, shapes, params, image_transforms=frames.image_transforms)
 
     def counts(part: FrameSet) -> dict[str, int]:
         return {"episodes": len(np.unique(part.episode)), "frames": len(part), "success_frames": int(part.labels.sum()),

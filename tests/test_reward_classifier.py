@@ -338,3 +338,26 @@ def test_help_texts_break_lines_only_where_the_terminal_is_full(command, capsys,
     from test_cli import test_help_texts_break_lines_only_where_the_terminal_is_full as check_help
 
     check_help(command, capsys, monkeypatch)
+
+
+def _record_transform(path: Path, fit: str) -> None:
+    import zarr
+
+    root = zarr.open_group(str(path), mode="r+")
+    root.attrs["image_transforms"] = {"images/front": {"size": SIZE, "fit": fit, "roi": None}}
+
+
+def test_datasets_cut_two_ways_are_refused_and_the_transform_travels_with_the_classifier(dataset, tmp_path):
+    center, squashed = copy_dataset(dataset, tmp_path / "a"), copy_dataset(dataset, tmp_path / "b")
+    _record_transform(center, "crop")
+    _record_transform(squashed, "resize")
+    with pytest.raises(RewardClassifierError, match="images/front was recorded with image transform .*cropped / "
+                                                    "resized one way"):
+        load_frames([center, squashed], FAST)
+    assert load_frames([center, dataset], FAST).image_transforms == {
+        "images/front": {"size": SIZE, "fit": "crop", "roi": None}}  # a dataset that recorded none is not a conflict
+    config = RewardClassifierConfig(**{**FAST.to_json(), "steps": 2})
+    classifier, metrics = train_reward_classifier([center], config)
+    out = save_atomically(classifier, tmp_path / "classifier", metrics)
+    assert load_reward_classifier(out).image_transforms == {"images/front": {"size": SIZE, "fit": "crop",
+                                                                             "roi": None}}

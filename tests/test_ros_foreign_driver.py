@@ -121,6 +121,7 @@ def test_actor_drives_a_foreign_driver_from_the_robot_file():
     assert actor["episodes"] == 1 and actor["transitions"] >= 49, actor  # 50 steps (PickCube-v0)
     assert actor["held"] == 0, actor  # no hold after warm-up: every sensor fresh at every 10 Hz step
     assert actor["rejected"] == {} and actor["incompatible_qos"] == {}, actor
+    assert actor["outbox"] == 0 and actor["dropped"] == 0, actor  # nothing kept for a learner that isn't there
 
 
 if __name__ == "__main__":

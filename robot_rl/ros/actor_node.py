@@ -656,6 +656,10 @@ class ActorNode:
             if pending:
                 self._log.info(f"a learner appeared: re-sending {pending} unacknowledged transitions")
 
+    def _forget_unstreamed(self) -> None:
+        """Without streaming no learner acknowledges anything: keep no transition (recording has its own copy)."""
+        self.outbox.acknowledge(self.session.next_seq - 1)
+
     def _flush_outbox(self) -> None:
         from robot_rl.ros.convert import bytes_to_msg
         from robot_rl.transport import encode_transitions
@@ -669,6 +673,8 @@ class ActorNode:
                     break
                 self._transitions_pub.publish(bytes_to_msg(encode_transitions(self.source, due)))
                 self.outbox.mark_sent(due, now)
+        else:
+            self._forget_unstreamed()
         if self.stats_path is not None and now - self._last_stats >= 1.0:
             self._last_stats = now
             self.write_stats()
@@ -1109,6 +1115,8 @@ class ActorNode:
         if not self.done:
             self._log.info(f"stopping (signal {signal_number})")
             return
+        if not self.stream:
+            self._forget_unstreamed()
         deadline = time.monotonic() + 3.0  # give the outbox a moment to deliver the last transitions
         while self.stream and len(self.outbox) and time.monotonic() < deadline:
             executor.spin_once(timeout_sec=0.05)

@@ -77,7 +77,7 @@ class RewardNode:
 
         from robot_rl.reward_classifier import RewardClassifierError, load_reward_classifier
         from robot_rl.robot_config import RobotConfigError, load_robot_config
-        from robot_rl.vision import ImageError, ImageTransform
+        from robot_rl.vision import ImageError, ImageTransform, transform_mismatches
 
         self.node = node = rclpy.create_node(node_name, context=context, cli_args=cli_args)
         self._log = node.get_logger()
@@ -116,6 +116,11 @@ class RewardNode:
             if shape[0] != shape[1]:
                 raise NodeStartupError(f"classifier image {key} is {shape[1]}x{shape[0]}, not square: the robot "
                                        "file's camera transform makes square images")
+            recorded = self.classifier.image_transforms.get(key)
+            problems = transform_mismatches({key: recorded}, robot, shape[0]) if recorded else []
+            if problems:
+                raise NodeStartupError(f"classifier {param('model')} was trained on frames cut another way than the "
+                                       f"robot file's cameras give now: {problems[0]}")
             self.cameras[key] = {"topic": camera.topic, "type": camera.type, "image": None, "received": -math.inf,
                                  "transform": ImageTransform.from_camera(camera, shape[0])}
             msg_type = CompressedImage if camera.type == "CompressedImage" else Image
