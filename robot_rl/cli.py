@@ -17,6 +17,7 @@ import tyro
 
 from robot_rl.reward_classifier import RewardClassifierConfig
 from robot_rl.train import EVAL_SEED_OFFSET, TrainConfig
+from robot_rl.train_bc import TrainBCConfig
 
 ObsMode = Literal["state", "pixels", "state+pixels"]
 
@@ -139,7 +140,8 @@ class Eval:
     and its 95 % interval, and writes eval.json (and eval.mp4 with --video) to --out."""
 
     policy: Path
-    """Policy file (policy.msgpack, written by `robot-rl train` and the learner node) or the run folder holding it."""
+    """Policy of any kind: a SAC policy.msgpack (`robot-rl train`, the learner node), a policy folder
+    (`robot-rl train-bc`, `robot-rl distill`), or the run folder holding either."""
     task: str | None = None
     """Task to evaluate on (None: the task in the run's config.json next to the policy file)."""
     episodes: int = 20
@@ -157,6 +159,8 @@ class Eval:
     training run with seed 0 start, so its final evaluation is reproduced."""
     out: Path | None = None
     """Folder for eval.json and eval.mp4 (None: an `eval` folder next to the policy file)."""
+    device: str = "auto"
+    """Torch device of a torch policy: auto (cuda when there is one), cpu, cuda or cuda:N."""
 
     def __post_init__(self) -> None:
         problems = [f"{name}={getattr(self, name)!r} must be >= {low}"
@@ -255,6 +259,7 @@ Command = (
     | Annotated[Doctor, tyro.conf.subcommand("doctor")]
     | Annotated[TrainReward, tyro.conf.subcommand("train-reward")]
     | Annotated[Label, tyro.conf.subcommand("label")]
+    | Annotated[TrainBCConfig, tyro.conf.subcommand("train-bc")]
 )
 
 
@@ -538,11 +543,40 @@ def run_eval(cfg: Eval) -> None:
         summary = evaluate_policy_file(
             cfg.policy, task=cfg.task, episodes=cfg.episodes, seed=cfg.seed, obs_mode=cfg.obs_mode,
             image_size=cfg.image_size, out=cfg.out, video=cfg.video, video_episodes=cfg.video_episodes,
-            on_episode=on_episode)
+            on_episode=on_episode, device=cfg.device)
     finally:
         if progress.live.is_started:
             progress.stop()
     print(json.dumps(summary))
+
+
+def run_train_bc(cfg: TrainBCConfig) -> None:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from robot_rl.train import StopSignals, TrainingInterrupted
+    from robot_rl.train_bc import train_bc
+
+    console = Console(stderr=True)
+    with StopSignals() as stop, Progress(
+            TextColumn("[bold]train-bc"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.fields[loss]}"), console=console, transient=True,
+            disable=not console.is_terminal) as progress:
+        bar = progress.add_task("train", total=cfg.steps, loss="")
+
+        def on_progress(step: int, loss: float, validation: float | None) -> None:
+            text = f"loss {loss:.4f}" + ("" if validation is None else f"  validation {validation:.4f}")
+            progress.update(bar, completed=step, loss=text)
+
+        summary = train_bc(cfg, on_progress=on_progress, should_stop=stop)
+    print(json.dumps({k: v for k, v in summary.items() if k != "evaluation"}
+                     | ({"success_rate": summary["evaluation"]["success_rate"],
+                         "eval_episodes": summary["evaluation"]["episodes"]} if summary["evaluation"] else {})))
+    print(f"report: {Path(summary['out']) / 'report.md'}  policy: {summary['policy']}", file=sys.stderr)
+    if summary["stopped"]:
+        raise TrainingInterrupted(stop.signum or signal.SIGINT, summary["steps"], cfg.steps, Path(summary["out"]),
+                                  f"interrupted at step {summary['steps']}/{cfg.steps}; the policy trained so far "
+                                  f"is in {summary['policy']}")
 
 
 class Terminated(KeyboardInterrupt):
@@ -631,7 +665,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cfg = parse_args(Command, args, prog="robot-rl", description="robot_rl: real-robot RL with a MuJoCo mirror.")
         # train, launch and the ROS recorder handle SIGTERM themselves; the other jobs clean up as on Ctrl-C
-        own_handler = isinstance(cfg, (Train, Launch)) or (isinstance(cfg, Record) and cfg.source == "ros")
+        own_handler = isinstance(cfg, (Train, Launch, TrainBCConfig)) or (isinstance(cfg, Record) and cfg.source == "ros")
         with contextlib.nullcontext() if own_handler else sigterm_raises():
             match cfg:
                 case Train():
@@ -656,6 +690,8 @@ def main(argv: list[str] | None = None) -> None:
                     run_train_reward(cfg)
                 case Label():
                     run_label(cfg)
+                case TrainBCConfig():
+                    run_train_bc(cfg)
     except TrainingInterrupted as exc:  # checkpointed and reported: one line saying how to resume
         print(exc, file=sys.stderr)
         raise SystemExit(exc.exit_status) from None

@@ -106,11 +106,12 @@ class RunError(ValueError):
 class TrainingInterrupted(Exception):
     """SIGINT or SIGTERM stopped `train` after it checkpointed and wrote the report so far."""
 
-    def __init__(self, signum: int, env_step: int, steps: int, run_dir: Path):
+    def __init__(self, signum: int, env_step: int, steps: int, run_dir: Path, message: str | None = None):
         self.signum = signum
         self.exit_status = 128 + signum  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
         self.env_step = env_step
-        super().__init__(f"interrupted at env step {env_step}/{steps}; resume with: robot-rl train --resume {run_dir}")
+        super().__init__(message or f"interrupted at env step {env_step}/{steps}; resume with: robot-rl train "
+                                    f"--resume {run_dir}")
 
 
 class StopSignals:

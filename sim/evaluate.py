@@ -140,14 +140,65 @@ def env_settings_for(spec: ObservationSpec) -> tuple[str, int | None]:
 
 
 def task_of_run(policy_path: str | Path) -> str | None:
-    """The task in the `config.json` of the run folder that holds the policy file, if there is one."""
-    from robot_rl.policy_file import resolve_policy_path
+    """The task in the `config.json` of the run folder that holds the policy (file or folder), if there is one."""
+    path = Path(policy_path)
+    folder = path if path.is_dir() else path.parent
+    for candidate in (folder, folder.parent):
+        try:
+            task = json.loads((candidate / "config.json").read_text()).get("task")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if task:
+            return task
+    return None
 
-    config = resolve_policy_path(policy_path).parent / "config.json"
+
+def evaluate_policy(
+    policy,
+    task: str,
+    episodes: int,
+    *,
+    seed: int = EVAL_SEED_OFFSET,
+    obs_mode: str | None = None,
+    image_size: int | None = None,
+    out: str | Path | None = None,
+    video: bool = False,
+    video_episodes: int = VIDEO_EPISODES,
+    on_episode: Callable[[EpisodeResult], None] | None = None,
+    name: str | None = None,
+) -> dict[str, Any]:
+    """Evaluate any `robot_rl.policies.Policy` (deterministic sampling, chunks executed receding-horizon) in the sim
+    mirror; with `out`, writes `eval.json` (and `eval.mp4`) there. Returns the summary. `seed` below
+    EVAL_SEED_OFFSET is taken as an offset from it (held-out seeds)."""
+    from robot_rl.policies.base import ChunkRunner
+
+    seed = seed if seed >= EVAL_SEED_OFFSET else EVAL_SEED_OFFSET + seed
+    spec = policy.observation_spec
+    needed_mode, needed_size = env_settings_for(spec)
+    obs_mode = obs_mode or needed_mode
+    image_size = image_size or needed_size or 64
+    env = make_env(task, obs_mode=obs_mode, image_size=image_size)
+    out = Path(out) if out is not None else None
     try:
-        return json.loads(config.read_text()).get("task")
-    except (OSError, ValueError, AttributeError):
-        return None
+        _check_observations(env, spec, policy.action_dim, name or f"({policy.kind})", task, obs_mode, image_size)
+        created = out is not None and not out.exists()
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+        try:
+            evaluation = evaluate(env, ChunkRunner(policy, deterministic=True), episodes, seed,
+                                  video_path=out / "eval.mp4" if video and out is not None else None,
+                                  video_episodes=video_episodes, on_episode=on_episode)
+        except BaseException:
+            if created:  # no empty output folder from a stopped evaluation
+                shutil.rmtree(out, ignore_errors=True)
+            raise
+    finally:
+        env.close()
+    summary = {"task": task, "obs_mode": obs_mode, "policy_kind": policy.kind, "first_seed": seed,
+               **evaluation.summary(), "video": str(evaluation.video) if evaluation.video else None}
+    if out is not None:
+        (out / "eval.json").write_text(json.dumps(summary, indent=2))
+    return summary
 
 
 def evaluate_policy_file(
@@ -162,49 +213,40 @@ def evaluate_policy_file(
     video: bool = False,
     video_episodes: int = VIDEO_EPISODES,
     on_episode: Callable[[EpisodeResult], None] | None = None,
+    device: str = "auto",
 ) -> dict[str, Any]:
-    """Evaluate a saved policy deterministically; writes `eval.json` (and `eval.mp4`) to `out`, returns the summary.
+    """Evaluate a saved policy of any kind (a SAC ``policy.msgpack``, a policy folder, or a run folder holding
+    either) deterministically; writes `eval.json` (and `eval.mp4`) to `out`, returns the summary.
 
     `task` defaults to the task of the run folder holding the policy, `obs_mode` and `image_size` to what the
-    policy's observation spec needs, `out` to an `eval` folder next to the policy file. Bad input (missing or
-    foreign policy file, unknown task, observations that do not match the policy) raises a ValueError naming it.
+    policy's observation spec needs, `out` to an `eval` folder next to the policy. Bad input (missing or foreign
+    policy file, unknown task, observations that do not match the policy) raises a ValueError naming it.
     """
-    from robot_rl.policy_file import actor_from_weights, read_policy_file, resolve_policy_path
+    from robot_rl.policies.checkpoint import load_policy, policy_folder
+    from robot_rl.policy_file import read_policy_file, resolve_policy_path
 
-    message = read_policy_file(policy_path)
-    policy_file = resolve_policy_path(policy_path)
-    task = task or task_of_run(policy_file)
+    path = Path(policy_path)
+    folder = policy_folder(path) or (policy_folder(path / "policy") if path.is_dir() else None)
+    policy = load_policy(path, device=device)
+    located = folder if folder is not None else resolve_policy_path(path)
+    task = task or task_of_run(located)
     if task is None:
-        raise ValueError(f"no --task given and no run config.json next to {policy_file} to take it from")
-    needed_mode, needed_size = env_settings_for(message.observation_spec)
-    obs_mode = obs_mode or needed_mode
-    image_size = image_size or needed_size or 64
-    env = make_env(task, obs_mode=obs_mode, image_size=image_size)
-    try:
-        _check_observations(env, message.observation_spec, message.action_dim, policy_file, task, obs_mode, image_size)
-        actor = actor_from_weights(message, deterministic=True)
-        out = Path(out) if out is not None else policy_file.parent / "eval"
-        created = not out.exists()
-        out.mkdir(parents=True, exist_ok=True)
-        try:
-            evaluation = evaluate(env, actor, episodes, seed, video_path=out / "eval.mp4" if video else None,
-                                  video_episodes=video_episodes, on_episode=on_episode)
-        except BaseException:
-            if created:  # no empty output folder from a stopped evaluation
-                shutil.rmtree(out, ignore_errors=True)
-            raise
-    finally:
-        env.close()
-    summary = {"policy": str(policy_file), "task": task, "obs_mode": obs_mode, "first_seed": seed,
-               "weights_version": message.version, "policy_transitions": message.transitions,
-               "policy_updates": message.updates, **evaluation.summary(),
-               "video": str(evaluation.video) if evaluation.video else None}
+        raise ValueError(f"no --task given and no run config.json next to {located} to take it from")
+    out = Path(out) if out is not None else located.parent / "eval"
+    summary = evaluate_policy(policy, task, episodes, seed=seed, obs_mode=obs_mode, image_size=image_size, out=out,
+                              video=video, video_episodes=video_episodes, on_episode=on_episode, name=str(located))
+    extra: dict[str, Any] = {"policy": str(located)}
+    if folder is None:
+        message = read_policy_file(located)
+        extra.update({"weights_version": message.version, "policy_transitions": message.transitions,
+                      "policy_updates": message.updates})
+    summary = {**extra, **summary}
     (out / "eval.json").write_text(json.dumps(summary, indent=2))
     return summary
 
 
-def _check_observations(env, spec: ObservationSpec, action_dim: int, policy_file: Path, task: str, obs_mode: str,
-                        image_size: int) -> None:
+def _check_observations(env, spec: ObservationSpec, action_dim: int, policy_file: Path | str, task: str,
+                        obs_mode: str, image_size: int) -> None:
     """ValueError if the env does not give the observation entries and action size the policy was trained on."""
     provided = ObservationSpec.from_space(env.observation_space)
     wrong = [f"{k} {spec[k].shape}" + (f" (env: {provided[k].shape})" if k in provided else " (env: missing)")

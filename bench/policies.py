@@ -1,0 +1,130 @@
+"""Policy latency at batch 1 on this machine: prints ONE JSON line.
+
+For each policy kind, the wall time of one `act_chunk` (observation history -> action chunk) with two 64x64 cameras
+and a 10-d proprio state, measured call by call after a warm-up: p50 / p99 in ms, the parameter count and the chunk
+length. Kinds: `diffusion` (DDIM with --ddim-steps, default 10), `one_step` (the distilled student of the same
+network, when policies/one_step.py is there) and `gaussian` (the SAC pixel actor, JAX: the baseline measured in the
+same run, so a loaded machine's figures still compare as ratios).
+
+Targets on this 2-core CPU (one torch thread): DDIM-10 chunk p50 <= 60 ms and p99 <= 100 ms; one-step >= 8x faster
+than DDIM-10 at the same chunk and model.
+
+    python bench/policies.py              # 200 timed calls each
+    python bench/policies.py --calls 50 --device cuda
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+CAMERAS = ("images/front", "images/wrist")
+STATE_DIM = 10
+ACTION_DIM = 4
+
+
+def observation_spec(size: int):
+    from robot_rl.types import ArraySpec, ObservationSpec
+
+    return ObservationSpec.from_shapes({**{c: ArraySpec((size, size, 3), "uint8") for c in CAMERAS},
+                                        "state": ArraySpec((STATE_DIM,), "float32")})
+
+
+def history(rng: np.random.Generator, size: int, length: int) -> list[dict[str, np.ndarray]]:
+    return [{**{c: rng.integers(0, 256, (size, size, 3), dtype=np.uint8) for c in CAMERAS},
+             "state": rng.standard_normal(STATE_DIM).astype(np.float32)} for _ in range(length)]
+
+
+def per_call_ms(policy, rng: np.random.Generator, size: int, calls: int, warmup: int = 10) -> np.ndarray:
+    histories = [history(rng, size, policy.obs_horizon) for _ in range(8)]
+    for i in range(warmup):
+        policy.act_chunk(histories[i % 8])
+    times = np.empty(calls)
+    for i in range(calls):
+        start = time.perf_counter()
+        policy.act_chunk(histories[i % 8], deterministic=False)
+        times[i] = time.perf_counter() - start
+    return 1e3 * times
+
+
+def stats(times_ms: np.ndarray) -> dict[str, float]:
+    return {"p50_ms": round(float(np.median(times_ms)), 2), "p99_ms": round(float(np.percentile(times_ms, 99)), 2),
+            "mean_ms": round(float(times_ms.mean()), 2)}
+
+
+def diffusion_policy(size: int, ddim_steps: int, device: str):
+    from robot_rl.policies.diffusion import DiffusionConfig, DiffusionPolicy
+    from robot_rl.policies.normalizer import Normalizer
+
+    rng = np.random.default_rng(0)
+    normalizer = Normalizer().fit({"state": rng.standard_normal((100, STATE_DIM)).astype(np.float32),
+                                   "action": rng.uniform(-1, 1, (100, ACTION_DIM)).astype(np.float32)})
+    config = DiffusionConfig(inference_steps=ddim_steps)
+    return DiffusionPolicy.create(config, observation_spec(size), ACTION_DIM, normalizer, device=device)
+
+
+def gaussian_policy(size: int):
+    from robot_rl.agents.sac import SACAgent
+    from robot_rl.policies.gaussian import GaussianPolicy
+    from robot_rl.train import TrainConfig
+
+    return GaussianPolicy(SACAgent.create(0, observation_spec(size), ACTION_DIM, TrainConfig().sac))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200, help="timed calls per policy")
+    parser.add_argument("--ddim-steps", type=int, default=10)
+    parser.add_argument("--image-size", type=int, default=64)
+    parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda or auto")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    args = parser.parse_args()
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX shares a GPU with torch
+    import torch
+
+    from robot_rl.policies.base import resolve_device
+
+    torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    rng = np.random.default_rng(0)
+    results: dict[str, dict] = {}
+
+    gaussian = gaussian_policy(args.image_size)
+    results["gaussian"] = {**stats(per_call_ms(gaussian, rng, args.image_size, args.calls)), "chunk": 1,
+                           "parameters": int(sum(np.size(x) for x in
+                                                 __import__("jax").tree_util.tree_leaves(gaussian.agent.actor)))}
+    diffusion = diffusion_policy(args.image_size, args.ddim_steps, device)
+    parameters = sum(p.numel() for p in diffusion.model.parameters())
+    results[f"diffusion_ddim{args.ddim_steps}"] = {
+        **stats(per_call_ms(diffusion, rng, args.image_size, args.calls)), "chunk": diffusion.chunk_length,
+        "prediction_horizon": diffusion.config.prediction_horizon, "parameters": parameters}
+    try:
+        from robot_rl.policies.one_step import OneStepPolicy
+    except ImportError:
+        OneStepPolicy = None
+    if OneStepPolicy is not None:
+        student = OneStepPolicy.from_teacher(diffusion)
+        results["one_step"] = {**stats(per_call_ms(student, rng, args.image_size, args.calls)),
+                               "chunk": student.chunk_length, "parameters": parameters}
+    base = results["gaussian"]["p50_ms"]
+    for row in results.values():
+        row["ratio_to_gaussian_p50"] = round(row["p50_ms"] / base, 1)
+    ddim = results[f"diffusion_ddim{args.ddim_steps}"]
+    summary = {"bench": "policies", "device": device, "threads": args.threads, "image_size": args.image_size,
+               "cameras": len(CAMERAS), "state_dim": STATE_DIM, "calls": args.calls, "results": results,
+               "ddim_targets_met": args.ddim_steps == 10 and ddim["p50_ms"] <= 60 and ddim["p99_ms"] <= 100}
+    if "one_step" in results:
+        summary["one_step_speedup_p50"] = round(ddim["p50_ms"] / results["one_step"]["p50_ms"], 1)
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""The SAC tanh-Gaussian policy (JAX) behind the common `Policy` interface: one observation in, a one-action chunk
+out; its learner action is the robot action itself."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from robot_rl.policies.base import ActionChunk, Observation, PolicyError
+
+
+class GaussianPolicy:
+    """A SAC actor as a `Policy` (obs horizon 1, chunks of one action); `update_weights` swaps in newer weights."""
+
+    kind = "gaussian"
+    obs_horizon = 1
+    chunk_length = 1
+    device = "cpu"
+
+    def __init__(self, agent, *, seed: int = 0):
+        import jax
+
+        self.agent = agent
+        self.observation_spec = agent.observation_spec
+        self.observation_keys = tuple(agent.observation_spec.keys)
+        self.action_dim = int(agent.action_dim)
+        self.weights_version = 0
+        self._key = jax.random.PRNGKey(seed)
+
+    @classmethod
+    def from_message(cls, message, *, seed: int = 0) -> GaussianPolicy:
+        """Built from scratch from a `WeightsMessage` (a policy file or the learner's broadcast)."""
+        from robot_rl.agents.sac import SACAgent, SACConfig
+        from robot_rl.train import config_from_json
+
+        agent = SACAgent.create(seed, message.observation_spec, message.action_dim,
+                                config_from_json(SACConfig, message.sac_config))
+        policy = cls(agent, seed=seed)
+        policy.update_weights(message.policy, max(int(message.version), 1))
+        return policy
+
+    def update_weights(self, policy_bytes: bytes, version: int) -> None:
+        """Swap in actor weights produced by `SACAgent.policy_to_bytes` (ignored if not newer)."""
+        if version > self.weights_version:
+            self.agent = self.agent.with_policy_bytes(policy_bytes)
+            self.weights_version = int(version)
+
+    def reset(self) -> None:
+        pass
+
+    def act_chunk(self, history: Sequence[Observation], *, deterministic: bool = True) -> ActionChunk:
+        import jax
+
+        if not history:
+            raise PolicyError("act_chunk needs at least one observation")
+        newest = history[-1]
+        try:
+            obs = {key: newest[key] for key in self.observation_keys}
+        except KeyError as error:
+            raise PolicyError(f"observation has no {error.args[0]!r} (the policy reads "
+                              f"{list(self.observation_keys)})") from None
+        if deterministic:
+            action = self.agent.eval_actions(obs)
+        else:
+            self._key, key = jax.random.split(self._key)
+            action = self.agent.sample_actions(obs, key)
+        action = np.asarray(action, dtype=np.float32)[None]
+        return ActionChunk(action, action)
+
+    def learner_action_of(self, executed: np.ndarray, info: Mapping[str, np.ndarray]) -> np.ndarray | None:
+        return np.asarray(executed, dtype=np.float32)

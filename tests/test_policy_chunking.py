@@ -1,0 +1,159 @@
+"""Chunks executed in time with a fake clock (stale actions dropped, replacement, temporal ensembling, holds), the
+observation history, the receding-horizon runner, and the policy interface's checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from robot_rl.policies.base import ActionChunk, ChunkRunner, ObservationHistory, PolicyError, stack_history
+from robot_rl.policies.chunking import ChunkSchedule
+
+DT = 0.1
+
+
+def chunk(values, dim: int = 2, **info) -> ActionChunk:
+    """A chunk whose action i is `values[i]` in every dimension."""
+    actions = np.repeat(np.asarray(values, np.float32)[:, None], dim, axis=1)
+    return ActionChunk(actions, actions * 10, {k: np.asarray(v) for k, v in info.items()})
+
+
+def test_action_i_is_due_at_the_observation_stamp_plus_i_periods():
+    schedule = ChunkSchedule(DT)
+    assert schedule.add(chunk([0, 1, 2, 3]), observation_stamp=5.0, now=5.0) == 4
+    executed = [schedule.action_at(5.0 + k * DT + 0.01) for k in range(4)]  # ticks a little late: same slots
+    assert [e.index for e in executed] == [0, 1, 2, 3]
+    assert [round(e.due, 6) for e in executed] == [5.0, 5.1, 5.2, 5.3]
+    np.testing.assert_array_equal(executed[2].action, [2, 2])
+    np.testing.assert_array_equal(executed[2].learner_action, [20, 20])
+    assert schedule.action_at(5.4) is None  # nothing due: the actor holds
+    assert schedule.counters["executed"] == 4 and schedule.counters["empty"] == 1
+
+
+def test_actions_already_due_when_the_chunk_arrives_are_dropped():
+    schedule = ChunkSchedule(DT)
+    # computed from the observation of t=1.0, ready 230 ms later: the ticks of 1.0 and 1.1 have passed
+    assert schedule.add(chunk([0, 1, 2, 3, 4]), observation_stamp=1.0, now=1.23) == 3
+    assert schedule.counters["stale"] == 2
+    first = schedule.action_at(1.23)
+    assert first.index == 2 and first.observation_stamp == 1.0  # the action due at 1.2, not the stale one of 1.0
+    assert [schedule.action_at(t).index for t in (1.3, 1.4)] == [3, 4]
+
+
+def test_a_chunk_entirely_in_the_past_schedules_nothing_and_ticks_hold():
+    schedule = ChunkSchedule(DT)
+    assert schedule.add(chunk([0, 1]), observation_stamp=0.0, now=0.5) == 0
+    assert schedule.counters["stale"] == 2
+    assert schedule.action_at(0.5) is None and schedule.pending(0.5) == 0
+
+
+def test_a_newer_chunk_replaces_the_older_plan_from_its_first_slot():
+    schedule = ChunkSchedule(DT)
+    schedule.add(chunk([0, 1, 2, 3, 4, 5, 6, 7]), observation_stamp=0.0, now=0.0)
+    assert [schedule.action_at(t).chunk for t in (0.0, 0.1)] == [0, 0]
+    schedule.add(chunk([10, 11, 12]), observation_stamp=0.2, now=0.2)  # replanned at 0.2
+    taken = [schedule.action_at(t) for t in (0.2, 0.3, 0.4)]
+    assert [(e.chunk, e.index) for e in taken] == [(1, 0), (1, 1), (1, 2)]
+    assert schedule.action_at(0.5) is None  # the old plan beyond the new one's end was withdrawn too
+    assert schedule.counters["replaced"] == 6
+
+
+def test_temporal_ensembling_averages_overlapping_chunks_with_exponential_weights():
+    decay = 0.5
+    schedule = ChunkSchedule(DT, ensemble_decay=decay)
+    schedule.add(chunk([0.0, 1.0, 2.0]), observation_stamp=0.0, now=0.0)
+    schedule.add(chunk([5.0, 6.0]), observation_stamp=0.1, now=0.1)  # slot 1: 1.0 (older) and 5.0 (newer)
+    assert schedule.action_at(0.0).action[0] == 0.0
+    mixed = schedule.action_at(0.1)
+    w = np.exp(-decay * np.arange(2))
+    assert mixed.action[0] == pytest.approx((w[0] * 1.0 + w[1] * 5.0) / w.sum())
+    assert mixed.chunk == 1 and mixed.learner_action[0] == 50.0  # learner action and source: the newest chunk
+    assert schedule.action_at(0.2).action[0] == pytest.approx((w[0] * 2.0 + w[1] * 6.0) / w.sum())
+
+
+def test_scheduled_actions_whose_tick_never_came_are_counted_expired():
+    schedule = ChunkSchedule(DT)
+    schedule.add(chunk([0, 1, 2, 3]), observation_stamp=0.0, now=0.0)
+    assert schedule.action_at(0.0).index == 0
+    assert schedule.action_at(0.3).index == 3  # the control loop missed the ticks of 0.1 and 0.2
+    assert schedule.counters["expired"] == 2
+    assert schedule.horizon(0.4) == 0.0
+
+
+def test_horizon_says_how_long_the_plan_lasts():
+    schedule = ChunkSchedule(DT)
+    schedule.add(chunk([0, 1, 2, 3]), observation_stamp=0.0, now=0.0)
+    assert schedule.horizon(0.0) == pytest.approx(0.4)
+    schedule.action_at(0.0)
+    assert schedule.horizon(0.1) == pytest.approx(0.3) and schedule.pending(0.1) == 3
+    schedule.clear()
+    assert schedule.pending(0.1) == 0
+
+
+def test_chunk_info_travels_per_step_and_lengths_are_checked():
+    schedule = ChunkSchedule(DT)
+    schedule.add(chunk([0, 1], base_action=[[7.0], [8.0]]), observation_stamp=0.0, now=0.0)
+    schedule.action_at(0.0)
+    np.testing.assert_array_equal(schedule.action_at(0.1).info["base_action"], [8.0])
+    with pytest.raises(PolicyError, match="must have 2 steps"):
+        chunk([0, 1], base_action=[[7.0]])
+    with pytest.raises(PolicyError, match="non-finite"):
+        ActionChunk(np.array([[np.nan, 0.0]]), np.zeros((1, 2)))
+    with pytest.raises(PolicyError, match="control period"):
+        ChunkSchedule(0.0)
+
+
+def test_observation_history_pads_the_episode_start_with_the_first_observation():
+    history = ObservationHistory(3)
+    history.append({"x": np.array([1.0])})
+    assert [o["x"][0] for o in history.observations()] == [1.0, 1.0, 1.0]
+    history.append({"x": np.array([2.0])})
+    history.append({"x": np.array([3.0])})
+    history.append({"x": np.array([4.0])})
+    assert [o["x"][0] for o in history.observations()] == [2.0, 3.0, 4.0]
+    history.reset()
+    assert history.observations() == []
+    stacked = stack_history([{"x": np.array([5.0])}], ["x"], 2)
+    np.testing.assert_array_equal(stacked["x"], [[5.0], [5.0]])
+    with pytest.raises(PolicyError, match="observation has no 'y'"):
+        stack_history([{"x": np.array([5.0])}], ["y"], 1)
+
+
+class CountingPolicy:
+    """A fake chunked policy: each chunk is [n, n+1, ...] for the n-th call; it records the histories it saw."""
+
+    kind = "fake"
+    observation_keys = ("x",)
+    action_dim = 1
+    obs_horizon = 2
+    chunk_length = 4
+    device = "cpu"
+
+    def __init__(self):
+        self.calls, self.histories, self.resets = 0, [], 0
+
+    def reset(self):
+        self.resets += 1
+
+    def act_chunk(self, history, *, deterministic=True):
+        self.histories.append([float(o["x"][0]) for o in history])
+        start = 10.0 * self.calls
+        self.calls += 1
+        actions = (start + np.arange(self.chunk_length, dtype=np.float32))[:, None]
+        return ActionChunk(actions, actions)
+
+    def learner_action_of(self, executed, info):
+        return executed
+
+
+def test_chunk_runner_executes_receding_horizon_chunks_with_the_observation_history():
+    policy = CountingPolicy()
+    runner = ChunkRunner(policy, execute=3)
+    runner.reset()
+    actions = [float(runner.act({"x": np.array([float(t)])})[0]) for t in range(7)]
+    assert actions == [0, 1, 2, 10, 11, 12, 20]  # 3 of each 4-step chunk, then a new chunk
+    assert policy.histories == [[0.0, 0.0], [2.0, 3.0], [5.0, 6.0]]  # the first observation padded
+    runner.reset()
+    assert policy.resets == 2 and float(runner.act({"x": np.array([9.0])})[0]) == 30.0
+    with pytest.raises(PolicyError, match="execute=5"):
+        ChunkRunner(policy, execute=5)
