@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 
 import tyro
 
+from robot_rl.distill import DistillConfig
 from robot_rl.reward_classifier import RewardClassifierConfig
 from robot_rl.train import EVAL_SEED_OFFSET, TrainConfig
 from robot_rl.train_bc import TrainBCConfig
@@ -260,6 +261,7 @@ Command = (
     | Annotated[TrainReward, tyro.conf.subcommand("train-reward")]
     | Annotated[Label, tyro.conf.subcommand("label")]
     | Annotated[TrainBCConfig, tyro.conf.subcommand("train-bc")]
+    | Annotated[DistillConfig, tyro.conf.subcommand("distill")]
 )
 
 
@@ -579,6 +581,37 @@ def run_train_bc(cfg: TrainBCConfig) -> None:
                                   f"is in {summary['policy']}")
 
 
+def run_distill(cfg: DistillConfig) -> None:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from robot_rl.distill import distill
+    from robot_rl.train import StopSignals, TrainingInterrupted
+
+    console = Console(stderr=True)
+    with StopSignals() as stop, Progress(
+            TextColumn("[bold]distill"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.fields[loss]}"), console=console, transient=True,
+            disable=not console.is_terminal) as progress:
+        bar = progress.add_task("distill", total=cfg.steps, loss="")
+
+        def on_progress(step: int, loss: float, validation: float | None) -> None:
+            text = f"loss {loss:.4f}" + ("" if validation is None else f"  gap to teacher {validation:.4f}")
+            progress.update(bar, completed=step, loss=text)
+
+        summary = distill(cfg, on_progress=on_progress, should_stop=stop)
+    evaluation = summary["evaluation"]
+    print(json.dumps({k: v for k, v in summary.items() if k != "evaluation"}
+                     | ({"student_success_rate": evaluation["student"]["success_rate"],
+                         "teacher_success_rate": evaluation["teacher"]["success_rate"],
+                         "eval_episodes": evaluation["student"]["episodes"]} if evaluation else {})))
+    print(f"report: {Path(summary['out']) / 'report.md'}  policy: {summary['policy']}", file=sys.stderr)
+    if summary["stopped"]:
+        raise TrainingInterrupted(stop.signum or signal.SIGINT, summary["steps"], cfg.steps, Path(summary["out"]),
+                                  f"interrupted at step {summary['steps']}/{cfg.steps}; the student trained so far "
+                                  f"is in {summary['policy']}")
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM raised as an interrupt, so a job cleans up as on Ctrl-C (no staging folder or partial file left)."""
 
@@ -665,7 +698,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cfg = parse_args(Command, args, prog="robot-rl", description="robot_rl: real-robot RL with a MuJoCo mirror.")
         # train, launch and the ROS recorder handle SIGTERM themselves; the other jobs clean up as on Ctrl-C
-        own_handler = isinstance(cfg, (Train, Launch, TrainBCConfig)) or (isinstance(cfg, Record) and cfg.source == "ros")
+        own_handler = (isinstance(cfg, (Train, Launch, TrainBCConfig, DistillConfig))
+                       or (isinstance(cfg, Record) and cfg.source == "ros"))
         with contextlib.nullcontext() if own_handler else sigterm_raises():
             match cfg:
                 case Train():
@@ -692,6 +726,8 @@ def main(argv: list[str] | None = None) -> None:
                     run_label(cfg)
                 case TrainBCConfig():
                     run_train_bc(cfg)
+                case DistillConfig():
+                    run_distill(cfg)
     except TrainingInterrupted as exc:  # checkpointed and reported: one line saying how to resume
         print(exc, file=sys.stderr)
         raise SystemExit(exc.exit_status) from None

@@ -198,7 +198,8 @@ def train_bc(cfg: TrainBCConfig, *, on_progress=None, should_stop=None) -> dict[
             schedule.step()
             ema.step(policy.model.parameters())
             step += 1
-            recent.append(loss.item())
+            loss_value = loss.item()
+            recent.append(loss_value)
             if step % cfg.validate_every == 0 or step == cfg.steps:
                 train_loss = float(np.mean(recent))
                 recent.clear()
@@ -214,7 +215,7 @@ def train_bc(cfg: TrainBCConfig, *, on_progress=None, should_stop=None) -> dict[
                 tb.add_scalar("learning_rate", row["learning_rate"], step)
                 tb.flush()
             if on_progress is not None:
-                on_progress(step, float(loss), validation_loss)
+                on_progress(step, loss_value, validation_loss)
     tb.close()
     ema.copy_to(ema_policy.model.parameters())
     training_seconds = time.perf_counter() - started
