@@ -1,7 +1,8 @@
 """Executing action chunks in time: action i of a chunk computed from the observation stamped t is due at t + i*dt.
 
-The control loop ticks every `dt`. A tick at time `now` executes the action due in its slot (slot = round(time / dt),
-so an action due within half a period of the tick is its action). When a chunk arrives, the actions whose slot has
+The control loop ticks every `dt`. A tick at time `now` executes the action due in its control period (periods are
+centred on the first chunk's observation stamp and every dt after it, so an action due within half a period of the
+tick is its action, however the timer's phase lies). When a chunk arrives, the actions whose slot has
 already passed are dropped (counted as stale): a chunk that took 250 ms to compute at 10 Hz starts at its third
 action. A newer chunk replaces the older one's actions from its first slot on (receding horizon), or, with temporal
 ensembling, is averaged with them (weights exp(-decay * i), i = 0 for the oldest prediction of a slot, as ACT does;
@@ -49,17 +50,26 @@ class ChunkSchedule:
         self.dt = float(dt)
         self.ensemble_decay = ensemble_decay
         self._slots: dict[int, list[ScheduledAction]] = {}
+        self._origin: float | None = None
         self._next_chunk = 0
         self.counters: collections.Counter[str] = collections.Counter()
         """added (chunks), stale (actions already past when their chunk arrived), replaced, expired (scheduled but
         never executed: their tick passed without asking), executed, empty (ticks with nothing due)."""
 
     def slot(self, time_s: float) -> int:
-        return int(math.floor(time_s / self.dt + 0.5))
+        """The control period `time_s` falls in: periods are centred on the first chunk's observation stamp and
+        every dt after it, so ticks at the observation rate land mid-period however much they jitter (up to dt/2)."""
+        origin = self._origin if self._origin is not None else 0.0
+        return int(math.floor((time_s - origin) / self.dt + 0.5))
 
     def clear(self) -> None:
-        """Forget every scheduled action (episode end, human takeover)."""
+        """Forget every scheduled action (human takeover); the periods stay where they were."""
         self._slots.clear()
+
+    def restart(self) -> None:
+        """Forget every scheduled action and the period grid (a new episode)."""
+        self._slots.clear()
+        self._origin = None
 
     def add(self, chunk: ActionChunk, observation_stamp: float, now: float) -> int:
         """Schedule `chunk` computed from the observation stamped `observation_stamp`; returns how many of its
@@ -67,6 +77,8 @@ class ChunkSchedule:
         number = self._next_chunk
         self._next_chunk += 1
         self.counters["added"] += 1
+        if self._origin is None:
+            self._origin = float(observation_stamp)
         current = self.slot(now)
         kept = 0
         for index in range(len(chunk)):
@@ -119,3 +131,110 @@ class ChunkSchedule:
         weights /= weights.sum()
         action = np.tensordot(weights, np.stack([e.action for e in entries]), axes=1).astype(np.float32)
         return dataclasses.replace(newest, action=action)
+
+
+class ChunkPlanner:
+    """Computes the next chunk in a worker thread while the current one executes, so the control tick never waits
+    for the policy: `observe` each tick's observation, then take `action_at(now)` (None: nothing due, hold).
+
+    A new chunk is started from the newest observation history when the plan left covers less than `lead_s` (by
+    default the slowest chunk computation seen so far plus one period). A chunk started before `reset` or `interrupt`
+    (episode end, human takeover) is discarded when it arrives. `clock` is the caller's monotonic clock.
+    """
+
+    def __init__(self, policy, dt: float, *, deterministic: bool = True, ensemble_decay: float | None = None,
+                 lead_s: float | None = None, clock=None, name: str = "chunk-planner"):
+        import threading
+        import time
+
+        from robot_rl.policies.base import ObservationHistory
+
+        self.policy = policy
+        self.deterministic = deterministic
+        self.schedule = ChunkSchedule(dt, ensemble_decay=ensemble_decay)
+        self.history = ObservationHistory(policy.obs_horizon)
+        self.lead_s = lead_s
+        self.clock = clock or time.monotonic
+        self.compute_s: collections.deque[float] = collections.deque(maxlen=50)
+        self.error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._request: tuple[list, float, int] | None = None
+        self._busy = False
+        self._generation = 0
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    # ----- control thread ----------------------------------------------------------------------------------------
+    def observe(self, obs, stamp: float) -> None:
+        """Add the observation taken at `stamp`; start the next chunk if the plan is running out."""
+        with self._lock:
+            self.history.append(obs)
+            lead = self.lead_s if self.lead_s is not None else (max(self.compute_s, default=0.0)
+                                                                + self.schedule.dt)
+            if not self._busy and self._request is None and self.schedule.horizon(stamp) <= lead:
+                self._request = (self.history.observations(), float(stamp), self._generation)
+                self._wake.notify()
+
+    def action_at(self, now: float) -> ScheduledAction | None:
+        with self._lock:
+            if self.error is not None:
+                error, self.error = self.error, None
+                raise error
+            return self.schedule.action_at(now)
+
+    def interrupt(self, obs=None) -> None:
+        """Drop the plan and any chunk being computed (a human took over: the arm is not where the plan assumed);
+        `obs`, the observation of the step the human acted on, still joins the history."""
+        with self._lock:
+            if obs is not None:
+                self.history.append(obs)
+            self._generation += 1
+            self._request = None
+            self.schedule.clear()
+
+    def reset(self) -> None:
+        """A new episode: no history, no plan."""
+        with self._lock:
+            self._generation += 1
+            self._request = None
+            self.schedule.restart()
+            self.history.reset()
+        self.policy.reset()
+
+    @property
+    def counters(self):
+        return self.schedule.counters
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        with self._lock:
+            self._closed = True
+            self._wake.notify()
+        self._thread.join(timeout=timeout_s)
+
+    # ----- worker thread ---------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while self._request is None and not self._closed:
+                    self._wake.wait()
+                if self._closed:
+                    return
+                history, stamp, generation = self._request
+                self._request, self._busy = None, True
+            started = self.clock()
+            try:
+                chunk = self.policy.act_chunk(history, deterministic=self.deterministic)
+            except Exception as error:  # noqa: BLE001 - handed to the control thread, which reports it
+                with self._lock:
+                    self._busy, self.error = False, error
+                continue
+            finished = self.clock()
+            with self._lock:
+                self._busy = False
+                self.compute_s.append(finished - started)
+                if generation == self._generation:
+                    self.schedule.add(chunk, stamp, finished)
+                else:
+                    self.schedule.counters["discarded"] += len(chunk)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 
-import jax
 import numpy as np
 
 from robot_rl.agents.sac import SACAgent
@@ -24,43 +23,93 @@ class ActorStep:
 
 
 class Actor:
-    """Runs the SAC policy with the newest weights it was given; an `InterventionSource` can override any action."""
+    """Runs any policy (robot_rl.policies: SAC, diffusion, ...) with the newest weights it was given; an
+    `InterventionSource` can override any action.
+
+    Chunks are executed receding-horizon, one action per `policy_action` call: in lock-step and in-process loops the
+    next chunk is computed when the previous one is used up (`execute` actions of each, default all). With a
+    `planner` (robot_rl.policies.chunking.ChunkPlanner, for a real-time robot) chunks are computed in a worker thread
+    and each call takes the action due now, or None when none is: the caller holds.
+    """
 
     def __init__(
         self,
-        agent: SACAgent,
+        policy,
         *,
         seed: int = 0,
         deterministic: bool = False,
         human: InterventionSource | None = None,
+        execute: int | None = None,
+        planner=None,
     ):
-        self.agent = agent
+        from robot_rl.policies.base import ObservationHistory
+        from robot_rl.policies.gaussian import GaussianPolicy
+
+        if isinstance(policy, SACAgent):
+            policy = GaussianPolicy(policy, seed=seed)
+        self.policy = policy
         self.deterministic = deterministic
         self.human = human
-        self.weights_version = 0
-        self._key = jax.random.PRNGKey(seed)
+        self.execute = policy.chunk_length if execute is None else int(execute)
+        if not 1 <= self.execute <= policy.chunk_length:
+            raise ValueError(f"execute={execute} must be in [1, chunk_length={policy.chunk_length}]")
+        self.planner = planner
+        self.history = ObservationHistory(policy.obs_horizon)
+        self._queue: collections.deque[np.ndarray] = collections.deque()
         self._uniform_rng = np.random.default_rng(seed)
 
+    @property
+    def agent(self) -> SACAgent:
+        """The SAC agent of a Gaussian policy."""
+        return self.policy.agent
+
+    @property
+    def weights_version(self) -> int:
+        return int(getattr(self.policy, "weights_version", 0))
+
     def update_weights(self, policy_bytes: bytes, version: int) -> None:
-        """Swap in actor weights produced by `SACAgent.policy_to_bytes` (ignored if not newer)."""
-        if version > self.weights_version:
-            self.agent = self.agent.with_policy_bytes(policy_bytes)
-            self.weights_version = version
+        """Swap in the learner's newer weights (policies trained by the learner only; a frozen policy has none)."""
+        update = getattr(self.policy, "update_weights", None)
+        if update is None:
+            raise ValueError(f"a {self.policy.kind} policy takes no weights from the learner")
+        update(policy_bytes, version)
 
     def reset(self) -> None:
+        self.history.reset()
+        self._queue.clear()
+        if self.planner is not None:
+            self.planner.reset()
+        else:
+            self.policy.reset()
         if self.human is not None:
             self.human.reset()
 
-    def policy_action(self, obs: Observation) -> np.ndarray:
-        obs = {k: obs[k] for k in self.agent.observation_spec.keys}
-        if self.deterministic:
-            return np.asarray(self.agent.eval_actions(obs), dtype=np.float32)
-        self._key, key = jax.random.split(self._key)
-        return np.asarray(self.agent.sample_actions(obs, key), dtype=np.float32)
+    def policy_action(self, obs: Observation, now: float | None = None) -> np.ndarray | None:
+        """The policy's action for `obs` (taken at `now`, on the planner's clock, when there is a planner); None
+        when a planner has no action due now."""
+        if self.planner is not None:
+            stamp = self.planner.clock() if now is None else now
+            self.planner.observe(obs, stamp)
+            scheduled = self.planner.action_at(stamp)
+            return None if scheduled is None else scheduled.action
+        self.history.append(obs)
+        if not self._queue:
+            chunk = self.policy.act_chunk(self.history.observations(), deterministic=self.deterministic)
+            self._queue.extend(chunk.actions[: self.execute])
+        return self._queue.popleft()
+
+    def human_acted(self, obs: Observation) -> None:
+        """A human chose this step's action: keep the observation history, drop the policy's plan (the arm will not
+        be where the plan assumed)."""
+        if self.planner is not None:
+            self.planner.interrupt(obs)
+            return
+        self.history.append(obs)
+        self._queue.clear()
 
     def uniform_action(self) -> np.ndarray:
         """An action drawn uniformly from [-1, 1] (warm-up exploration of a run without demos)."""
-        return self._uniform_rng.uniform(-1.0, 1.0, self.agent.action_dim).astype(np.float32)
+        return self._uniform_rng.uniform(-1.0, 1.0, self.policy.action_dim).astype(np.float32)
 
     def step(self, obs: Observation, *, uniform: bool = False) -> ActorStep:
         """The policy's action, or a uniform random one when `uniform` (pass `learner.warming_up`); a human who
@@ -69,6 +118,7 @@ class Actor:
         if self.human is not None:
             human_action = self.human.act(obs, policy_action)
             if human_action is not None:
+                self._queue.clear()
                 return ActorStep(np.asarray(human_action, dtype=np.float32), True, policy_action)
         return ActorStep(policy_action, False, policy_action)
 
@@ -89,6 +139,8 @@ class SessionStep:
     episode_over: bool
     intervention: bool = False
     success: bool = False
+    policy_late: bool = False
+    """Held because the policy had no action due (its next chunk was still being computed)."""
 
 
 class ActorSession:
@@ -196,8 +248,17 @@ class ActorSession:
         intervention = human_action is not None
         if intervention:
             action = np.asarray(human_action, dtype=np.float32)
+            if self.actor is not None:
+                self.actor.human_acted(obs)
         elif self.actor is not None:
-            action = self.actor.policy_action(obs)
+            action = self.actor.policy_action(obs, now)
+            if action is None:  # a chunked policy in real time: its next chunk is not ready yet; hold
+                command = self.safety.filter(self._hold_action(), *self._target, now, sensor_stamps,
+                                             current_gripper=self._gripper)
+                self.counters["commands"] += 1
+                self.counters["held"] += 1
+                self.counters["policy_late"] += 1
+                return SessionStep(command, transition, False, False, success, policy_late=True)
         else:  # no policy and no human: hold
             action = self._hold_action()
         command = self.safety.filter(action, *self._target, now, sensor_stamps, current_gripper=self._gripper)

@@ -270,6 +270,7 @@ def distill(cfg: DistillConfig, *, on_progress=None, should_stop=None) -> dict[s
     tb.close()
     if ema is not None:
         ema.copy_to(saved.model.parameters())
+    saved.model.eval()
     training_seconds = time.perf_counter() - started
     datasets_text = [str(d.path) for d in datasets]
     saved.save(out / POLICY_DIR, {"trained": {"datasets": datasets_text, "steps": step, "task": task,

@@ -24,7 +24,7 @@ def obs(t: int) -> dict[str, np.ndarray]:
 
 
 class StubPolicy:
-    """`policy_action(obs)` and `reset()`: what ActorSession uses of an Actor."""
+    """`policy_action(obs, now)`, `human_acted(obs)` and `reset()`: what ActorSession uses of an Actor."""
 
     def __init__(self, actions):
         self.actions = list(actions)
@@ -32,11 +32,14 @@ class StubPolicy:
         self.resets = 0
         self.seen = []
 
-    def policy_action(self, observation):
+    def policy_action(self, observation, now=None):
         self.seen.append(observation)
         action = self.actions[min(self.calls, len(self.actions) - 1)]
         self.calls += 1
         return np.asarray(action, dtype=np.float32)
+
+    def human_acted(self, observation):
+        self.seen.append(observation)
 
     def reset(self):
         self.resets += 1

@@ -719,7 +719,7 @@ def test_actor_session_to_server_end_to_end(tmp_path, lost_send):
     from robot_rl.transport import Outbox, decode_ack, encode_ack
 
     class Policy:
-        def policy_action(self, obs):
+        def policy_action(self, obs, now=None):
             return np.array([0.5, -0.5, 0.0, 1.0], np.float32)
 
         def reset(self):

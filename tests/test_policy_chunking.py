@@ -157,3 +157,130 @@ def test_chunk_runner_executes_receding_horizon_chunks_with_the_observation_hist
     assert policy.resets == 2 and float(runner.act({"x": np.array([9.0])})[0]) == 30.0
     with pytest.raises(PolicyError, match="execute=5"):
         ChunkRunner(policy, execute=5)
+
+
+class SlowPolicy(CountingPolicy):
+    """A chunked policy that takes `delay_s` per chunk (a denoiser on a busy CPU)."""
+
+    chunk_length = 8
+
+    def __init__(self, delay_s: float):
+        super().__init__()
+        self.delay_s = delay_s
+
+    def act_chunk(self, history, *, deterministic=True):
+        import time
+
+        time.sleep(self.delay_s)
+        return super().act_chunk(history, deterministic=deterministic)
+
+
+def test_the_planner_computes_chunks_in_a_worker_and_never_blocks_the_tick():
+    import time
+
+    from robot_rl.policies.chunking import ChunkPlanner
+
+    dt, delay = 0.02, 0.07  # a chunk takes 3.5 control periods
+    planner = ChunkPlanner(SlowPolicy(delay), dt)
+    tick_s, executed, holds = [], [], 0
+    start = time.monotonic()
+    try:
+        for tick in range(100):
+            target = start + tick * dt
+            time.sleep(max(0.0, target - time.monotonic()))
+            now = time.monotonic()
+            begin = time.perf_counter()
+            planner.observe({"x": np.array([float(tick)])}, now)
+            action = planner.action_at(now)
+            tick_s.append(time.perf_counter() - begin)
+            if action is None:
+                holds += 1
+            else:
+                executed.append((action, planner.schedule.slot(now)))
+    finally:
+        planner.close()
+    assert max(tick_s) < 0.01, max(tick_s)  # the tick never waited for the 70 ms policy
+    assert holds >= 3 and len(executed) >= 80  # held until the first chunk came, then planned ahead in time
+    assert all(planner.schedule.slot(a.due) == slot for a, slot in executed)  # never a stale action
+    assert planner.counters["stale"] >= 3  # the first chunk's actions due while it was computed were dropped
+    assert max(planner.compute_s) >= delay
+
+
+def test_an_interrupt_discards_the_chunk_being_computed():
+    import time
+
+    from robot_rl.policies.chunking import ChunkPlanner
+
+    planner = ChunkPlanner(SlowPolicy(0.05), 0.02)
+    try:
+        planner.observe({"x": np.array([0.0])}, time.monotonic())  # starts a chunk
+        time.sleep(0.01)
+        planner.interrupt({"x": np.array([1.0])})  # a human takes over while it is computed
+        time.sleep(0.1)
+        assert planner.counters["discarded"] == 8 and planner.schedule.pending(time.monotonic()) == 0
+        assert [float(o["x"][0]) for o in planner.history.observations()] == [0.0, 1.0]
+    finally:
+        planner.close()
+
+
+def test_a_policy_error_in_the_worker_reaches_the_control_thread():
+    import time
+
+    from robot_rl.policies.chunking import ChunkPlanner
+
+    class Broken(CountingPolicy):
+        def act_chunk(self, history, *, deterministic=True):
+            raise PolicyError("observation has no 'x'")
+
+    planner = ChunkPlanner(Broken(), 0.02)
+    try:
+        planner.observe({}, time.monotonic())
+        time.sleep(0.05)
+        with pytest.raises(PolicyError, match="no 'x'"):
+            planner.action_at(time.monotonic())
+    finally:
+        planner.close()
+
+
+def test_the_actor_runs_chunks_receding_horizon_and_a_human_drops_the_plan():
+    from robot_rl.actor import Actor
+
+    policy = CountingPolicy()
+    actor = Actor(policy, deterministic=True, execute=2)
+    actor.reset()
+    taken = [float(actor.policy_action({"x": np.array([float(t)])})[0]) for t in range(3)]
+    assert taken == [0.0, 1.0, 10.0]
+    actor.human_acted({"x": np.array([3.0])})  # the rest of chunk 1 is dropped
+    assert float(actor.policy_action({"x": np.array([4.0])})[0]) == 20.0
+    assert policy.histories[-1] == [3.0, 4.0]
+
+
+def test_a_session_holds_while_a_real_time_policy_has_no_action_due():
+    from robot_rl.actor import Actor, ActorSession
+    from robot_rl.policies.chunking import ChunkPlanner
+    from robot_rl.safety import Safety, SafetyConfig
+
+    class Chunked(CountingPolicy):
+        action_dim = 4
+
+        def act_chunk(self, history, *, deterministic=True):
+            actions = np.tile(np.array([0.1, 0.0, 0.0, 1.0], np.float32), (self.chunk_length, 1))
+            return ActionChunk(actions, actions)
+
+    clock = {"t": 100.0}
+    planner = ChunkPlanner(Chunked(), 0.1, clock=lambda: clock["t"])
+    session = ActorSession(Safety(SafetyConfig()), "a", actor=Actor(Chunked(), planner=planner))
+    try:
+        session.start_episode([0.5, 0.0, 0.2], [0.0, 1.0, 0.0, 0.0])
+        obs = {"x": np.array([0.0]), "state": np.zeros(3, np.float32)}
+        first = session.step(obs, now=100.0)
+        assert first.policy_late and session.counters["policy_late"] == 1  # the first chunk is not there yet
+        import time
+
+        deadline = time.monotonic() + 2.0
+        while planner.schedule.pending(100.0) == 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        second = session.step(obs, now=100.0)
+        assert not second.policy_late and second.command is not None
+    finally:
+        planner.close()

@@ -101,7 +101,12 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
     ("episodes", 0, "stop after this many episodes (0: run until stopped)"),
     ("policy", "learner", "learner: weights from the learner or weights_path | none: hold unless the human acts "
                           "(episodes start once a teleop node is up)"),
-    ("weights_path", "", "policy file (<run_dir>/policy.msgpack) to act with at once, never waiting for a learner"),
+    ("weights_path", "", "policy to act with at once, never waiting for a learner: a SAC policy.msgpack, a policy "
+                         "folder (train-bc, distill) or a run folder holding either"),
+    ("device", "auto", "torch device of a torch policy: auto | cpu | cuda | cuda:N"),
+    ("chunk_execute", 0, "actions of each chunk executed before the next is used (0: the policy's chunk length)"),
+    ("ensemble_decay", -1.0, "realtime: temporal ensembling of overlapping chunks, weight exp(-decay * i) "
+                             "(< 0: off, the newest chunk wins)"),
     ("deterministic", False, "act with the policy mean (evaluation)"),
     ("seed", 0, "policy sampling seed"),
     ("stream_transitions", True, "send transitions to the learner"),
@@ -164,6 +169,7 @@ class ActorNode:
         node = self.node
         self._log = node.get_logger()
         param = declare_parameters(node, PARAMETERS)
+        self._param = param
         try:
             self.robot = load_robot_config(str(param("robot")))
         except RobotConfigError as error:
@@ -567,18 +573,80 @@ class ActorNode:
         self._load_weights(msg_to_bytes(msg), origin="learner")
 
     def _load_policy_file(self, path: str) -> None:
-        """Act with the policy in a policy file from the start; any problem with it is a NodeStartupError."""
+        """Act with a saved policy from the start; any problem with it is a NodeStartupError."""
+        from pathlib import Path
+
+        from robot_rl.policies.base import PolicyError
+        from robot_rl.policies.checkpoint import load_policy, policy_folder
         from robot_rl.policy_file import PolicyFileError, read_policy_file
 
-        try:
-            weights = read_policy_file(path)
-        except PolicyFileError as error:
-            raise NodeStartupError(f"weights_path: {error}") from None
         if self.policy_kind == "none":
             raise NodeStartupError(f"weights_path={path!r} with policy:=none: the actor would not use it")
-        problem = self._use_weights(weights, origin=path)
+        folder = policy_folder(path) or (policy_folder(Path(path) / "policy") if Path(path).is_dir() else None)
+        if folder is None:  # the learner's weights format (SAC): later weights from a learner may follow
+            try:
+                weights = read_policy_file(path)
+            except PolicyFileError as error:
+                raise NodeStartupError(f"weights_path: {error}") from None
+            problem = self._use_weights(weights, origin=path)
+            if problem:
+                raise NodeStartupError(f"weights_path: policy file {path}: {problem}")
+            return
+        try:
+            policy = load_policy(folder, device=str(self._param("device")), seed=self.seed)
+        except PolicyError as error:
+            raise NodeStartupError(f"weights_path: {error}") from None
+        problem = self._use_policy(policy)
         if problem:
-            raise NodeStartupError(f"weights_path: policy file {path}: {problem}")
+            raise NodeStartupError(f"weights_path: policy {folder}: {problem}")
+        self._log.info(f"policy {policy.kind} loaded from {folder} on {policy.device}: obs horizon "
+                       f"{policy.obs_horizon}, chunks of {policy.chunk_length}, executing "
+                       f"{self.session.actor.execute} per chunk"
+                       + (" in a worker thread" if self.session.actor.planner is not None else ""))
+
+    def _check_policy_spec(self, spec, action_dim: int) -> str | None:
+        """Why a policy with this observation spec and action size cannot run on this actor, or None."""
+        missing = [k for k in spec.keys if k not in self.observation_keys]
+        if missing:
+            return (f"the policy needs observation keys {missing} this actor does not build (it builds "
+                    f"{list(self.observation_keys)}: set obs_mode)")
+        if int(action_dim) != self.action_dim:
+            return f"the policy has {action_dim} actions, the actor action_dim={self.action_dim}"
+        for key in spec.image_keys:
+            height, width = spec[key].shape[:2]
+            if height != width:
+                return f"the policy's {key} is {height}x{width}; the actor makes square images"
+            if self.image_size and self.image_size != height:
+                self._log.warning(f"image_size={self.image_size} but the policy sees {height} px {key}: "
+                                  f"using {height}")
+            self._policy_image_sizes[key] = int(height)
+        return None
+
+    def _use_policy(self, policy) -> str | None:
+        """Act with a frozen policy of any kind (chunks in a worker thread in real time); why not, or None."""
+        from robot_rl.actor import Actor
+        from robot_rl.policies.chunking import ChunkPlanner
+
+        problem = self._check_policy_spec(policy.observation_spec, policy.action_dim)
+        if problem:
+            return problem
+        execute = int(self._param("chunk_execute")) or policy.chunk_length
+        if not 1 <= execute <= policy.chunk_length:
+            return f"chunk_execute={execute} must be in [1, the policy's chunk length {policy.chunk_length}]"
+        decay = float(self._param("ensemble_decay"))
+        warm = {key: np.zeros(entry.shape, entry.dtype) for key, entry in policy.observation_spec.entries}
+        try:
+            policy.act_chunk([warm] * policy.obs_horizon, deterministic=True)  # load and compile before any episode
+        except (ValueError, RuntimeError) as error:
+            return str(error)
+        planner = None
+        if self.mode == "realtime" and policy.chunk_length > 1:
+            planner = ChunkPlanner(policy, self.control_dt, deterministic=self.deterministic,
+                                   ensemble_decay=None if decay < 0 else decay, clock=self._now)
+        self.session.actor = Actor(policy, seed=self.seed, deterministic=self.deterministic, execute=execute,
+                                   planner=planner)
+        self.weights_version = 1
+        return None
 
     def _load_weights(self, payload: bytes, origin: str) -> None:
         from robot_rl.transport import TransportError, decode_weights
@@ -602,20 +670,9 @@ class ActorNode:
         try:
             if self.session.actor is None:
                 spec = weights.observation_spec
-                missing = [k for k in spec.keys if k not in self.observation_keys]
-                if missing:
-                    return (f"the policy needs observation keys {missing} this actor does not build (it builds "
-                            f"{list(self.observation_keys)}: set obs_mode)")
-                if int(weights.action_dim) != self.action_dim:
-                    return f"the policy has {weights.action_dim} actions, the actor action_dim={self.action_dim}"
-                for key in spec.image_keys:
-                    height, width = spec[key].shape[:2]
-                    if height != width:
-                        return f"the policy's {key} is {height}x{width}; the actor makes square images"
-                    if self.image_size and self.image_size != height:
-                        self._log.warning(f"image_size={self.image_size} but the policy sees {height} px {key}: "
-                                          f"using {height}")
-                    self._policy_image_sizes[key] = int(height)
+                problem = self._check_policy_spec(spec, weights.action_dim)
+                if problem:
+                    return problem
                 self.session.actor = actor_from_weights(weights, seed=self.seed, deterministic=self.deterministic)
                 # Compile the policy now: a first call inside an episode would stall the node for its compile time
                 # and leave every sensor stale at the next step (a hold).
@@ -883,7 +940,10 @@ class ActorNode:
         if result.episode_over:
             self._end_episode(result, obs)
             return
-        if result.command.held:
+        if result.policy_late:
+            self.holds["policy_late"] += 1
+            self._log.warning("holding: the policy's next chunk is not ready yet", throttle_duration_sec=2.0)
+        elif result.command.held:
             self.holds.update(result.command.reasons)
             self._log.warning(f"safety held the command: {', '.join(result.command.reasons)}",
                               throttle_duration_sec=1.0)
@@ -1130,7 +1190,9 @@ class ActorNode:
             "source": self.source, "episodes": len(self.results),
             "successes": sum(r["success"] for r in self.results), "results": self.results[-200:],
             "transitions": session.next_seq, "commands": session.counters["commands"],
-            "held": session.counters["held"], "acked_through": self.outbox.acknowledged_through,
+            "held": session.counters["held"], "policy_late": session.counters["policy_late"],
+            "chunks": dict(getattr(getattr(session.actor, "planner", None), "counters", {}) or {}),
+            "acked_through": self.outbox.acknowledged_through,
             "outbox": len(self.outbox), "dropped": self.outbox.dropped, "resent": self.outbox.resent,
             "weights_version": self.weights_version, "rejected": dict(self.rejected), "phase": self._phase,
             "waiting_for": self.waiting_for, "reset_attempts": self.reset_counters["reset_attempts"],
@@ -1151,6 +1213,9 @@ class ActorNode:
         os.replace(tmp, self.stats_path)
 
     def destroy(self) -> None:
+        planner = getattr(self.session.actor, "planner", None)
+        if planner is not None:
+            planner.close()
         self.write_stats()
         if self._recorder is not None:
             self._recorder.close()  # releases the dataset for the next writer
