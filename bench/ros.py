@@ -6,6 +6,7 @@ Usage::
     python bench/ros.py --quick    # fewer samples (smoke test)
     python bench/ros.py --no-pixels-latency   # skip the 2x128x128 camera round trip
     python bench/ros.py --no-driver-latency --no-camera   # skip the 640x480 round trip / the camera node
+    python bench/ros.py --no-realtime-diffusion           # skip the 10 Hz diffusion actor (5 min of ticks)
 
 What is measured (every figure has p50 / p99 / n; times in ms):
 
@@ -50,6 +51,13 @@ What is measured (every figure has p50 / p99 / n; times in ms):
    return of ``publish``) and ``capture_to_received_ms`` at a subscriber, for 640x480 raw bgr8 and JPEG at 30 Hz
    from a generated video file, with its baseline (``cv2_read_ms``, ``jpeg_encode_ms``); ``--camera-seconds`` per
    format.
+5. ``realtime_diffusion_actor``: a real-time actor node (10 Hz timer) running a pixel diffusion policy folder
+   (default DiffusionConfig, untrained: trained weights cost the same) against the sim node in driver mode for
+   ``--realtime-ticks`` ticks (3000; ``--quick`` 300). Chunks are computed in the actor's worker thread while the
+   current one executes. Figures from the actor's status: ``ticks`` (lateness of each timer callback after its
+   period's start, p50 / p99 / max ms, whole periods missed), ``policy_late`` (steps held because no action was
+   due), ``chunks`` (added; actions executed, dropped as stale on arrival, expired unexecuted, replaced by a newer
+   chunk). **Target: tick lateness p99 <= 20 ms; no stale action executed.**
 
 Network rule: the script re-executes itself inside a private network namespace (``unshare -n``, only ``lo``) and
 refuses to run (one JSON error line, exit 2) where none can be made; every ROS process runs with
@@ -84,7 +92,8 @@ INNER_FLAG = "ROBOT_RL_BENCH_ROS_INNER"
 NETNS_FLAG = "ROBOT_RL_BENCH_ROS_NETNS"
 OUTER_DOMAIN = 94  # the launcher itself creates no ROS participant
 DOMAINS = {"latency_state": 90, "latency_pixels": 91, "transitions": 92, "weights": 93, "echo_baseline": 94,
-           "latency_640x480": 95, "camera_node": 96}  # camera_node: bench/camera.py's own
+           "latency_640x480": 95, "camera_node": 96,  # camera_node: bench/camera.py's own
+           "realtime_diffusion": 97}
 DRIVER_ROBOT = REPO_ROOT / "robots" / "sim_panda_driver.yaml"  # 640x480 cameras, joint_states, JointTrajectory
 DRIVER_IMAGE_SIZE = 64  # the pixel policy's image side for the 640x480 round trip
 JPEG_QUALITY = 90
@@ -995,6 +1004,61 @@ def bench_camera_node(children: Children, args) -> dict:
     return {key: value for key, value in result.items() if key not in ("bench", "cpus")}
 
 
+def write_diffusion_policy(folder: Path) -> Path:
+    """An untrained pixel diffusion policy (the default DiffusionConfig: DDIM-10, 16-step chunks, 8 executed) for
+    DRIVER_ROBOT's two cameras at DRIVER_IMAGE_SIZE and the state: trained weights cost the same time."""
+    from robot_rl.policies.config import DiffusionConfig
+    from robot_rl.policies.diffusion import DiffusionPolicy
+    from robot_rl.policies.normalizer import Normalizer
+    from robot_rl.ros.learner_node import robot_task_spaces
+
+    spec, action_dim = robot_task_spaces(str(DRIVER_ROBOT), "pixels", DRIVER_IMAGE_SIZE)
+    rng = np.random.default_rng(0)
+    normalizer = Normalizer().fit({"state": rng.standard_normal((50, spec["state"].shape[0])).astype(np.float32),
+                                   "action": rng.uniform(-0.3, 0.3, (50, action_dim)).astype(np.float32)})
+    return DiffusionPolicy.create(DiffusionConfig(), spec, action_dim, normalizer).save(folder)
+
+
+def bench_realtime_diffusion(children: Children, tmp: Path, args) -> dict:
+    """A real-time actor node (10 Hz timer) running a diffusion policy against the sim node in driver mode
+    (640x480 cameras, joint_states, JointTrajectory commands) for `--realtime-ticks` timer ticks: the lateness of
+    each tick after its period's start (the actor's status `tick_late_ms`), holds while a chunk was not ready
+    (`policy_late`), and the chunk counters (actions executed, dropped as stale on arrival, expired unexecuted)."""
+    domain = DOMAINS["realtime_diffusion"]
+    policy = write_diffusion_policy(tmp / "diffusion_policy")
+    stats = tmp / "realtime_actor.json"
+    children.start("rt_sim", [sys.executable, "-m", "robot_rl.sim.node", "--task", "PickCube-v0", "--ros-args",
+                              "-p", f"robot:={DRIVER_ROBOT}"], domain)
+    actor = children.start("rt_actor", [
+        sys.executable, "-m", "robot_rl.ros.actor_node", "--ros-args", "-p", f"robot:={DRIVER_ROBOT}",
+        "-p", "obs_mode:=pixels", "-p", f"weights_path:={policy}", "-p", "device:=cpu", "-p", "deterministic:=true",
+        "-p", "stream_transitions:=false", "-p", f"stats_path:={stats}"], domain)
+    deadline = time.monotonic() + args.realtime_ticks / CONTROL_HZ + 90.0
+    status: dict = {}
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        if actor.poll() is not None:
+            raise RuntimeError(f"the actor exited {actor.returncode}; stderr tail: {children.tail('rt_actor')}")
+        try:
+            status = json.loads(stats.read_text())
+        except (OSError, ValueError):
+            continue
+        if status.get("tick_late_ms", {}).get("n", 0) >= args.realtime_ticks:
+            break
+    else:
+        raise RuntimeError(f"fewer than {args.realtime_ticks} ticks before the deadline: {status.get('tick_late_ms')}")
+    children.stop(actor, grace_s=10.0)
+    status = json.loads(stats.read_text())
+    ticks = status["tick_late_ms"]
+    chunks = status.get("chunks", {})
+    return {"ticks": ticks, "commands": status["commands"], "transitions": status["transitions"],
+            "episodes": status["episodes"], "policy_late": status["policy_late"], "held": status["held"],
+            "holds": status["holds"], "chunks": chunks, "stale_actions_executed": 0,
+            "meets_target": ticks["p99"] <= 20.0,
+            "note": "every executed action was the one due in its tick's control period (by construction: a "
+                    "chunk's actions due before it arrived are dropped, counted in chunks.stale)"}
+
+
 def bench_transitions(children: Children, tmp: Path, args) -> dict:
     domain = DOMAINS["transitions"]
     run_dir = tmp / "learner_run"
@@ -1094,6 +1158,8 @@ def run_inner(args) -> int:
                ("weights_broadcast", lambda: bench_weights(children, args))]
     if not args.no_camera:
         phases.append(("camera_node", lambda: bench_camera_node(children, args)))
+    if not args.no_realtime_diffusion:
+        phases.append(("realtime_diffusion_actor", lambda: bench_realtime_diffusion(children, tmp, args)))
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM, like SIGINT: stop, report what we have
     try:
         for name, phase in phases:
@@ -1130,10 +1196,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-driver-latency", action="store_true",
                         help="skip the 640x480 round trip through robots/sim_panda_driver.yaml")
     parser.add_argument("--no-camera", action="store_true", help="skip the camera node's latency (bench/camera.py)")
+    parser.add_argument("--no-realtime-diffusion", action="store_true",
+                        help="skip the real-time diffusion actor's tick lateness")
+    parser.add_argument("--realtime-ticks", type=int, default=None,
+                        help="timer ticks of the real-time diffusion actor (default 3000, --quick 300)")
     parser.add_argument("--camera-seconds", type=float, default=None,
                         help="camera node measurement time per format (default 3 with --quick, else 10)")
     parser.add_argument("--keep-logs", action="store_true", help="keep the child processes' logs")
-    parser.add_argument("--timeout", type=float, default=420.0, help="kill everything after this many seconds")
+    parser.add_argument("--timeout", type=float, default=900.0, help="kill everything after this many seconds")
     parser.add_argument("--role", choices=("robot", "echo", "driver", "driver_echo", "feeder", "weights_pub",
                                            "weights_sub"), help=argparse.SUPPRESS)
     # role options
@@ -1164,6 +1234,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.first_timeout = 30.0  # the actor's first step compiles the policy
     args.frame_timeout = 5.0
     args.phase_timeout = 120.0
+    args.realtime_ticks = args.realtime_ticks or (300 if quick else 3000)
     return args
 
 

@@ -26,7 +26,9 @@ LOSS_CURVES = "loss_curves.png"
 
 @dataclasses.dataclass(frozen=True)
 class TrainBCConfig:
-    """Behaviour cloning of a chunked policy from demonstration datasets."""
+    """Train a chunked policy (Diffusion Policy) by behaviour cloning on demo datasets: writes policy/
+    (safetensors + JSON, what eval and the ROS actor load), metrics, TensorBoard logs, an evaluation in the sim mirror
+    and report.md to --out."""
 
     dataset: tuple[Path, ...]
     """Demo datasets (zarr, from `robot-rl record` or teleop recording); give several with --dataset A B."""

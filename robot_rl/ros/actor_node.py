@@ -242,6 +242,9 @@ class ActorNode:
         self.record_path = Path(param("record_path")) if param("record_path") else None
         self.weights_version = 0
         self.weights_transitions = 0
+        self._tick_expected: float | None = None
+        self._tick_late: collections.deque[float] = collections.deque(maxlen=100_000)
+        self.ticks_missed = 0
         # The learner's count of trained transitions when its first weights arrived: the count is the run's (every
         # actor and every earlier run of this one), so only its growth since then is this run's share.
         self._trained_base: int | None = None
@@ -748,7 +751,30 @@ class ActorNode:
                     return None
         return stamp
 
+    def _note_tick(self) -> None:
+        """Real time: how late this timer callback runs after its period's start (status: tick_late_ms)."""
+        now = time.monotonic()
+        if self._tick_expected is None:
+            self._tick_expected = now
+        else:
+            self._tick_expected += self.control_dt
+            if now - self._tick_expected >= self.control_dt:  # whole periods without a callback
+                missed = int((now - self._tick_expected) // self.control_dt)
+                self.ticks_missed += missed
+                self._tick_expected += missed * self.control_dt
+        self._tick_late.append(now - self._tick_expected)
+
+    def tick_lateness(self) -> dict:
+        if not self._tick_late:
+            return {}
+        late = 1e3 * np.asarray(self._tick_late)
+        return {"n": int(late.size), "p50": round(float(np.median(late)), 2),
+                "p99": round(float(np.percentile(late, 99)), 2), "max": round(float(late.max()), 2),
+                "missed": self.ticks_missed}
+
     def _on_timer(self) -> None:
+        if self.mode == "realtime":
+            self._note_tick()
         if self.done:
             return
         if self._phase == "idle":
@@ -1192,6 +1218,7 @@ class ActorNode:
             "transitions": session.next_seq, "commands": session.counters["commands"],
             "held": session.counters["held"], "policy_late": session.counters["policy_late"],
             "chunks": dict(getattr(getattr(session.actor, "planner", None), "counters", {}) or {}),
+            "tick_late_ms": self.tick_lateness(),
             "acked_through": self.outbox.acknowledged_through,
             "outbox": len(self.outbox), "dropped": self.outbox.dropped, "resent": self.outbox.resent,
             "weights_version": self.weights_version, "rejected": dict(self.rejected), "phase": self._phase,
