@@ -74,8 +74,9 @@ class OneStepPolicy:
     @classmethod
     def from_teacher(cls, teacher: DiffusionPolicy, seed: int = 0, *,
                      teacher_path: str | Path | None = None) -> OneStepPolicy:
-        """A student with a copy of the teacher's network, weights and normaliser (the teacher is left untouched);
-        `teacher_path` (its policy folder) is recorded in the student's policy.json."""
+        """A student with a copy of the teacher's network, weights and normaliser (the teacher is left untouched).
+        `seed` seeds the acting noise (a teacher of the same seed acts from the same fixed noise); `teacher_path`
+        (its policy folder) is recorded in the student's policy.json."""
         if not isinstance(teacher, DiffusionPolicy):
             raise PolicyError(f"the teacher must be a diffusion policy, got a {getattr(teacher, 'kind', '?')} policy")
         normalizer = Normalizer.from_tensors(teacher.normalizer.to_tensors())

@@ -141,8 +141,8 @@ class Eval:
     and its 95 % interval, and writes eval.json (and eval.mp4 with --video) to --out."""
 
     policy: Path
-    """Policy of any kind: a SAC policy.msgpack (`robot-rl train`, the learner node), a policy folder
-    (`robot-rl train-bc`, `robot-rl distill`), or the run folder holding either."""
+    """Policy of any kind: a SAC policy.msgpack (from train or the learner node), a policy folder (from train-bc
+    or distill), or the run folder holding either."""
     task: str | None = None
     """Task to evaluate on (None: the task in the run's config.json next to the policy file)."""
     episodes: int = 20

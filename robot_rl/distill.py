@@ -154,8 +154,8 @@ def distill(cfg: DistillConfig, *, on_progress=None, should_stop=None) -> dict[s
     from robot_rl.data.episodes import EpisodeDataset
     from robot_rl.data.sequences import SequenceWindows
     from robot_rl.policies.base import PolicyError, resolve_device
-    from robot_rl.policies.checkpoint import load_policy, read_policy_files
-    from robot_rl.policies.diffusion import ACTION_KEY, DiffusionPolicy
+    from robot_rl.policies.checkpoint import read_policy_files
+    from robot_rl.policies.diffusion import ACTION_KEY, policy_from_files
     from robot_rl.policies.one_step import OneStepPolicy
     from robot_rl.train import config_to_json
     from robot_rl.train_bc import sim_task_of
@@ -167,11 +167,11 @@ def distill(cfg: DistillConfig, *, on_progress=None, should_stop=None) -> dict[s
     device = resolve_device(cfg.device)
     started = time.perf_counter()
     folder = teacher_folder(Path(cfg.teacher))
-    description, _ = read_policy_files(folder)
+    description, tensors = read_policy_files(folder)
     if description.get("kind") != "diffusion":
         raise PolicyError(f"--teacher {folder}: a {description.get('kind')} policy; the teacher must be a diffusion "
                           "policy")
-    teacher: DiffusionPolicy = load_policy(folder, device=device, seed=cfg.seed)
+    teacher = policy_from_files(description, tensors, device)
     trained = description.get("trained") if isinstance(description.get("trained"), dict) else {}
     dataset_paths = cfg.dataset or teacher_datasets(folder, description)
     datasets = [EpisodeDataset(path) for path in dataset_paths]
@@ -189,8 +189,9 @@ def distill(cfg: DistillConfig, *, on_progress=None, should_stop=None) -> dict[s
 
     torch.manual_seed(cfg.seed)
     teacher_path = str(folder.resolve())
-    student = OneStepPolicy.from_teacher(teacher, seed=cfg.seed, teacher_path=teacher_path)
-    saved = OneStepPolicy.from_teacher(teacher, seed=cfg.seed, teacher_path=teacher_path) if cfg.ema else student
+    # the teacher's seed: the student acts from the teacher's fixed noise, as it does once loaded from its folder
+    student = OneStepPolicy.from_teacher(teacher, seed=teacher.seed, teacher_path=teacher_path)
+    saved = OneStepPolicy.from_teacher(teacher, seed=teacher.seed, teacher_path=teacher_path) if cfg.ema else student
     parameters = sum(p.numel() for p in student.model.parameters())
     optimizer = torch.optim.AdamW(student.model.parameters(), lr=cfg.learning_rate, betas=(0.95, 0.999),
                                   weight_decay=cfg.weight_decay)

@@ -1,0 +1,100 @@
+"""Behaviour cloning in the sim mirror: prints ONE JSON line.
+
+Records scripted demos (PickCube-v0 by default; pixels: front + wrist 64x64 + proprio, no privileged state), trains
+a diffusion policy with `robot-rl train-bc` per seed on this machine, and evaluates each in the sim mirror on
+held-out seeds. Reports per seed: success (with its 95 % interval), training seconds, final train / validation loss;
+and the median over seeds. The baseline in the same run is the scripted expert's own success on the evaluation seeds
+(the ceiling a cloned policy can reach).
+
+Target on this 2-core CPU: >= 90 % success over 100 episodes on 3 seeds from 20 demos, trained in <= 20 minutes each.
+
+    python bench/bc.py                                        # PickCube pixels, 20 demos, 3 seeds, 100 episodes
+    python bench/bc.py --task PegInsert-v0 --demos 50
+    python bench/bc.py --seeds 0 --steps 500 --eval-episodes 20   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+
+def expert_success(task: str, episodes: int, obs_mode: str) -> float:
+    """The scripted expert's success rate on the evaluation seeds (held-out, as the policies are evaluated)."""
+    from robot_rl.loop import make_env
+    from robot_rl.sim.evaluate import EVAL_SEED_OFFSET, evaluate
+    from robot_rl.sim.expert import make_expert
+
+    env = make_env(task, obs_mode="state")
+    try:
+        return evaluate(env, make_expert(env, seed=0), episodes, EVAL_SEED_OFFSET).success_rate
+    finally:
+        env.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default="PickCube-v0")
+    parser.add_argument("--obs-mode", default="pixels", choices=("pixels", "state"))
+    parser.add_argument("--demos", type=int, default=20)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=1500, help="train-bc gradient steps per seed")
+    parser.add_argument("--eval-episodes", type=int, default=100)
+    parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
+                        help="more train-bc options, e.g. --extra --diffusion.prediction-type sample")
+    parser.add_argument("--keep", type=Path, default=None, help="keep the demos and runs in this folder")
+    args = parser.parse_args()
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    work = args.keep or Path(tempfile.mkdtemp(prefix="bench_bc_"))
+    work.mkdir(parents=True, exist_ok=True)
+    cli = [sys.executable, "-m", "robot_rl.cli"]
+    started = time.monotonic()
+    demos = work / "demos.zarr"
+    if not demos.exists():
+        subprocess.run([*cli, "record", "--out", str(demos), "--task", args.task, "--episodes", str(args.demos),
+                        "--obs-mode", args.obs_mode], check=True, stdout=subprocess.DEVNULL)
+    runs = []
+    for seed in args.seeds:
+        out = work / f"seed{seed}"
+        shutil.rmtree(out, ignore_errors=True)
+        result = subprocess.run([*cli, "train-bc", "--dataset", str(demos), "--out", str(out), "--steps",
+                                 str(args.steps), "--eval-episodes", str(args.eval_episodes), "--seed", str(seed),
+                                 "--no-video", *args.extra], capture_output=True, text=True)
+        if result.returncode != 0:
+            runs.append({"seed": seed, "error": result.stderr.strip().splitlines()[-1:]})
+            continue
+        summary = json.loads((out / "summary.json").read_text())
+        evaluation = summary["evaluation"]
+        runs.append({"seed": seed, "success_rate": evaluation["success_rate"],
+                     "success_ci95": evaluation["success_ci95"], "episodes": evaluation["episodes"],
+                     "training_s": summary["training_seconds"], "final_train_loss": summary["final_train_loss"],
+                     "final_validation_loss": summary["final_validation_loss"], "parameters": summary["parameters"]})
+    rates = [r["success_rate"] for r in runs if "success_rate" in r]
+    result = {"bench": "bc", "task": args.task, "obs_mode": args.obs_mode, "demos": args.demos, "steps": args.steps,
+              "extra": args.extra, "eval_episodes": args.eval_episodes, "runs": runs,
+              "median_success": statistics.median(rates) if rates else None,
+              "median_training_s": statistics.median([r["training_s"] for r in runs if "training_s" in r])
+              if rates else None,
+              "baseline_expert_success": expert_success(args.task, args.eval_episodes, args.obs_mode),
+              "meets_target": bool(rates) and min(rates) >= 0.9 and all(r["training_s"] <= 1200 for r in runs
+                                                                        if "training_s" in r),
+              "cpus": os.cpu_count(), "wall_s": round(time.monotonic() - started, 1)}
+    print(json.dumps(result))
+    if args.keep is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if rates else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
