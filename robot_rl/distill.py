@@ -149,7 +149,6 @@ def distill(cfg: DistillConfig, *, on_progress=None, should_stop=None) -> dict[s
     import torch
     from diffusers.optimization import get_cosine_schedule_with_warmup
     from diffusers.training_utils import EMAModel
-    from tensorboard.summary import Writer
 
     from robot_rl.data.episodes import EpisodeDataset
     from robot_rl.data.sequences import SequenceWindows
@@ -158,7 +157,7 @@ def distill(cfg: DistillConfig, *, on_progress=None, should_stop=None) -> dict[s
     from robot_rl.policies.diffusion import ACTION_KEY, policy_from_files
     from robot_rl.policies.one_step import OneStepPolicy
     from robot_rl.train import config_to_json
-    from robot_rl.train_bc import sim_task_of
+    from robot_rl.train_bc import fit, sim_task_of
 
     torch.set_num_threads(cfg.threads)
     out = Path(cfg.out)
@@ -204,7 +203,6 @@ def distill(cfg: DistillConfig, *, on_progress=None, should_stop=None) -> dict[s
                 "observation_keys": list(teacher.observation_keys), "device": device, "task": task,
                 "parameters": parameters, "teacher_inference_steps": config.inference_steps}
     (out / "config.json").write_text(json.dumps(settings, indent=2) + "\n")
-    tb = Writer(str(out / "tensorboard"))
     rng = np.random.default_rng(cfg.seed)
 
     def to_device(obs: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -231,44 +229,17 @@ def distill(cfg: DistillConfig, *, on_progress=None, should_stop=None) -> dict[s
         return float(np.mean(gaps))
 
     initial_validation = validate()
-    metrics: list[dict[str, Any]] = []
-    step, train_loss, validation_mse, stopped = 0, float("nan"), initial_validation, False
-    if initial_validation is not None:
-        tb.add_scalar("validation/student_teacher_mse", initial_validation, 0)
-    with open(out / "metrics.jsonl", "a") as metrics_file:
-        recent: list[float] = []
-        while step < cfg.steps:
-            if should_stop is not None and should_stop():
-                stopped = True
-                break
-            obs = to_device(windows.batch(rng.choice(train_index, cfg.batch_size)).obs)
-            loss = student.distillation_loss(obs, teacher, random_crop=cfg.random_crop)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-            if ema is not None:
-                ema.step(student.model.parameters())
-            step += 1
-            loss_value = loss.item()
-            recent.append(loss_value)
-            if step % cfg.validate_every == 0 or step == cfg.steps:
-                train_loss = float(np.mean(recent))
-                recent.clear()
-                validation_mse = validate()
-                row = {"step": step, "train_loss": train_loss, "validation_mse": validation_mse,
-                       "learning_rate": schedule.get_last_lr()[0], "seconds": round(time.perf_counter() - started, 1)}
-                metrics.append(row)
-                metrics_file.write(json.dumps(row) + "\n")
-                metrics_file.flush()
-                tb.add_scalar("loss/train", train_loss, step)
-                if validation_mse is not None:
-                    tb.add_scalar("validation/student_teacher_mse", validation_mse, step)
-                tb.add_scalar("learning_rate", row["learning_rate"], step)
-                tb.flush()
-            if on_progress is not None:
-                on_progress(step, loss_value, validation_mse)
-    tb.close()
+
+    def loss_of_batch():
+        obs = to_device(windows.batch(rng.choice(train_index, cfg.batch_size)).obs)
+        return student.distillation_loss(obs, teacher, random_crop=cfg.random_crop)
+
+    result = fit(loss_of_batch, optimizer, schedule, steps=cfg.steps, validate_every=cfg.validate_every,
+                 validate=validate, out=out, validation_name="validation_mse", ema=ema,
+                 parameters=student.model.parameters() if ema is not None else None, on_progress=on_progress,
+                 should_stop=should_stop, validation=initial_validation)
+    metrics, step, stopped = result.metrics, result.steps, result.stopped
+    train_loss, validation_mse = result.train_loss, result.validation
     if ema is not None:
         ema.copy_to(saved.model.parameters())
     saved.model.eval()

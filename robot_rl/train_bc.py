@@ -108,6 +108,68 @@ def sim_task_of(task: str) -> str | None:
     return task if env_id(task) in gym.registry else None
 
 
+@dataclasses.dataclass
+class FitResult:
+    """How a `fit` loop ended: steps done, whether a stop request ended it, the metric rows and the last values."""
+
+    steps: int
+    stopped: bool
+    metrics: list[dict[str, Any]]
+    train_loss: float
+    validation: float | None
+
+
+def fit(loss_of_batch, optimizer, schedule, *, steps: int, validate_every: int, validate, out: Path,
+        validation_name: str, ema=None, parameters=None, on_progress=None, should_stop=None,
+        validation: float | None = None) -> FitResult:
+    """The optimisation loop of train-bc and distill: `loss_of_batch()` -> loss tensor, one optimiser and
+    learning-rate step each (and an EMA step of `parameters`); every `validate_every` steps the mean training loss
+    and `validate()` go to ``metrics.jsonl`` and TensorBoard (``loss/train``, ``validation/<validation_name>``).
+    `should_stop()` is checked before each step; `on_progress(step, loss, validation)` after each."""
+    from tensorboard.summary import Writer
+
+    started = time.perf_counter()
+    parameters = list(parameters) if parameters is not None else None  # stepped every call: not a generator
+    tb = Writer(str(out / "tensorboard"))
+    if validation is not None:
+        tb.add_scalar(f"validation/{validation_name}", validation, 0)
+    metrics: list[dict[str, Any]] = []
+    step, train_loss, stopped, recent = 0, float("nan"), False, []
+    with open(out / "metrics.jsonl", "a") as metrics_file:
+        while step < steps:
+            if should_stop is not None and should_stop():
+                stopped = True
+                break
+            loss = loss_of_batch()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            if ema is not None:
+                ema.step(parameters)
+            step += 1
+            loss_value = loss.item()
+            recent.append(loss_value)
+            if step % validate_every == 0 or step == steps:
+                train_loss = float(np.mean(recent))
+                recent.clear()
+                validation = validate()
+                row = {"step": step, "train_loss": train_loss, validation_name: validation,
+                       "learning_rate": schedule.get_last_lr()[0], "seconds": round(time.perf_counter() - started, 1)}
+                metrics.append(row)
+                metrics_file.write(json.dumps(row) + "\n")
+                metrics_file.flush()
+                tb.add_scalar("loss/train", train_loss, step)
+                if validation is not None:
+                    tb.add_scalar(f"validation/{validation_name}", validation, step)
+                tb.add_scalar("learning_rate", row["learning_rate"], step)
+                tb.flush()
+            if on_progress is not None:
+                on_progress(step, loss_value, validation)
+    tb.close()
+    return FitResult(step, stopped, metrics, train_loss, validation)
+
+
 def train_bc(cfg: TrainBCConfig, *, on_progress=None, should_stop=None) -> dict[str, Any]:
     """Train, save the EMA policy, evaluate in the sim mirror and write the report; returns the summary.
 
@@ -118,7 +180,6 @@ def train_bc(cfg: TrainBCConfig, *, on_progress=None, should_stop=None) -> dict[
     import torch
     from diffusers.optimization import get_cosine_schedule_with_warmup
     from diffusers.training_utils import EMAModel
-    from tensorboard.summary import Writer
 
     from robot_rl.data.sequences import SequenceWindows
     from robot_rl.policies.base import resolve_device
@@ -164,14 +225,11 @@ def train_bc(cfg: TrainBCConfig, *, on_progress=None, should_stop=None) -> dict[
     settings = {**config_to_json(cfg), "observation_keys": list(keys), "device": device, "task": task,
                 "parameters": parameters}
     (out / "config.json").write_text(json.dumps(settings, indent=2) + "\n")
-    tb = Writer(str(out / "tensorboard"))
     rng = np.random.default_rng(cfg.seed)
     validation_rng = np.random.default_rng(cfg.seed + 1)
     validation_batches = [windows.batch(validation_rng.choice(validation_index, min(cfg.batch_size,
                                                                                      len(validation_index))))
                           for _ in range(4)] if len(validation_index) else []
-    metrics: list[dict[str, Any]] = []
-    step, train_loss, validation_loss, stopped = 0, float("nan"), None, False
 
     def validate() -> float | None:
         if not validation_batches:
@@ -185,40 +243,13 @@ def train_bc(cfg: TrainBCConfig, *, on_progress=None, should_stop=None) -> dict[
         torch.random.set_rng_state(generator_state)
         return float(np.mean(losses))
 
-    with open(out / "metrics.jsonl", "a") as metrics_file:
-        policy.model.train()
-        recent: list[float] = []
-        while step < cfg.steps:
-            if should_stop is not None and should_stop():
-                stopped = True
-                break
-            batch = _to_device(windows.batch(rng.choice(train_index, cfg.batch_size)), device)
-            loss = policy.loss(batch)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-            ema.step(policy.model.parameters())
-            step += 1
-            loss_value = loss.item()
-            recent.append(loss_value)
-            if step % cfg.validate_every == 0 or step == cfg.steps:
-                train_loss = float(np.mean(recent))
-                recent.clear()
-                validation_loss = validate()
-                row = {"step": step, "train_loss": train_loss, "validation_loss": validation_loss,
-                       "learning_rate": schedule.get_last_lr()[0], "seconds": round(time.perf_counter() - started, 1)}
-                metrics.append(row)
-                metrics_file.write(json.dumps(row) + "\n")
-                metrics_file.flush()
-                tb.add_scalar("loss/train", train_loss, step)
-                if validation_loss is not None:
-                    tb.add_scalar("loss/validation", validation_loss, step)
-                tb.add_scalar("learning_rate", row["learning_rate"], step)
-                tb.flush()
-            if on_progress is not None:
-                on_progress(step, loss_value, validation_loss)
-    tb.close()
+    policy.model.train()
+    result = fit(lambda: policy.loss(_to_device(windows.batch(rng.choice(train_index, cfg.batch_size)), device)),
+                 optimizer, schedule, steps=cfg.steps, validate_every=cfg.validate_every, validate=validate, out=out,
+                 validation_name="validation_loss", ema=ema, parameters=policy.model.parameters(),
+                 on_progress=on_progress, should_stop=should_stop)
+    metrics, step, stopped = result.metrics, result.steps, result.stopped
+    train_loss, validation_loss = result.train_loss, result.validation
     ema.copy_to(ema_policy.model.parameters())
     training_seconds = time.perf_counter() - started
     datasets_text = [str(d.path) for d in datasets]
