@@ -428,14 +428,22 @@ class DiffusionPolicy:
         self._generator.manual_seed(self.seed)
 
     def act_chunk(self, history: Sequence[Observation], *, deterministic: bool = True) -> ActionChunk:
+        noise = self._fixed_noise if deterministic else torch.randn((1, *self._chunk_shape), generator=self._generator)
+        return self.executed_chunk(self.sample(self.history_tensors(history), noise))
+
+    def history_tensors(self, history: Sequence[Observation]) -> dict[str, torch.Tensor]:
+        """The last obs_horizon observations as a batch of one on the policy's device; PolicyError names a missing
+        key or a wrong shape."""
         stacked = stack_history(history, self.observation_keys, self.obs_horizon)
         self._check_observation(stacked, batched=False)
-        obs = {key: torch.from_numpy(np.ascontiguousarray(value)).unsqueeze(0).to(self.device)
-               for key, value in stacked.items()}
-        noise = self._fixed_noise if deterministic else torch.randn((1, *self._chunk_shape), generator=self._generator)
-        actions = self.sample(obs, noise)[0].cpu().numpy()
+        return {key: torch.from_numpy(np.ascontiguousarray(value)).unsqueeze(0).to(self.device)
+                for key, value in stacked.items()}
+
+    def executed_chunk(self, predicted: torch.Tensor) -> ActionChunk:
+        """The executed part of a predicted (1, prediction_horizon, action_dim) chunk: from the newest observation's
+        step on, action_horizon actions."""
         start = self.obs_horizon - 1
-        actions = actions[start:start + self.chunk_length]
+        actions = predicted[0, start:start + self.chunk_length].cpu().numpy()
         return ActionChunk(actions, learner_actions=actions, info={})
 
     def learner_action_of(self, executed: np.ndarray, info: Mapping[str, np.ndarray]) -> np.ndarray | None:

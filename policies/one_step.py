@@ -21,7 +21,7 @@ import torch
 from torch.nn import functional as F
 
 from robot_rl.policies import diffusion
-from robot_rl.policies.base import ActionChunk, Observation, PolicyError, stack_history
+from robot_rl.policies.base import ActionChunk, Observation, PolicyError
 from robot_rl.policies.checkpoint import POLICY_CONFIG, save_policy_files
 from robot_rl.policies.diffusion import ACTION_KEY, DiffusionPolicy
 from robot_rl.policies.normalizer import Normalizer
@@ -155,15 +155,8 @@ class OneStepPolicy:
         self._generator.manual_seed(self.seed)
 
     def act_chunk(self, history: Sequence[Observation], *, deterministic: bool = True) -> ActionChunk:
-        stacked = stack_history(history, self.observation_keys, self.obs_horizon)
-        self.network._check_observation(stacked, batched=False)
-        obs = {key: torch.from_numpy(np.ascontiguousarray(value)).unsqueeze(0).to(self.device)
-               for key, value in stacked.items()}
         noise = self._fixed_noise if deterministic else torch.randn((1, *self._chunk_shape), generator=self._generator)
-        actions = self.sample(obs, noise)[0].cpu().numpy()
-        start = self.obs_horizon - 1
-        actions = actions[start:start + self.chunk_length]
-        return ActionChunk(actions, learner_actions=actions, info={})
+        return self.network.executed_chunk(self.sample(self.network.history_tensors(history), noise))
 
     def learner_action_of(self, executed: np.ndarray, info: Mapping[str, np.ndarray]) -> np.ndarray | None:
         return np.asarray(executed, dtype=np.float32)
