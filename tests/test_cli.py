@@ -288,16 +288,23 @@ def test_ctrl_c_while_recording_keeps_the_finished_episodes(tmp_path):
     import time
 
     out = tmp_path / "demos.zarr"
-    proc = subprocess.Popen([sys.executable, "-m", "robot_rl.cli", "record", "--episodes", "1000", "--obs-mode",
-                             "state", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
+    log = tmp_path / "record.log"  # a file, not a pipe nobody reads while the recorder runs (it would block on it)
+    with open(log, "w") as log_file:
+        proc = subprocess.Popen([sys.executable, "-m", "robot_rl.cli", "record", "--episodes", "1000", "--obs-mode",
+                                 "state", "--out", str(out)], stdout=subprocess.DEVNULL, stderr=log_file, text=True,
+                                env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
     deadline = time.monotonic() + 120
     meta = out / "meta" / "zarr.json"
     while not (meta.exists() and json.loads(meta.read_text())["attributes"]["num_episodes"] >= 2):
-        assert proc.poll() is None and time.monotonic() < deadline
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)  # what Ctrl-C in the terminal sends
-    _, stderr = proc.communicate(timeout=60)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"the recorder did not stop on Ctrl-C: {log.read_text()[-3000:]}") from None
+    stderr = log.read_text()
     assert proc.returncode == 130, stderr
     assert "kept the" in stderr and "Traceback" not in stderr
     dataset = EpisodeDataset(out)  # verified: nothing half-written is visible
