@@ -292,7 +292,9 @@ def test_ctrl_c_while_recording_keeps_the_finished_episodes(tmp_path):
     with open(log, "w") as log_file:
         proc = subprocess.Popen([sys.executable, "-m", "robot_rl.cli", "record", "--episodes", "1000", "--obs-mode",
                                  "state", "--out", str(out)], stdout=subprocess.DEVNULL, stderr=log_file, text=True,
-                                env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
+                                env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"},
+                                # a shell's background job ignores SIGINT, and so would the recorder started from it
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     meta = out / "meta" / "zarr.json"
     while not (meta.exists() and json.loads(meta.read_text())["attributes"]["num_episodes"] >= 2):
