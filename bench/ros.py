@@ -144,7 +144,7 @@ def weights_payload(spec, version: int = 1, seed: int = 0) -> bytes:
     agent = SACAgent.create(seed, spec, ACTION_DIM, sac)
     return encode_weights(WeightsMessage(version=version, policy=agent.policy_to_bytes(),
                                          observation_spec=agent.observation_spec, action_dim=agent.action_dim,
-                                         sac_config=config_to_json(agent.config)))
+                                         policy_config=config_to_json(agent.config)))
 
 
 def start_rclpy(node_name: str):
@@ -289,7 +289,7 @@ def role_robot(args) -> None:
     if args.weights:
         weights = decode_weights(Path(args.weights).read_bytes())
         agent = SACAgent.create(0, weights.observation_spec, weights.action_dim,
-                                config_from_json(SACConfig, weights.sac_config))
+                                config_from_json(SACConfig, weights.policy_config))
         actor = Actor(agent, seed=0)
         actor.update_weights(weights.policy, weights.version)
         actor.policy_action(policy_obs)
@@ -661,7 +661,7 @@ def role_weights_sub(args) -> None:
         spec = weights.observation_spec
         created = spec not in agents
         if created:
-            agents[spec] = SACAgent.create(0, spec, weights.action_dim, config_from_json(SACConfig, weights.sac_config))
+            agents[spec] = SACAgent.create(0, spec, weights.action_dim, config_from_json(SACConfig, weights.policy_config))
         start_apply = time.monotonic_ns()
         agent = agents[spec].with_policy_bytes(weights.policy)
         jax.block_until_ready(agent.actor.params)
@@ -713,7 +713,7 @@ def role_weights_pub(args) -> None:
             t0 = time.perf_counter()
             payload = encode_weights(WeightsMessage(
                 version=version, policy=agent.policy_to_bytes(), observation_spec=agent.observation_spec,
-                action_dim=agent.action_dim, sac_config=config_to_json(agent.config)))
+                action_dim=agent.action_dim, policy_config=config_to_json(agent.config)))
             serialize = time.perf_counter() - t0
             payload_bytes = len(payload)
             sent = time.monotonic_ns()

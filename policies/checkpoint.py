@@ -95,6 +95,24 @@ def read_policy_files(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]
     return description, tensors
 
 
+# kind -> "module:function" building a learner-trained policy from a WeightsMessage (robot_rl.transport) and a seed
+WEIGHT_KINDS: dict[str, str] = {
+    "gaussian": "robot_rl.policies.gaussian:GaussianPolicy.from_message",
+}
+
+
+def policy_from_weights(message, *, seed: int = 0) -> Policy:
+    """The policy a learner's `WeightsMessage` describes (its kind, spec and config), holding those weights."""
+    kind = message.policy_kind
+    if kind not in WEIGHT_KINDS:
+        raise PolicyError(f"weights of unknown policy kind {kind!r}; this actor builds {', '.join(sorted(WEIGHT_KINDS))}")
+    module, qualified = WEIGHT_KINDS[kind].split(":")
+    target: Any = importlib.import_module(module)
+    for name in qualified.split("."):
+        target = getattr(target, name)
+    return target(message, seed=seed)
+
+
 def builder(kind: str) -> Callable[..., Policy]:
     """The function that builds a policy of `kind` from its files."""
     if kind not in KINDS:
@@ -112,11 +130,10 @@ def load_policy(path: str | Path, *, device: str = "auto", seed: int = 0) -> Pol
     if folder is not None:
         description, tensors = read_policy_files(folder)
         return builder(str(description.get("kind")))(description, tensors, resolve_device(device))
-    from robot_rl.policies.gaussian import GaussianPolicy
     from robot_rl.policy_file import PolicyFileError, read_policy_file
 
     try:
-        return GaussianPolicy.from_message(read_policy_file(path), seed=seed)
+        return policy_from_weights(read_policy_file(path), seed=seed)
     except PolicyFileError as error:
         if not path.exists():
             raise PolicyError(f"policy {path} does not exist") from None

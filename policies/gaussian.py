@@ -35,10 +35,21 @@ class GaussianPolicy:
         from robot_rl.train import config_from_json
 
         agent = SACAgent.create(seed, message.observation_spec, message.action_dim,
-                                config_from_json(SACConfig, message.sac_config))
+                                config_from_json(SACConfig, message.policy_config))
         policy = cls(agent, seed=seed)
         policy.update_weights(message.policy, max(int(message.version), 1))
         return policy
+
+    def weights_message(self, *, version: int, transitions: int = 0, updates: int = 0):
+        """This policy's weights as a `WeightsMessage` (what the learner broadcasts and policy files hold)."""
+        from robot_rl.train import config_to_json
+        from robot_rl.transport import WeightsMessage
+
+        agent = self.agent
+        return WeightsMessage(version=int(version), policy=agent.policy_to_bytes(),
+                              observation_spec=agent.observation_spec, action_dim=agent.action_dim,
+                              policy_config=config_to_json(agent.config), policy_kind=self.kind,
+                              transitions=int(transitions), updates=int(updates))
 
     def update_weights(self, policy_bytes: bytes, version: int) -> None:
         """Swap in actor weights produced by `SACAgent.policy_to_bytes` (ignored if not newer)."""

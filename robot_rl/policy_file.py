@@ -21,12 +21,10 @@ class PolicyFileError(ValueError):
 
 
 def weights_message(agent, *, version: int, transitions: int = 0, updates: int = 0) -> WeightsMessage:
-    """The agent's actor weights as a `WeightsMessage` (what the learner broadcasts and policy files hold)."""
-    from robot_rl.train import config_to_json
+    """A SAC agent's actor weights as a `WeightsMessage` (what the learner broadcasts and policy files hold)."""
+    from robot_rl.policies.gaussian import GaussianPolicy
 
-    return WeightsMessage(version=int(version), policy=agent.policy_to_bytes(), observation_spec=agent.observation_spec,
-                          action_dim=agent.action_dim, sac_config=config_to_json(agent.config),
-                          transitions=int(transitions), updates=int(updates))
+    return GaussianPolicy(agent).weights_message(version=version, transitions=transitions, updates=updates)
 
 
 def write_policy_file(path: str | Path, message: WeightsMessage) -> Path:
@@ -69,13 +67,8 @@ def read_policy_file(path: str | Path) -> WeightsMessage:
 
 
 def actor_from_weights(message: WeightsMessage, *, seed: int = 0, deterministic: bool = False, human=None):
-    """An `Actor` built from scratch for the policy in `message` (its spec and agent config), with its weights."""
+    """An `Actor` built from scratch for the policy in `message` (its kind, spec and config), with its weights."""
     from robot_rl.actor import Actor
-    from robot_rl.agents.sac import SACAgent, SACConfig
-    from robot_rl.train import config_from_json
+    from robot_rl.policies.checkpoint import policy_from_weights
 
-    agent = SACAgent.create(seed, message.observation_spec, message.action_dim,
-                            config_from_json(SACConfig, message.sac_config))
-    actor = Actor(agent, seed=seed, deterministic=deterministic, human=human)
-    actor.update_weights(message.policy, max(int(message.version), 1))
-    return actor
+    return Actor(policy_from_weights(message, seed=seed), seed=seed, deterministic=deterministic, human=human)

@@ -214,13 +214,16 @@ def decode_ack_above(payload: bytes | bytearray | memoryview) -> dict[str, list[
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class WeightsMessage:
-    """A learner's policy weights with what an actor needs to build the policy from scratch."""
+    """A learner head's weights with what an actor needs to build that policy from scratch, whatever its kind."""
 
     version: int
     policy: bytes
     observation_spec: ObservationSpec
     action_dim: int
-    sac_config: dict[str, Any]
+    policy_config: dict[str, Any]
+    """The head's config as JSON (for `gaussian`, the SAC agent config)."""
+    policy_kind: str = "gaussian"
+    """Which policy kind the weights belong to (robot_rl.policies.checkpoint.policy_from_weights builds it)."""
     transitions: int = 0
     """Transitions of the run the learner had trained on when it produced these weights (every actor's)."""
     updates: int = 0
@@ -230,7 +233,8 @@ def encode_weights(message: WeightsMessage) -> bytes:
     return pack({
         "kind": "weights", "protocol": PROTOCOL_VERSION, "version": int(message.version), "policy": message.policy,
         "observation_spec": {k: v.to_json() for k, v in message.observation_spec.entries},
-        "action_dim": int(message.action_dim), "sac_config": message.sac_config,
+        "action_dim": int(message.action_dim), "policy_kind": str(message.policy_kind),
+        "policy_config": message.policy_config,
         "transitions": int(message.transitions), "updates": int(message.updates),
     })
 
@@ -241,19 +245,26 @@ def reversion_weights(payload: bytes | bytearray | memoryview, version: int) -> 
 
 
 def decode_weights(payload: bytes | bytearray | memoryview) -> WeightsMessage:
+    """The weights of an `encode_weights` payload; policy files written before weights named their kind (a SAC
+    config under ``sac_config``) read as `gaussian`."""
     from robot_rl.types import ArraySpec, ObservationSpec
 
     message = _decode(payload, "weights")
     try:
         spec = message["observation_spec"]
-        if not isinstance(spec, dict) or not isinstance(message["policy"], bytes) \
-                or not isinstance(message["sac_config"], dict):
-            raise TransportError("weights payload has a malformed observation_spec, policy or sac_config")
+        if "policy_config" not in message and "sac_config" in message:
+            kind, config = "gaussian", message["sac_config"]
+        else:
+            kind, config = message["policy_kind"], message["policy_config"]
+        if not isinstance(spec, dict) or not isinstance(message["policy"], bytes) or not isinstance(config, dict) \
+                or not isinstance(kind, str):
+            raise TransportError("weights payload has a malformed observation_spec, policy, policy_kind or "
+                                 "policy_config")
         return WeightsMessage(
             version=_integer(message["version"], "weights version"), policy=message["policy"],
             observation_spec=ObservationSpec.from_shapes({k: ArraySpec.from_json(v) for k, v in spec.items()}),
-            action_dim=_integer(message["action_dim"], "weights action_dim"), sac_config=message["sac_config"],
-            transitions=_integer(message.get("transitions", 0), "weights transitions"),
+            action_dim=_integer(message["action_dim"], "weights action_dim"), policy_config=config,
+            policy_kind=kind, transitions=_integer(message.get("transitions", 0), "weights transitions"),
             updates=_integer(message.get("updates", 0), "weights updates"))
     except KeyError as missing:
         raise TransportError(f"weights payload lacks field {missing}") from None

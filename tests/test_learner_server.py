@@ -314,7 +314,8 @@ def test_pending_steps_budget_train_step_and_weights(tmp_path):
     assert second.action_dim == ACTION_DIM
     assert second.observation_spec == learner.observation_spec
     assert second.policy == learner.policy_bytes()
-    assert second.sac_config["actor_hidden_dims"] in ([16, 16], (16, 16))
+    assert second.policy_kind == "gaussian"
+    assert second.policy_config["actor_hidden_dims"] in ([16, 16], (16, 16))
 
     server.budget = 3  # only 3 transitions' worth of training: 6 steps
     assert server.pending_steps == 2
@@ -719,8 +720,11 @@ def test_actor_session_to_server_end_to_end(tmp_path, lost_send):
     from robot_rl.transport import Outbox, decode_ack, encode_ack
 
     class Policy:
-        def policy_action(self, obs, now=None):
-            return np.array([0.5, -0.5, 0.0, 1.0], np.float32)
+        def step(self, obs, *, uniform=False, now=None):
+            from robot_rl.actor import ActorStep
+
+            action = np.array([0.5, -0.5, 0.0, 1.0], np.float32)
+            return ActorStep(action, False, action)
 
         def reset(self):
             pass

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 
 import numpy as np
@@ -210,12 +212,12 @@ def test_decode_ack_rejects_malformed_acks():
 
 # ----- weights ----------------------------------------------------------------------------------------------------
 
-def test_weights_round_trip_with_spec_and_sac_config():
+def test_weights_round_trip_with_spec_kind_and_config():
     spec = ObservationSpec.from_shapes({"state": ((14,), np.float32), "object_state": ((10,), np.float32),
                                         "images/wrist": ((64, 64, 3), np.uint8)})
     sac = config_to_json(SACConfig(actor_hidden_dims=(16, 16), critic_hidden_dims=(8,), discount=0.9))
     message = WeightsMessage(version=7, policy=b"\x00\x01policy-bytes\xff", observation_spec=spec, action_dim=4,
-                             sac_config=sac, transitions=123, updates=456)
+                             policy_config=sac, transitions=123, updates=456)
     back = decode_weights(encode_weights(message))
     assert back.version == 7
     assert back.policy == message.policy and isinstance(back.policy, bytes)
@@ -224,22 +226,37 @@ def test_weights_round_trip_with_spec_and_sac_config():
     assert back.observation_spec["images/wrist"].shape == (64, 64, 3)
     assert back.observation_spec["images/wrist"].dtype == "uint8"
     assert back.action_dim == 4
-    assert back.sac_config == unpack(pack(sac))
-    assert back.sac_config["discount"] == pytest.approx(0.9)
-    assert list(back.sac_config["actor_hidden_dims"]) == [16, 16]
+    assert back.policy_kind == "gaussian"
+    assert back.policy_config == unpack(pack(sac))
+    assert back.policy_config["discount"] == pytest.approx(0.9)
+    assert list(back.policy_config["actor_hidden_dims"]) == [16, 16]
     assert (back.transitions, back.updates) == (123, 456)
+    other = decode_weights(encode_weights(dataclasses.replace(message, policy_kind="residual",
+                                                              policy_config={"scale": 0.1})))
+    assert (other.policy_kind, other.policy_config) == ("residual", {"scale": 0.1})
+
+
+def test_weights_written_before_kinds_read_as_gaussian():
+    """Policy files from before weights named their kind hold the SAC config under `sac_config`."""
+    spec = ObservationSpec.from_shapes({"state": ((14,), np.float32)})
+    new = unpack(encode_weights(WeightsMessage(2, b"p", spec, 4, {"discount": 0.9})))
+    old = {key: value for key, value in new.items() if key not in ("policy_kind", "policy_config")}
+    back = decode_weights(pack({**old, "sac_config": {"discount": 0.8}}))
+    assert (back.policy_kind, back.policy_config, back.version) == ("gaussian", {"discount": 0.8}, 2)
 
 
 def test_decode_weights_rejects_malformed_payloads():
     spec = ObservationSpec.from_shapes({"state": ((14,), np.float32)})
     good = unpack(encode_weights(WeightsMessage(1, b"p", spec, 4, {})))
-    for field in ("version", "policy", "observation_spec", "action_dim", "sac_config"):
+    for field in ("version", "policy", "observation_spec", "action_dim", "policy_config", "policy_kind"):
         broken = dict(good)
         del broken[field]
         with pytest.raises(TransportError, match="weights payload"):
             decode_weights(pack(broken))
     with pytest.raises(TransportError, match="malformed"):
         decode_weights(pack({**good, "policy": "not bytes"}))
+    with pytest.raises(TransportError, match="malformed"):
+        decode_weights(pack({**good, "policy_kind": 3}))
     with pytest.raises(TransportError, match="expected a 'weights' payload"):
         decode_weights(encode_ack({}))
     with pytest.raises(TransportError, match="undecodable"):
@@ -251,7 +268,7 @@ def test_reversion_weights_changes_only_the_version():
     message = WeightsMessage(3, b"\x00policy", spec, 4, {"discount": 0.9}, transitions=12, updates=24)
     back = decode_weights(reversion_weights(encode_weights(message), 1_000_000_001))
     assert back.version == 1_000_000_001
-    assert (back.policy, back.observation_spec, back.action_dim, back.sac_config, back.transitions, back.updates) == (
+    assert (back.policy, back.observation_spec, back.action_dim, back.policy_config, back.transitions, back.updates) == (
         message.policy, spec, 4, {"discount": 0.9}, 12, 24)
     with pytest.raises(TransportError, match="expected a 'weights' payload"):
         reversion_weights(encode_ack({}), 2)
