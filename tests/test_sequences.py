@@ -29,7 +29,7 @@ def write(path, lengths, state_dim: int = 1, task: str = "Toy-v0"):
 def test_windows_are_edge_padded_at_both_ends(tmp_path):
     windows = SequenceWindows([write(tmp_path / "d", [10])], ["state", "images/front"], obs_horizon=2,
                               prediction_horizon=4, action_horizon=3)
-    # starts from -(To-1) = -1 to L - T + (Ta-1) = 8
+    # starts from -(To-1) = -1 to L - To = 8: every step is the newest observation of one window
     assert len(windows) == 10
     first = windows.batch(np.array([0]))
     np.testing.assert_array_equal(first.obs["state"][0, :, 0], [0, 0])  # step -1 is step 0 repeated
@@ -38,6 +38,18 @@ def test_windows_are_edge_padded_at_both_ends(tmp_path):
     last = windows.batch(np.array([len(windows) - 1]))
     np.testing.assert_array_equal(last.actions[0, :, 0], [8, 9, 9, 9])  # past the end: the last action repeated
     np.testing.assert_array_equal(last.obs["state"][0, :, 0], [8, 9])
+    newest = windows.batch(np.arange(len(windows))).obs["state"][:, -1, 0]
+    np.testing.assert_array_equal(newest, np.arange(10))
+
+
+def test_episodes_shorter_than_a_chunk_have_a_window_at_every_step(tmp_path):
+    """A 14-step pick with 16-step chunks: the grasp at the end is conditioned on too (the end is padded)."""
+    windows = SequenceWindows([write(tmp_path / "d", [5, 14])], ["state"], obs_horizon=2, prediction_horizon=16,
+                              action_horizon=8)
+    assert len(windows) == 5 + 14
+    batch = windows.batch(np.arange(len(windows)))
+    np.testing.assert_array_equal(batch.obs["state"][:, -1, 0], [*range(5), *(100 + t for t in range(14))])
+    np.testing.assert_array_equal(batch.actions[4, :, 0], [3, 4] + [4] * 14)  # the last step holds its action
 
 
 def test_windows_never_cross_episodes_and_the_split_keeps_episodes_whole(tmp_path):

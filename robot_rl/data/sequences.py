@@ -1,10 +1,12 @@
 """Sequence windows of demonstration episodes for chunked policies (behaviour cloning of action chunks).
 
 A window starting at step s of an episode of L steps holds the observations of steps s .. s+To-1 and the actions of
-steps s .. s+T-1 (To = obs horizon, T = prediction horizon). Windows may start up to To-1 steps before the episode and
-end up to Ta-1 steps after it (Ta = actions executed per chunk); the steps outside are the first / last step
-repeated (edge padding, as Diffusion Policy pads): the policy learns to act from the very first observation and to
-hold still at the end. Everything is loaded into RAM once; a batch is one fancy index per array.
+steps s .. s+T-1 (To = obs horizon, T = prediction horizon). Every step of an episode is the newest observation of
+exactly one window, so windows start To-1 steps before the episode and end up to T-To steps after it; the steps
+outside are the first / last step repeated (edge padding): the policy learns to act from the very first observation
+and to hold still at the end. (Diffusion Policy pads the end by only Ta-1 steps; on episodes not much longer than a
+chunk, such as a 14-step pick, that would leave the last T-Ta observations, the grasp, without a window.) Everything
+is loaded into RAM once; a batch is one fancy index per array.
 """
 
 from __future__ import annotations
@@ -82,8 +84,8 @@ class SequenceWindows:
         offsets = np.arange(self.prediction_horizon)
         for episode, (start, length) in enumerate(zip(self.episode_starts, self.episode_lengths)):
             first = -(self.obs_horizon - 1)
-            last = length - self.prediction_horizon + (self.action_horizon - 1)
-            window_starts = np.arange(first, max(first, last) + 1)
+            last = length - self.obs_horizon  # the window whose newest observation is the episode's last step
+            window_starts = np.arange(first, last + 1)
             steps = np.clip(window_starts[:, None] + offsets[None, :], 0, length - 1)
             rows.append(start + steps)
             episodes.append(np.full(len(window_starts), episode))
