@@ -111,13 +111,18 @@ class Actor:
         """An action drawn uniformly from [-1, 1] (warm-up exploration of a run without demos)."""
         return self._uniform_rng.uniform(-1.0, 1.0, self.policy.action_dim).astype(np.float32)
 
-    def step(self, obs: Observation, *, uniform: bool = False) -> ActorStep:
-        """The policy's action, or a uniform random one when `uniform` (pass `learner.warming_up`); a human who
-        takes over overrides either."""
-        policy_action = self.uniform_action() if uniform else self.policy_action(obs)
+    def step(self, obs: Observation, *, uniform: bool = False, now: float | None = None) -> ActorStep | None:
+        """The policy's action (for `obs` taken at `now`, see `policy_action`), or a uniform random one when
+        `uniform` (pass `learner.warming_up`); a human who takes over, seeing that action, overrides either. None
+        when a planner has no action due now (the caller holds)."""
+        policy_action = self.uniform_action() if uniform else self.policy_action(obs, now)
+        if policy_action is None:
+            return None
         if self.human is not None:
             human_action = self.human.act(obs, policy_action)
             if human_action is not None:
+                if self.planner is not None:
+                    self.planner.interrupt()  # `obs` is in its history already
                 self._queue.clear()
                 return ActorStep(np.asarray(human_action, dtype=np.float32), True, policy_action)
         return ActorStep(policy_action, False, policy_action)
@@ -148,10 +153,14 @@ class ActorSession:
     numbers into an outbox, episodes ended by success, time limit or a human episode key.
 
     Step t: the observation that arrived after command t-1 closes transition t-1 (with the reward and success the
-    robot or the sim task reported for that step), then command t is chosen (human if engaged, else the policy),
-    filtered by the safety layer and tracked as the new absolute target. A transition's `step` is the control step
-    its observation was taken at, so a held command (no transition starts there) leaves a gap in the steps, and the
-    learner does not join the transitions on either side of it.
+    robot or the sim task reported for that step), then command t is chosen (the human's action if one is given,
+    else the actor's `step`: its policy, or a uniform random action while the learner warms up, which the actor's
+    own intervention source may override), filtered by the safety layer and tracked as the new absolute target. A
+    transition's `step` is the control step its observation was taken at, so a held command (no transition starts
+    there) leaves a gap in the steps, and the learner does not join the transitions on either side of it.
+
+    The ROS actor node drives a robot (or the sim node) with it, and in-process `robot-rl train` the sim env through
+    `robot_rl.sim.robot_adapter.SimRobotAdapter`: one control loop, one safety layer.
     """
 
     def __init__(self, safety: Safety, source: str, outbox: Outbox | None = None, *, max_episode_steps: int = 50,
@@ -215,8 +224,10 @@ class ActorSession:
         return action
 
     def step(self, obs: Observation, *, reward: float = 0.0, success: bool = False, now: float | None = None,
-             sensor_stamps=None, human_action: np.ndarray | None = None, episode_key: str | None = None) -> SessionStep:
-        """Close the previous transition with `obs`, then choose, filter and track the next command."""
+             sensor_stamps=None, human_action: np.ndarray | None = None, episode_key: str | None = None,
+             uniform: bool = False) -> SessionStep:
+        """Close the previous transition with `obs`, then choose, filter and track the next command (`uniform`: the
+        actor acts uniformly at random, a learner's warm-up without demos)."""
         if self.episode_over or self._target is None:
             raise RuntimeError("no episode is running: call start_episode() first")
         if episode_key is not None and episode_key not in EPISODE_KEYS:
@@ -251,14 +262,15 @@ class ActorSession:
             if self.actor is not None:
                 self.actor.human_acted(obs)
         elif self.actor is not None:
-            action = self.actor.policy_action(obs, now)
-            if action is None:  # a chunked policy in real time: its next chunk is not ready yet; hold
+            decision = self.actor.step(obs, uniform=uniform, now=now)
+            if decision is None:  # a chunked policy in real time: its next chunk is not ready yet; hold
                 command = self.safety.filter(self._hold_action(), *self._target, now, sensor_stamps,
                                              current_gripper=self._gripper)
                 self.counters["commands"] += 1
                 self.counters["held"] += 1
                 self.counters["policy_late"] += 1
                 return SessionStep(command, transition, False, False, success, policy_late=True)
+            action, intervention = decision.action, decision.intervention
         else:  # no policy and no human: hold
             action = self._hold_action()
         command = self.safety.filter(action, *self._target, now, sensor_stamps, current_gripper=self._gripper)

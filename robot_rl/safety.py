@@ -577,6 +577,27 @@ def sim_safety_config(env: gym.Env, **overrides: Any) -> SafetyConfig:
     return SafetyConfig(**values)
 
 
+def check_sim_env(env: gym.Env, user: str) -> None:
+    """TypeError unless `env` is a robot_rl sim env (a controller target that safe commands can move)."""
+    base = env.unwrapped
+    for attribute in ("target_pose", "gripper_command", "max_translation", "max_rotation"):
+        if not hasattr(base, attribute):
+            raise TypeError(f"{user} needs a robot_rl sim env ({type(base).__name__} lacks {attribute!r})")
+
+
+def sim_env_action(env: gym.Env, command: SafeCommand, position, quat) -> np.ndarray:
+    """The sim env's delta action that moves its controller target from (`position`, `quat`) to `command`'s target
+    (and sets its gripper); the env reproduces the target up to float32 rounding of the action."""
+    base = env.unwrapped
+    parts = [(command.target_position - np.asarray(position, dtype=np.float64)) / base.max_translation]
+    if env.action_space.shape[0] == 7:
+        step = _quat_multiply(tuple(command.target_quat), _quat_conjugate(tuple(np.asarray(quat, np.float64))))
+        parts.append(np.array(_rotvec_from_quat(_ScalarOps, step)) / base.max_rotation)
+    parts.append([command.gripper])
+    # The clip only matters if the safety limits are looser than the env's own (the env would clip anyway).
+    return np.clip(np.concatenate(parts), -1.0, 1.0).astype(np.float32)
+
+
 class SafetyWrapper(gym.Wrapper):
     """Runs every sim action through `Safety`: NaN/inf never reach the env, stale sensors / e-stop hold the target,
     and ``info["safety"]`` reports ``{"held", "reasons"}``.
@@ -588,13 +609,10 @@ class SafetyWrapper(gym.Wrapper):
 
     def __init__(self, env: gym.Env, safety: Safety, clock: Callable[[], float] = time.monotonic):
         super().__init__(env)
-        base = env.unwrapped
+        check_sim_env(env, "SafetyWrapper")
         if safety.config.action_dim != env.action_space.shape[0]:
             raise ValueError(f"safety is configured for {safety.config.action_dim}-d actions; the env takes "
                              f"{env.action_space.shape[0]}-d actions")
-        for attribute in ("target_pose", "gripper_command", "max_translation", "max_rotation"):
-            if not hasattr(base, attribute):
-                raise TypeError(f"SafetyWrapper needs a robot_rl sim env (missing {attribute!r})")
         self.safety = safety
         self.clock = clock
         self.sensor_stamps: dict[str, float] = {}
@@ -609,7 +627,7 @@ class SafetyWrapper(gym.Wrapper):
         position, quat = base.target_pose()
         command = self.safety.filter(action, position, quat, self.clock(), self.sensor_stamps,
                                      current_gripper=base.gripper_command)
-        obs, reward, terminated, truncated, info = self.env.step(self._env_action(command, position, quat))
+        obs, reward, terminated, truncated, info = self.env.step(sim_env_action(self.env, command, position, quat))
         self._stamp(obs)
         info["safety"] = {"held": command.held, "reasons": command.reasons}
         return obs, reward, terminated, truncated, info
@@ -619,12 +637,3 @@ class SafetyWrapper(gym.Wrapper):
         for key in obs:
             self.sensor_stamps[key] = now
 
-    def _env_action(self, command: SafeCommand, position: np.ndarray, quat: np.ndarray) -> np.ndarray:
-        base = self.env.unwrapped
-        parts = [(command.target_position - position) / base.max_translation]
-        if self.safety.config.action_dim == 7:
-            step = _quat_multiply(tuple(command.target_quat), _quat_conjugate(tuple(quat)))
-            parts.append(np.array(_rotvec_from_quat(_ScalarOps, step)) / base.max_rotation)
-        parts.append([command.gripper])
-        # The clip only matters if the safety limits are looser than the env's own (the env would clip anyway).
-        return np.clip(np.concatenate(parts), -1.0, 1.0).astype(np.float32)

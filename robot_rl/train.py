@@ -4,11 +4,18 @@ A run is a folder: ``config.json``, ``demos.zarr``, ``checkpoint/`` (learner, bu
 ``policy.msgpack`` (the policy file `robot-rl eval` and the ROS actor node load), ``tensorboard/``, ``report.md``
 with ``learning_curve.png`` and ``training_curves.png``, and ``eval.mp4``.
 
+Each control step runs as on the robot: the same `ActorSession` the ROS actor node uses turns the actor's decision
+(policy, uniform warm-up or the simulated human) into a safe absolute command through the safety layer, the sim env
+executes it (robot_rl.sim.robot_adapter), and the session's transitions go from its outbox into the learner. A
+command the safety layer holds (a non-finite action) still takes an env step but makes no transition, as on the
+robot; the checkpoint's ``learner.json`` counts commands, holds and clips under ``extra.safety``. Evaluations run
+the deterministic policy on the env directly (robot_rl.sim.evaluate, shared with `robot-rl eval`).
+
 Checkpoints are taken every `checkpoint_every` env steps, after every evaluation, at the end, and when SIGINT or
 SIGTERM stop the run; so a checkpoint can fall in the middle of an episode. It then holds that episode's
 transitions so far, and a resumed run ends the episode there (its last step bootstraps, as at a time limit) and
-starts the same episode (same seed) again from its reset: env steps and the learner's transitions stay equal, and
-nothing is trained on twice.
+starts the same episode (same seed) again from its reset: env steps and the learner's transitions stay equal (less
+the held steps), and nothing is trained on twice.
 """
 
 from __future__ import annotations
@@ -29,9 +36,12 @@ from robot_rl.agents.sac import ImageEncoderConfig, SACConfig
 from robot_rl.learner import Learner, LearnerConfig
 from robot_rl.sim.evaluate import EVAL_SEED_OFFSET, Evaluation, StopRequested, evaluate
 from robot_rl.sim.human import SimulatedHumanConfig
+from robot_rl.transport import Outbox, StampedTransition
 
 ObsMode = Literal["state", "pixels", "state+pixels"]
 DEMO_SEED_OFFSET = 2_000_000
+IN_PROCESS_SOURCE = "train/in-process"
+"""The `ActorSession` source of in-process training (one actor, no transport)."""
 CONFIG_FILE = "config.json"
 CHECKPOINT_DIR = "checkpoint"
 VIDEO_FILE = "eval.mp4"
@@ -203,6 +213,33 @@ class EvalHistory:
         return row
 
 
+class OutboxFeed:
+    """Moves an in-process `ActorSession`'s transitions from its outbox into the `Learner`, as they come.
+
+    Like the learner server, it cuts the learner's open episode where the session's steps do not follow on (after
+    a held command, or an episode that ended without a last transition), so the replay never joins them.
+    """
+
+    def __init__(self, outbox: Outbox, learner: Learner):
+        self.outbox = outbox
+        self.learner = learner
+        self._continues: tuple[int, int] | None = None  # (episode, step) that extends the learner's open episode
+
+    def drain(self) -> list[StampedTransition]:
+        """Insert every transition in the outbox, in order, and acknowledge them; returns them."""
+        items = self.outbox.due(0.0, max_items=len(self.outbox))  # never marked sent: every item is due
+        for item in items:
+            if (item.episode, item.step) != self._continues:
+                self.learner.end_episode()
+            self.learner.insert(item.observation, item.action, item.reward, item.terminated, item.truncated,
+                                item.next_observation, item.intervention)
+            ended = item.terminated or item.truncated
+            self._continues = None if ended else (item.episode, item.step + 1)
+        if items:
+            self.outbox.acknowledge(items[-1].seq)
+        return items
+
+
 class UpdateRate:
     """Gradient updates per second since the previous reading, without the time the loop spent elsewhere
     (evaluations, checkpoints): the learner's speed now, as the ROS learner node reports it per episode."""
@@ -328,16 +365,19 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from tensorboard.summary import Writer
 
-    from robot_rl.actor import Actor
+    from robot_rl.actor import Actor, ActorSession
     from robot_rl.data.episodes import EpisodeDataset
     from robot_rl.loop import make_env
     from robot_rl.policy_file import POLICY_FILE, weights_message, write_policy_file
     from robot_rl.report import learner_counters, success_text, write_report
+    from robot_rl.safety import Safety
     from robot_rl.sim.human import SimulatedHuman
+    from robot_rl.sim.robot_adapter import SimRobotAdapter
 
     state: dict[str, Any] = {"env_step": 0, "episode": 0, "weights_version": 0, "wall_seconds": 0.0, "evals": [],
-                             "episodes_log": [], "metrics": [], "finished": False}
+                             "episodes_log": [], "metrics": [], "safety": {}, "finished": False}
     env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size)
+    robot = SimRobotAdapter(env)
     eval_env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size)
     learner = Learner(env.observation_space, env.action_space.shape[0], cfg.sac, cfg.learner)
 
@@ -380,6 +420,10 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
         human.total_steps = learner.interventions
 
     actor = Actor(learner.agent, seed=cfg.seed + state["episode"], human=human)
+    session = ActorSession(Safety(robot.safety_config()), IN_PROCESS_SOURCE, Outbox(),
+                           max_episode_steps=robot.max_episode_steps, actor=actor)
+    session.safety.counters.update(state["safety"])
+    feed = OutboxFeed(session.outbox, learner)
     eval_actor = Actor(learner.agent, deterministic=True)
     history = EvalHistory(state["evals"])
     tb = Writer(str(run_dir / "tensorboard"))
@@ -423,7 +467,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
         started = time.perf_counter()
         state.update(
             env_step=env_step, episode=episode, weights_version=weights_version, evals=history.rows,
-            wall_seconds=time.perf_counter() - start_time,
+            wall_seconds=time.perf_counter() - start_time, safety=dict(session.safety.counters),
         )
         learner.save(run_dir / CHECKPOINT_DIR, extra=state)
         write_policy_file(run_dir / POLICY_FILE, weights_message(
@@ -450,24 +494,23 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
                 if env_step < cfg.steps:
                     checkpoint()
             while env_step < cfg.steps:
-                obs, _ = env.reset(seed=cfg.seed + episode)
-                actor.reset()
-                episode_return, episode_interventions, episode_length = 0.0, 0, 0
-                success = done = False
-                while not done:
+                start = robot.reset(seed=cfg.seed + episode)
+                session.start_episode(start.tcp_position, start.tcp_quat, start.gripper)  # resets the actor
+                decision = session.step(start.observation, uniform=learner.warming_up)  # no demos: uniform first
+                episode_return, episode_length = 0.0, 0
+                success = False
+                while not decision.episode_over:
                     if stop():
                         raise StopRequested
-                    decision = actor.step(obs, uniform=learner.warming_up)  # no demos: uniform warm-up first
-                    next_obs, reward, terminated, truncated, info = env.step(decision.action)
-                    learner.insert(obs, decision.action, reward, terminated, truncated, next_obs,
-                                   decision.intervention)
-                    obs, done = next_obs, terminated or truncated
+                    executed = robot.execute(decision.command)
                     env_step += 1
                     episode_length += 1
-                    episode_return += float(reward)
-                    episode_interventions += int(decision.intervention)
-                    success = success or bool(info.get("success", False))
-                    if learner.ready:
+                    episode_return += executed.reward
+                    success = success or executed.success
+                    # closes this step's transition (none after a held command) and chooses the next command
+                    decision = session.step(executed.observation, reward=executed.reward, success=executed.success,
+                                            episode_key=executed.episode_key, uniform=learner.warming_up)
+                    if feed.drain() and learner.ready:
                         update_info = learner.step()
                         if env_step % cfg.weights_every == 0:
                             publish_weights()
@@ -480,6 +523,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
                     if env_step >= cfg.steps:
                         break
                 episode += 1
+                episode_interventions = session.episode_interventions
                 recent_success = (recent_success + [success])[-20:]
                 recent_interventions = (recent_interventions + [episode_interventions / episode_length])[-20:]
                 state["episodes_log"].append(

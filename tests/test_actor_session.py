@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from robot_rl.actor import ActorSession, SessionStep
+from robot_rl.actor import Actor, ActorSession, ActorStep, SessionStep
 from robot_rl.safety import Safety, SafetyConfig
 from robot_rl.sensors import MissingSensors, SensorCache, sensors_for
 from robot_rl.transport import Outbox, make_source
@@ -24,7 +24,7 @@ def obs(t: int) -> dict[str, np.ndarray]:
 
 
 class StubPolicy:
-    """`policy_action(obs, now)`, `human_acted(obs)` and `reset()`: what ActorSession uses of an Actor."""
+    """`step(obs, uniform=, now=)`, `human_acted(obs)` and `reset()`: what ActorSession uses of an Actor."""
 
     def __init__(self, actions):
         self.actions = list(actions)
@@ -38,11 +38,35 @@ class StubPolicy:
         self.calls += 1
         return np.asarray(action, dtype=np.float32)
 
+    def step(self, observation, *, uniform=False, now=None):
+        action = self.policy_action(observation, now)
+        return ActorStep(action, False, action)
+
     def human_acted(self, observation):
         self.seen.append(observation)
 
     def reset(self):
         self.resets += 1
+
+
+class ConstantPolicy:
+    """A `robot_rl.policies` policy that always gives `action` (chunks of one)."""
+
+    kind = "constant"
+    obs_horizon = 1
+    chunk_length = 1
+
+    def __init__(self, action):
+        self.action = np.asarray(action, dtype=np.float32)
+        self.action_dim = len(self.action)
+
+    def reset(self):
+        pass
+
+    def act_chunk(self, history, *, deterministic=False):
+        from robot_rl.policies.base import ActionChunk
+
+        return ActionChunk(self.action[None], self.action[None])
 
 
 def new_session(actor=None, *, max_episode_steps: int = 50, outbox: Outbox | None = None,
@@ -212,6 +236,55 @@ def test_human_action_is_executed_and_flagged_as_intervention():
     assert not third.transition.intervention
     np.testing.assert_array_equal(third.transition.action, [-1.0, -1.0, -1.0, -1.0])
     assert session.episode_interventions == 1
+
+
+def test_the_actors_own_human_judges_the_policys_action_and_overrides_it():
+    """In-process training's simulated human is the Actor's intervention source: it sees the policy's action of the
+    step (as `Actor.step` always showed it) and its action goes through the safety layer, flagged."""
+    policy_action = np.array([0.2, 0.0, 0.0, -1.0], np.float32)
+    human_action = np.array([0.0, 0.0, -3.0, 1.0], np.float32)  # out of range: clipped like any action
+
+    class Human:
+        def __init__(self):
+            self.seen, self.resets = [], 0
+
+        def reset(self):
+            self.resets += 1
+
+        def act(self, observation, action):
+            self.seen.append(action.copy())
+            return human_action if len(self.seen) == 2 else None
+
+    human = Human()
+    session = new_session(Actor(ConstantPolicy(policy_action), human=human))
+    session.start_episode(START_POSITION, NOMINAL)
+    assert human.resets == 1  # the session resets the actor, and the actor its human
+    first = session.step(obs(0))
+    second = session.step(obs(1))
+    third = session.step(obs(2))
+    np.testing.assert_array_equal(np.stack(human.seen), np.stack([policy_action] * 3))
+    assert (first.intervention, second.intervention, third.intervention) == (False, True, False)
+    assert "action_clipped" in second.command.reasons
+    np.testing.assert_allclose(second.command.target_position - first.command.target_position,
+                               [0.0, 0.0, -CONFIG.max_translation], atol=1e-12)
+    t = third.transition
+    assert t.intervention and not second.transition.intervention
+    np.testing.assert_array_equal(t.action, [0.0, 0.0, -1.0, 1.0])
+    assert session.episode_interventions == 1
+
+
+def test_uniform_steps_act_at_random_through_the_safety_layer():
+    """A learner's warm-up: the actor's uniform random actions, not the policy's, become the commands."""
+    policy_action = np.array([0.0, 0.0, 0.0, 0.0], np.float32)
+    actor = Actor(ConstantPolicy(policy_action), seed=3)
+    expected = Actor(ConstantPolicy(policy_action), seed=3)
+    session = new_session(actor)
+    session.start_episode(START_POSITION, NOMINAL)
+    session.step(obs(0), uniform=True)
+    t = session.step(obs(1), uniform=False).transition
+    np.testing.assert_array_equal(t.action, expected.uniform_action())
+    assert not t.intervention
+    np.testing.assert_array_equal(session.step(obs(2)).transition.action, policy_action)
 
 
 def test_human_action_out_of_range_is_clipped_in_the_transition():

@@ -352,6 +352,83 @@ def test_interventions_during_training_are_flagged_and_reach_both_buffers(tmp_pa
     assert "Human interventions" in (run_dir / "report.md").read_text()
 
 
+def test_unsafe_policy_actions_in_training_go_through_the_safety_layer(tmp_path, monkeypatch):
+    """In-process training drives the sim through the robot's ActorSession: a NaN action is held (an env step, no
+    transition, counted), an out-of-range one pushing out of the workspace is clipped; the env never sees either."""
+    from robot_rl.actor import Actor
+    from robot_rl.data.replay import ReplayBuffer
+    from robot_rl.sim.env import RobotEnv
+
+    policy_action, env_step = Actor.policy_action, RobotEnv.step
+    issued = {"nan": 0, "out": 0, "policy": 0}
+
+    def unsafe_policy_action(self, obs, now=None):
+        action = policy_action(self, obs, now)
+        if self.deterministic:  # the evaluations' actor: left alone
+            return action
+        kind = ("nan", "out", "policy")[sum(issued.values()) % 3]
+        issued[kind] += 1
+        return {"nan": np.full_like(action, np.nan), "out": np.array([5.0, -5.0, 5.0, 5.0], np.float32)}.get(
+            kind, action)
+
+    seen, targets = [], []
+
+    def recording_step(self, action):
+        seen.append(np.array(action))
+        result = env_step(self, action)
+        targets.append(self.target_pose()[0])
+        return result
+
+    monkeypatch.setattr(Actor, "policy_action", unsafe_policy_action)
+    monkeypatch.setattr(RobotEnv, "step", recording_step)
+    run_dir = train(TrainConfig(steps=60, eval_every=60, run_dir=tmp_path / "run", **TINY))
+    assert issued["nan"] > 5 and issued["out"] > 5
+    assert all(np.isfinite(a).all() and np.abs(a).max() <= 1.0 for a in seen)
+    low, high = RobotEnv.workspace_low, RobotEnv.workspace_high
+    assert all(np.all(t >= low - 1e-9) and np.all(t <= high + 1e-9) for t in targets)
+
+    saved = checkpoint_state(run_dir)
+    safety = saved["extra"]["safety"]
+    assert safety["held"] == safety["non_finite_action"] == issued["nan"]
+    assert safety["action_clipped"] >= issued["out"] and safety["workspace_clipped"] > 0
+    held_steps = saved["extra"]["env_step"] - saved["transitions"]  # executed holds: env steps without a transition
+    assert saved["extra"]["env_step"] == 60 and issued["nan"] - 1 <= held_steps <= issued["nan"]
+    online = ReplayBuffer.load(run_dir / "checkpoint" / "online.zarr")
+    actions = online.actions[online.valid]
+    assert len(actions) == saved["transitions"] and np.isfinite(actions).all() and np.abs(actions).max() <= 1.0
+    assert any(np.array_equal(a, [1.0, -1.0, 1.0, 1.0]) for a in actions)  # the out-of-range action, clipped
+
+
+def test_the_outbox_feed_cuts_the_learners_episode_where_the_steps_do_not_follow_on():
+    """A held command leaves a gap in a session's steps: the transitions on either side are not joined in replay."""
+    from robot_rl.train import OutboxFeed
+    from robot_rl.transport import Outbox, StampedTransition
+
+    class RecordingLearner:
+        def __init__(self):
+            self.calls = []
+
+        def end_episode(self):
+            self.calls.append("end")
+
+        def insert(self, obs, action, reward, terminated, truncated, next_obs, intervention):
+            self.calls.append((int(obs["x"][0]), bool(truncated), bool(intervention)))
+
+    def item(seq, episode, step, truncated=False, intervention=False):
+        return StampedTransition(seq, episode, step, {"x": np.array([step])}, np.zeros(4, np.float32), 0.0, False,
+                                 truncated, {"x": np.array([step + 1])}, intervention)
+
+    outbox, learner = Outbox(), RecordingLearner()
+    feed = OutboxFeed(outbox, learner)
+    outbox.add(item(0, 0, 0))
+    assert [t.seq for t in feed.drain()] == [0] and len(outbox) == 0
+    for transition in (item(1, 0, 1, intervention=True), item(2, 0, 3, truncated=True), item(3, 1, 0)):
+        outbox.add(transition)
+    assert [t.seq for t in feed.drain()] == [1, 2, 3] and len(outbox) == 0 and feed.drain() == []
+    assert learner.calls == ["end", (0, False, False), (1, False, True), "end", (3, True, False), "end",
+                             (0, False, False)]
+
+
 def test_bad_demo_dataset_leaves_no_run_folder(tmp_path):
     from robot_rl.data.episodes import DatasetError
 
