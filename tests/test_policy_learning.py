@@ -1,5 +1,5 @@
 """A diffusion policy trained by `train_bc` on demos of a simple closed-loop task reaches a success threshold that the
-untrained policy does not (PickCube from pixels is a bench: bench/policies_learning.py)."""
+untrained policy does not (PickCube from pixels is a bench: bench/bc.py)."""
 
 from __future__ import annotations
 
