@@ -60,6 +60,16 @@ def save_policy_files(directory: str | Path, kind: str, description: Mapping[str
     return directory
 
 
+def save_policy(directory: str | Path, kind: str, description: Mapping[str, Any], tensors: Mapping[str, Any],
+                extra: Mapping[str, Any] | None, reserved: tuple[str, ...], *, overwrite: bool = False) -> Path:
+    """A policy's files: its `description` plus `extra` training facts (which may not use a `reserved` key)."""
+    extra = dict(extra or {})
+    clashes = sorted(set(extra) & set(reserved))
+    if clashes:
+        raise PolicyError(f"extra policy facts may not be named {clashes}")
+    return save_policy_files(directory, kind, {**description, **extra}, tensors, overwrite=overwrite)
+
+
 def policy_folder(path: str | Path) -> Path | None:
     """The folder holding ``policy.json`` that `path` names (the folder, the json or the safetensors), else None."""
     path = Path(path)

@@ -22,7 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from robot_rl.policies.base import ActionChunk, Observation, PolicyError, stack_history
-from robot_rl.policies.checkpoint import POLICY_CONFIG, POLICY_WEIGHTS, save_policy_files
+from robot_rl.policies.checkpoint import POLICY_CONFIG, POLICY_WEIGHTS, save_policy
 from robot_rl.policies.config import DiffusionConfig, is_int
 from robot_rl.policies.normalizer import Normalizer
 from robot_rl.types import ArraySpec, ObservationSpec
@@ -465,12 +465,8 @@ class DiffusionPolicy:
 
     def save(self, directory: str | Path, extra: Mapping[str, Any] | None = None, *, overwrite: bool = False) -> Path:
         """Write policy.json and model.safetensors into `directory`; `extra` (training facts) goes into policy.json."""
-        extra = dict(extra or {})
-        clashes = sorted(set(extra) & set(RESERVED_DESCRIPTION_KEYS))
-        if clashes:
-            raise PolicyError(f"extra policy facts may not be named {clashes}")
-        return save_policy_files(directory, KIND, {**self.description(), **extra}, self.state_tensors(),
-                                 overwrite=overwrite)
+        return save_policy(directory, KIND, self.description(), self.state_tensors(), extra,
+                           RESERVED_DESCRIPTION_KEYS, overwrite=overwrite)
 
 
 def policy_from_files(description: Mapping[str, Any], tensors: Mapping[str, torch.Tensor],

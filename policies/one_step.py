@@ -22,7 +22,7 @@ from torch.nn import functional as F
 
 from robot_rl.policies import diffusion
 from robot_rl.policies.base import ActionChunk, Observation, PolicyError
-from robot_rl.policies.checkpoint import POLICY_CONFIG, save_policy_files
+from robot_rl.policies.checkpoint import POLICY_CONFIG, save_policy
 from robot_rl.policies.diffusion import ACTION_KEY, DiffusionPolicy
 from robot_rl.policies.normalizer import Normalizer
 
@@ -173,12 +173,8 @@ class OneStepPolicy:
 
     def save(self, directory: str | Path, extra: Mapping[str, Any] | None = None, *, overwrite: bool = False) -> Path:
         """Write policy.json and model.safetensors into `directory`; `extra` (training facts) goes into policy.json."""
-        extra = dict(extra or {})
-        clashes = sorted(set(extra) & set(RESERVED_DESCRIPTION_KEYS))
-        if clashes:
-            raise PolicyError(f"extra policy facts may not be named {clashes}")
-        return save_policy_files(directory, KIND, {**self.description(), **extra}, self.state_tensors(),
-                                 overwrite=overwrite)
+        return save_policy(directory, KIND, self.description(), self.state_tensors(), extra,
+                           RESERVED_DESCRIPTION_KEYS, overwrite=overwrite)
 
 
 def policy_from_files(description: Mapping[str, Any], tensors: Mapping[str, torch.Tensor],

@@ -552,64 +552,52 @@ def run_eval(cfg: Eval) -> None:
     print(json.dumps(summary))
 
 
-def run_train_bc(cfg: TrainBCConfig) -> None:
+def _fit_with_progress(label: str, steps: int, validation_label: str, fit, evaluation_fields, what: str) -> None:
+    """Run `fit(on_progress=..., should_stop=...)` (train_bc or distill) under a progress bar and Ctrl-C / SIGTERM
+    handling, then print its summary as JSON (with `evaluation_fields(evaluation)`) and its report and policy
+    paths; raise TrainingInterrupted when a stop request ended it."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from robot_rl.train import StopSignals, TrainingInterrupted
-    from robot_rl.train_bc import train_bc
 
     console = Console(stderr=True)
     with StopSignals() as stop, Progress(
-            TextColumn("[bold]train-bc"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("{task.fields[loss]}"), console=console, transient=True,
             disable=not console.is_terminal) as progress:
-        bar = progress.add_task("train", total=cfg.steps, loss="")
+        bar = progress.add_task(label, total=steps, loss="")
 
         def on_progress(step: int, loss: float, validation: float | None) -> None:
-            text = f"loss {loss:.4f}" + ("" if validation is None else f"  validation {validation:.4f}")
+            text = f"loss {loss:.4f}" + ("" if validation is None else f"  {validation_label} {validation:.4f}")
             progress.update(bar, completed=step, loss=text)
 
-        summary = train_bc(cfg, on_progress=on_progress, should_stop=stop)
+        summary = fit(on_progress=on_progress, should_stop=stop)
+    evaluation = summary["evaluation"]
     print(json.dumps({k: v for k, v in summary.items() if k != "evaluation"}
-                     | ({"success_rate": summary["evaluation"]["success_rate"],
-                         "eval_episodes": summary["evaluation"]["episodes"]} if summary["evaluation"] else {})))
+                     | (evaluation_fields(evaluation) if evaluation else {})))
     print(f"report: {Path(summary['out']) / 'report.md'}  policy: {summary['policy']}", file=sys.stderr)
     if summary["stopped"]:
-        raise TrainingInterrupted(stop.signum or signal.SIGINT, summary["steps"], cfg.steps, Path(summary["out"]),
-                                  f"interrupted at step {summary['steps']}/{cfg.steps}; the policy trained so far "
+        raise TrainingInterrupted(stop.signum or signal.SIGINT, summary["steps"], steps, Path(summary["out"]),
+                                  f"interrupted at step {summary['steps']}/{steps}; the {what} trained so far "
                                   f"is in {summary['policy']}")
+
+
+def run_train_bc(cfg: TrainBCConfig) -> None:
+    from robot_rl.train_bc import train_bc
+
+    _fit_with_progress("train-bc", cfg.steps, "validation", lambda **callbacks: train_bc(cfg, **callbacks),
+                       lambda evaluation: {"success_rate": evaluation["success_rate"],
+                                           "eval_episodes": evaluation["episodes"]}, "policy")
 
 
 def run_distill(cfg: DistillConfig) -> None:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from robot_rl.distill import distill
-    from robot_rl.train import StopSignals, TrainingInterrupted
 
-    console = Console(stderr=True)
-    with StopSignals() as stop, Progress(
-            TextColumn("[bold]distill"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("{task.fields[loss]}"), console=console, transient=True,
-            disable=not console.is_terminal) as progress:
-        bar = progress.add_task("distill", total=cfg.steps, loss="")
-
-        def on_progress(step: int, loss: float, validation: float | None) -> None:
-            text = f"loss {loss:.4f}" + ("" if validation is None else f"  gap to teacher {validation:.4f}")
-            progress.update(bar, completed=step, loss=text)
-
-        summary = distill(cfg, on_progress=on_progress, should_stop=stop)
-    evaluation = summary["evaluation"]
-    print(json.dumps({k: v for k, v in summary.items() if k != "evaluation"}
-                     | ({"student_success_rate": evaluation["student"]["success_rate"],
-                         "teacher_success_rate": evaluation["teacher"]["success_rate"],
-                         "eval_episodes": evaluation["student"]["episodes"]} if evaluation else {})))
-    print(f"report: {Path(summary['out']) / 'report.md'}  policy: {summary['policy']}", file=sys.stderr)
-    if summary["stopped"]:
-        raise TrainingInterrupted(stop.signum or signal.SIGINT, summary["steps"], cfg.steps, Path(summary["out"]),
-                                  f"interrupted at step {summary['steps']}/{cfg.steps}; the student trained so far "
-                                  f"is in {summary['policy']}")
+    _fit_with_progress("distill", cfg.steps, "gap to teacher", lambda **callbacks: distill(cfg, **callbacks),
+                       lambda evaluation: {"student_success_rate": evaluation["student"]["success_rate"],
+                                           "teacher_success_rate": evaluation["teacher"]["success_rate"],
+                                           "eval_episodes": evaluation["student"]["episodes"]}, "student")
 
 
 class Terminated(KeyboardInterrupt):
