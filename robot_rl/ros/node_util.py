@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import signal
 import threading
 from collections.abc import Callable, Iterable
@@ -83,6 +84,9 @@ def run_node(build: Callable[[], object], argv: list[str], name: str) -> int:
     """
     from robot_rl.ros.env import ensure_ros_environment
 
+    # A crash in native code (DDS, OpenCV, MuJoCo) then prints the Python stack of every thread before the process
+    # dies, so a node that exits by a signal says where.
+    faulthandler.enable()
     ensure_ros_environment()
     import logging
 
