@@ -20,6 +20,7 @@ grasp by a centimetre or two where the demos do not cover the cube's position we
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import shutil
@@ -56,10 +57,16 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=3000, help="train-bc gradient steps per seed")
     parser.add_argument("--execute", type=int, default=1, help="actions executed per predicted chunk "
                         "(--diffusion.action-horizon)")
+    parser.add_argument("--validation-fraction", type=float, default=0.0,
+                        help="demo episodes held out for train-bc's validation loss (default none: with 20 demos, "
+                             "which two are held out moved success by 15 points; the sim evaluation on unseen "
+                             "seeds is the test)")
     parser.add_argument("--eval-episodes", type=int, default=100)
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
                         help="more train-bc options, e.g. --extra --diffusion.prediction-type sample")
     parser.add_argument("--keep", type=Path, default=None, help="keep the demos and runs in this folder")
+    parser.add_argument("--jobs", type=int, default=1, help="seeds trained at once (each uses one torch thread: "
+                        "2 on this 2-core machine measured the same seconds per step as 1)")
     args = parser.parse_args()
     os.environ.setdefault("MUJOCO_GL", "egl")
     work = args.keep or Path(tempfile.mkdtemp(prefix="bench_bc_"))
@@ -70,26 +77,28 @@ def main() -> int:
     if not demos.exists():
         subprocess.run([*cli, "record", "--out", str(demos), "--task", args.task, "--episodes", str(args.demos),
                         "--obs-mode", args.obs_mode], check=True, stdout=subprocess.DEVNULL)
-    runs = []
-    for seed in args.seeds:
+    def train(seed: int) -> dict:
         out = work / f"seed{seed}"
         shutil.rmtree(out, ignore_errors=True)
         result = subprocess.run([*cli, "train-bc", "--dataset", str(demos), "--out", str(out), "--steps",
                                  str(args.steps), "--eval-episodes", str(args.eval_episodes), "--seed", str(seed),
-                                 "--no-video", "--diffusion.action-horizon", str(args.execute), *args.extra],
+                                 "--no-video", "--diffusion.action-horizon", str(args.execute),
+                                 "--validation-fraction", str(args.validation_fraction), *args.extra],
                                 capture_output=True, text=True)
         if result.returncode != 0:
-            runs.append({"seed": seed, "error": result.stderr.strip().splitlines()[-1:]})
-            continue
+            return {"seed": seed, "error": result.stderr.strip().splitlines()[-1:]}
         summary = json.loads((out / "summary.json").read_text())
         evaluation = summary["evaluation"]
-        runs.append({"seed": seed, "success_rate": evaluation["success_rate"],
-                     "success_ci95": evaluation["success_ci95"], "episodes": evaluation["episodes"],
-                     "training_s": summary["training_seconds"], "final_train_loss": summary["final_train_loss"],
-                     "final_validation_loss": summary["final_validation_loss"], "parameters": summary["parameters"]})
+        return {"seed": seed, "success_rate": evaluation["success_rate"], "success_ci95": evaluation["success_ci95"],
+                "episodes": evaluation["episodes"], "training_s": summary["training_seconds"],
+                "final_train_loss": summary["final_train_loss"],
+                "final_validation_loss": summary["final_validation_loss"], "parameters": summary["parameters"]}
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        runs = list(pool.map(train, args.seeds))
     rates = [r["success_rate"] for r in runs if "success_rate" in r]
     result = {"bench": "bc", "task": args.task, "obs_mode": args.obs_mode, "demos": args.demos, "steps": args.steps,
-              "execute": args.execute,
+              "execute": args.execute, "validation_fraction": args.validation_fraction, "jobs": args.jobs,
               "extra": args.extra, "eval_episodes": args.eval_episodes, "runs": runs,
               "median_success": statistics.median(rates) if rates else None,
               "median_training_s": statistics.median([r["training_s"] for r in runs if "training_s" in r])
