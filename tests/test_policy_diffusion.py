@@ -1,6 +1,7 @@
 """Diffusion policy: encoder / U-Net shapes, DDPM-DDIM schedule round trip, normaliser, policy files, act_chunk and a
 small learning check."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -117,7 +118,7 @@ def test_encoder_and_denoiser_shapes(cameras, state_dim, object_dim, config):
 
 
 def test_images_are_randomly_cropped_in_training_and_centre_cropped_in_eval():
-    policy = _policy(_spec(side=20))
+    policy = _policy(_spec(side=20), dataclasses.replace(TINY, crop_fraction=0.9))
     camera = policy.model.encoder.cameras[0]
     assert (camera.crop_height, camera.crop_width) == (18, 18)
     images = torch.arange(4 * 20 * 20 * 3).reshape(4, 20, 20, 3).to(torch.uint8)
