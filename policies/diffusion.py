@@ -275,9 +275,11 @@ class DiffusionModel(nn.Module):
 class DiffusionPolicy:
     """A Diffusion Policy behind the common `Policy` interface; its learner action is the executed action itself.
 
-    `act_chunk(deterministic=True)` always starts DDIM from the same noise (drawn once from `seed`), so the same
-    history gives the same chunk; `deterministic=False` draws the noise from a generator owned by the policy, seeded
-    with `seed` and re-seeded by `reset()`, so a run of episodes is reproducible.
+    `act_chunk(deterministic=True)` starts DDIM from zero noise, the mode of the noise distribution, so the same
+    history gives the same chunk whatever the seed (a fixed random draw made success depend on the draw: 95/93/67 %
+    on three PickCube BC seeds where zero noise gave 88/90/87 %); `deterministic=False` draws the noise from a
+    generator owned by the policy, seeded with `seed` and re-seeded by `reset()`, so a run of episodes is
+    reproducible.
     """
 
     kind = KIND
@@ -313,8 +315,7 @@ class DiffusionPolicy:
         self._timestep_tensors = {t: torch.tensor([t], device=self.device) for t in self._timesteps}
 
         self._chunk_shape = (config.prediction_horizon, self.action_dim)
-        self._fixed_noise = torch.randn((1, *self._chunk_shape), generator=torch.Generator().manual_seed(self.seed))
-        self._fixed_noise = self._fixed_noise.to(self.device)
+        self._zero_noise = torch.zeros((1, *self._chunk_shape), device=self.device)
         self._generator = torch.Generator().manual_seed(self.seed)
 
     @classmethod
@@ -431,7 +432,7 @@ class DiffusionPolicy:
         self._generator.manual_seed(self.seed)
 
     def act_chunk(self, history: Sequence[Observation], *, deterministic: bool = True) -> ActionChunk:
-        noise = self._fixed_noise if deterministic else torch.randn((1, *self._chunk_shape), generator=self._generator)
+        noise = self._zero_noise if deterministic else torch.randn((1, *self._chunk_shape), generator=self._generator)
         return self.executed_chunk(self.sample(self.history_tensors(history), noise))
 
     def history_tensors(self, history: Sequence[Observation]) -> dict[str, torch.Tensor]:

@@ -37,9 +37,9 @@ BOUND = 1.0 - 1e-5
 class OneStepPolicy:
     """A one-step distilled Diffusion Policy behind the common `Policy` interface (one denoiser call per chunk).
 
-    `act_chunk(deterministic=True)` starts from the same noise as a `DiffusionPolicy` of the same seed (so the
-    student's deterministic chunk imitates the teacher's); `deterministic=False` draws noise from a generator owned
-    by the policy, seeded with the seed and re-seeded by `reset()`.
+    `act_chunk(deterministic=True)` starts from zero noise, as a `DiffusionPolicy` does (so the student's
+    deterministic chunk imitates the teacher's); `deterministic=False` draws noise from a generator owned by the
+    policy, seeded with the seed and re-seeded by `reset()`.
     """
 
     kind = KIND
@@ -66,16 +66,14 @@ class OneStepPolicy:
         self._signal, self._noise_scale = math.sqrt(alpha_bar), math.sqrt(1.0 - alpha_bar)
         self._timestep_tensor = torch.tensor([self.timestep], device=self.device)
         self._chunk_shape = (self.config.prediction_horizon, self.action_dim)
-        # drawn exactly as DiffusionPolicy draws its fixed noise: a teacher of the same seed starts from it too
-        self._fixed_noise = torch.randn((1, *self._chunk_shape), generator=torch.Generator().manual_seed(self.seed))
-        self._fixed_noise = self._fixed_noise.to(self.device)
+        self._zero_noise = torch.zeros((1, *self._chunk_shape), device=self.device)
         self._generator = torch.Generator().manual_seed(self.seed)
 
     @classmethod
     def from_teacher(cls, teacher: DiffusionPolicy, seed: int = 0, *,
                      teacher_path: str | Path | None = None) -> OneStepPolicy:
         """A student with a copy of the teacher's network, weights and normaliser (the teacher is left untouched).
-        `seed` seeds the acting noise (a teacher of the same seed acts from the same fixed noise); `teacher_path`
+        `seed` seeds the stochastic acting noise (drawn as a teacher of the same seed draws it); `teacher_path`
         (its policy folder) is recorded in the student's policy.json."""
         if not isinstance(teacher, DiffusionPolicy):
             raise PolicyError(f"the teacher must be a diffusion policy, got a {getattr(teacher, 'kind', '?')} policy")
@@ -129,17 +127,20 @@ class OneStepPolicy:
     # ------------------------------------------------------------------------------------------------ distilling
 
     def distillation_loss(self, obs_batch: Mapping[str, torch.Tensor], teacher: DiffusionPolicy, *,
-                          generator: torch.Generator | None = None, random_crop: bool = True) -> torch.Tensor:
+                          generator: torch.Generator | None = None, random_crop: bool = True,
+                          zero_noise_rows: int = 0) -> torch.Tensor:
         """MSE between the student's one-step chunk and the teacher's DDIM chunk from the same noise, in normalised
         action space, on raw observations {key: (B, obs_horizon, ...)} on the policy's device.
 
         The noise (and, with `random_crop`, the student's image crops; the teacher sees the centre crop it acts on)
-        come from `generator` or torch's global generator. With `clip_sample` the student's chunk is clipped to
+        come from `generator` or torch's global generator; the first `zero_noise_rows` rows start from zero noise,
+        the noise both policies act from deterministically. With `clip_sample` the student's chunk is clipped to
         [-1, 1] when it acts, so where the teacher's chunk sits on a bound, overshooting that bound costs nothing;
         elsewhere the unclipped chunk is compared (clipping it would pass no gradient back from outside [-1, 1]).
         """
         batch_size = next(iter(obs_batch.values())).shape[0]
         noise = self._noise(batch_size, None, generator)
+        noise[:zero_noise_rows] = 0.0
         with torch.no_grad():
             target = teacher.normalizer.normalize(ACTION_KEY, teacher.sample(obs_batch, noise))
         self.model.train(random_crop)  # train mode only changes the crop (GroupNorm keeps no running statistics)
@@ -155,7 +156,7 @@ class OneStepPolicy:
         self._generator.manual_seed(self.seed)
 
     def act_chunk(self, history: Sequence[Observation], *, deterministic: bool = True) -> ActionChunk:
-        noise = self._fixed_noise if deterministic else torch.randn((1, *self._chunk_shape), generator=self._generator)
+        noise = self._zero_noise if deterministic else torch.randn((1, *self._chunk_shape), generator=self._generator)
         return self.network.executed_chunk(self.sample(self.network.history_tensors(history), noise))
 
     def learner_action_of(self, executed: np.ndarray, info: Mapping[str, np.ndarray]) -> np.ndarray | None:

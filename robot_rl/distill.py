@@ -51,6 +51,9 @@ class DistillConfig:
     """Keep an EMA of the student's weights and save it (else the last weights are saved)."""
     ema_power: float = 0.75
     """Power of the EMA warm-up (the decay grows as 1 - (1 + step)^-power)."""
+    zero_noise_fraction: float = 0.125
+    """Share of each batch distilled from zero noise, the noise both policies act from deterministically (the rest
+    is standard normal, where zero is never drawn)."""
     random_crop: bool = True
     """Randomly crop the student's camera images while distilling (the teacher sees the centre crop it acts on)."""
     validation_fraction: float = 0.1
@@ -77,6 +80,8 @@ class DistillConfig:
         problems = [f"{name}={getattr(self, name)} must be >= {low}" for name, low in (
             ("steps", 1), ("batch_size", 1), ("warmup_steps", 0), ("validate_every", 1), ("eval_episodes", 0),
             ("latency_calls", 1), ("threads", 1), ("seed", 0)) if getattr(self, name) < low]
+        if not 0.0 <= self.zero_noise_fraction <= 1.0:
+            problems.append(f"zero_noise_fraction={self.zero_noise_fraction} must be in [0, 1]")
         if not 0.0 <= self.validation_fraction < 1.0:
             problems.append(f"validation_fraction={self.validation_fraction} must be in [0, 1)")
         if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
@@ -188,7 +193,7 @@ def distill(cfg: DistillConfig, *, on_progress=None, should_stop=None) -> dict[s
 
     torch.manual_seed(cfg.seed)
     teacher_path = str(folder.resolve())
-    # the teacher's seed: the student acts from the teacher's fixed noise, as it does once loaded from its folder
+    # the teacher's seed: the student's stochastic acting noise is drawn as the teacher's is
     student = OneStepPolicy.from_teacher(teacher, seed=teacher.seed, teacher_path=teacher_path)
     saved = OneStepPolicy.from_teacher(teacher, seed=teacher.seed, teacher_path=teacher_path) if cfg.ema else student
     parameters = sum(p.numel() for p in student.model.parameters())
@@ -230,9 +235,11 @@ def distill(cfg: DistillConfig, *, on_progress=None, should_stop=None) -> dict[s
 
     initial_validation = validate()
 
+    zero_noise_rows = round(cfg.zero_noise_fraction * cfg.batch_size)
+
     def loss_of_batch():
         obs = to_device(windows.batch(rng.choice(train_index, cfg.batch_size)).obs)
-        return student.distillation_loss(obs, teacher, random_crop=cfg.random_crop)
+        return student.distillation_loss(obs, teacher, random_crop=cfg.random_crop, zero_noise_rows=zero_noise_rows)
 
     result = fit(loss_of_batch, optimizer, schedule, steps=cfg.steps, validate_every=cfg.validate_every,
                  validate=validate, out=out, validation_name="validation_mse", ema=ema,

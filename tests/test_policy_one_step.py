@@ -210,13 +210,42 @@ def test_distillation_shrinks_the_gap_to_the_teacher(teacher, windows):
     assert all(p.grad is None for p in teacher.model.parameters())
 
 
+def test_distillation_with_zero_noise_rows_teaches_the_deterministic_chunk(teacher, windows):
+    teacher, _ = teacher
+    student = OneStepPolicy.from_teacher(teacher)
+    train, held_out = windows.split(0.25, seed=0)
+    obs = _obs(windows, held_out)
+    zeros = torch.zeros(len(held_out), TINY.prediction_horizon, ACTION_DIM)
+    target = teacher.normalizer.normalize("action", teacher.sample(obs, zeros))
+
+    def gap() -> float:
+        return float(torch.mean((student.normalizer.normalize("action", student.sample(obs, zeros)) - target) ** 2))
+
+    undistilled = gap()
+    torch.manual_seed(0)
+    optimizer = torch.optim.AdamW(student.model.parameters(), lr=1e-3)
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        loss = student.distillation_loss(_obs(windows, rng.choice(train, 32)), teacher, zero_noise_rows=8)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert gap() < 0.4 * undistilled
+    # acting deterministically is sampling from zero noise, for the student and the teacher alike
+    history = [{"state": obs["state"][0, t].numpy()} for t in range(TINY.obs_horizon)]
+    history_tensors = teacher.history_tensors(history)
+    for policy in (student, teacher):
+        expected = teacher.executed_chunk(policy.sample(history_tensors, zeros[:1])).actions
+        assert np.array_equal(policy.act_chunk(history).actions, expected)
+
+
 def test_distill_command_writes_a_student_that_load_policy_returns(teacher, demos, tmp_path, capsys):
     _, teacher_folder = teacher
     out = tmp_path / "distilled"
     code, stdout, err = run_cli(["distill", "--teacher", teacher_folder.parent, "--out", out, "--steps", "20",
                                  "--batch-size", "16", "--validate-every", "10", "--learning-rate", "3e-3",
                                  "--warmup-steps", "0", "--validation-fraction", "0.25", "--eval-episodes", "0",
-                                 "--latency-calls", "5", "--device", "cpu"], capsys)
+                                 "--latency-calls", "5", "--device", "cpu", "--zero-noise-fraction", "0"], capsys)
     assert code == 0, err
     summary = json.loads(stdout.strip().splitlines()[-1])
     assert summary["steps"] == 20 and not summary["stopped"] and summary["task"] is None
