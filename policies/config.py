@@ -49,8 +49,10 @@ class DiffusionConfig:
     """Features of the MLP over the concatenated, normalised observation vectors, per observation."""
     train_timesteps: int = 100
     """Diffusion steps of the DDPM training schedule."""
-    inference_steps: int = 10
-    """DDIM denoising steps per chunk when acting (fewer: faster, coarser)."""
+    inference_steps: int = 5
+    """DDIM denoising steps per chunk when acting (fewer: faster, coarser). 5, not Diffusion Policy's 10: on three
+    PickCube pixel BC policies 5 steps succeeded in 90, 96, 90 % of 100 episodes where 10 gave 88, 90, 87 %, in half
+    the time."""
     beta_schedule: str = "squaredcos_cap_v2"
     """Noise schedule: linear, scaled_linear or squaredcos_cap_v2."""
     prediction_type: str = "epsilon"

@@ -11,6 +11,8 @@ Actions and observation vectors are min-max normalised (:mod:`robot_rl.policies.
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -310,9 +312,7 @@ class DiffusionPolicy:
                         clip_sample=config.clip_sample, prediction_type=config.prediction_type)
         self.train_scheduler = DDPMScheduler(**schedule)
         self.sample_scheduler = DDIMScheduler(**schedule)
-        self.sample_scheduler.set_timesteps(config.inference_steps)
-        self._timesteps = [int(t) for t in self.sample_scheduler.timesteps]
-        self._timestep_tensors = {t: torch.tensor([t], device=self.device) for t in self._timesteps}
+        self.set_inference_steps(config.inference_steps)
 
         self._chunk_shape = (config.prediction_horizon, self.action_dim)
         self._zero_noise = torch.zeros((1, *self._chunk_shape), device=self.device)
@@ -323,6 +323,17 @@ class DiffusionPolicy:
                normalizer: Normalizer, device: str = "cpu", seed: int = 0) -> DiffusionPolicy:
         """A freshly initialised policy (weights drawn from `seed`, without touching torch's global generator)."""
         return cls(config, observation_spec, action_dim, normalizer, device=device, seed=seed)
+
+    def set_inference_steps(self, steps: int) -> None:
+        """Sample with `steps` DDIM steps from now on (the weights are unchanged; `config.inference_steps` follows,
+        so a policy saved afterwards samples the same way)."""
+        if not 1 <= int(steps) <= self.config.train_timesteps:
+            raise PolicyError(f"inference_steps={steps} must be in [1, {self.config.train_timesteps}] (the DDPM "
+                              "training steps)")
+        self.config = dataclasses.replace(self.config, inference_steps=int(steps))
+        self.sample_scheduler.set_timesteps(self.config.inference_steps)
+        self._timesteps = [int(t) for t in self.sample_scheduler.timesteps]
+        self._timestep_tensors = {t: torch.tensor([t], device=self.device) for t in self._timesteps}
 
     def _check_normalizer(self) -> None:
         wanted = {key: int(np.prod(self.observation_spec[key].shape)) for key in self.observation_spec.vector_keys}

@@ -162,6 +162,8 @@ class Eval:
     """Folder for eval.json and eval.mp4 (None: an `eval` folder next to the policy file)."""
     device: str = "auto"
     """Torch device of a torch policy: auto (cuda when there is one), cpu, cuda or cuda:N."""
+    inference_steps: int | None = None
+    """DDIM steps per chunk of a diffusion policy (None: as saved in its policy.json)."""
 
     def __post_init__(self) -> None:
         problems = [f"{name}={getattr(self, name)!r} must be >= {low}"
@@ -545,7 +547,7 @@ def run_eval(cfg: Eval) -> None:
         summary = evaluate_policy_file(
             cfg.policy, task=cfg.task, episodes=cfg.episodes, seed=cfg.seed, obs_mode=cfg.obs_mode,
             image_size=cfg.image_size, out=cfg.out, video=cfg.video, video_episodes=cfg.video_episodes,
-            on_episode=on_episode, device=cfg.device)
+            on_episode=on_episode, device=cfg.device, inference_steps=cfg.inference_steps)
     finally:
         if progress.live.is_started:
             progress.stop()

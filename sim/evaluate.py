@@ -214,12 +214,14 @@ def evaluate_policy_file(
     video_episodes: int = VIDEO_EPISODES,
     on_episode: Callable[[EpisodeResult], None] | None = None,
     device: str = "auto",
+    inference_steps: int | None = None,
 ) -> dict[str, Any]:
     """Evaluate a saved policy of any kind (a SAC ``policy.msgpack``, a policy folder, or a run folder holding
     either) deterministically; writes `eval.json` (and `eval.mp4`) to `out`, returns the summary.
 
     `task` defaults to the task of the run folder holding the policy, `obs_mode` and `image_size` to what the
-    policy's observation spec needs, `out` to an `eval` folder next to the policy. Bad input (missing or foreign
+    policy's observation spec needs, `out` to an `eval` folder next to the policy; `inference_steps` overrides a
+    diffusion policy's DDIM steps. Bad input (missing or foreign
     policy file, unknown task, observations that do not match the policy) raises a ValueError naming it.
     """
     from robot_rl.policies.checkpoint import load_policy, policy_folder
@@ -228,6 +230,12 @@ def evaluate_policy_file(
     path = Path(policy_path)
     folder = policy_folder(path) or (policy_folder(path / "policy") if path.is_dir() else None)
     policy = load_policy(path, device=device)
+    if inference_steps is not None:
+        set_inference_steps = getattr(policy, "set_inference_steps", None)
+        if set_inference_steps is None:
+            raise ValueError(f"inference_steps={inference_steps}: a {policy.kind} policy has no DDIM steps to set "
+                             "(only diffusion policies have)")
+        set_inference_steps(inference_steps)
     located = folder if folder is not None else resolve_policy_path(path)
     task = task or task_of_run(located)
     if task is None:
@@ -236,6 +244,8 @@ def evaluate_policy_file(
     summary = evaluate_policy(policy, task, episodes, seed=seed, obs_mode=obs_mode, image_size=image_size, out=out,
                               video=video, video_episodes=video_episodes, on_episode=on_episode, name=str(located))
     extra: dict[str, Any] = {"policy": str(located)}
+    if inference_steps is not None:
+        extra["inference_steps"] = inference_steps
     if folder is None:
         message = read_policy_file(located)
         extra.update({"weights_version": message.version, "policy_transitions": message.transitions,

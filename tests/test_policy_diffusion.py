@@ -232,6 +232,25 @@ def test_saved_policy_loads_and_samples_exactly_the_same(tmp_path):
         policy.save(tmp_path / "clash", {"config": {}})
 
 
+def test_inference_steps_can_be_set_after_training_and_are_saved(tmp_path):
+    spec = _spec(("images/front",), state_dim=4)
+    policy = DiffusionPolicy.create(TINY, spec, ACTION_DIM, _normalizer(spec), seed=3)
+    calls = []
+    policy.model.denoiser.register_forward_hook(lambda *_: calls.append(1))
+    obs = _batch_obs(spec, 1, TINY.obs_horizon)
+    noise = torch.randn(1, TINY.prediction_horizon, ACTION_DIM, generator=torch.Generator().manual_seed(1))
+    before = policy.sample(obs, noise)
+    assert len(calls) == TINY.inference_steps
+    policy.set_inference_steps(2)
+    calls.clear()
+    after = policy.sample(obs, noise)
+    assert len(calls) == 2 and policy.config.inference_steps == 2 and not torch.equal(before, after)
+    assert load_policy(policy.save(tmp_path / "policy"), device="cpu").config.inference_steps == 2
+    for steps in (0, TINY.train_timesteps + 1):
+        with pytest.raises(PolicyError, match=f"inference_steps={steps} must be in"):
+            policy.set_inference_steps(steps)
+
+
 def test_damaged_policy_files_are_policy_errors_naming_the_file(tmp_path):
     policy = _policy()
     folder = policy.save(tmp_path / "policy")

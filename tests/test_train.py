@@ -312,6 +312,7 @@ def test_eval_errors_are_one_line(trained_run, tmp_path, capsys):
     assert "does not provide" in error_of("--policy", str(trained_run), "--obs-mode", "pixels")
     assert "unknown task 'Nope-v0'" in error_of("--policy", str(trained_run), "--task", "Nope-v0")
     assert "episodes=0" in error_of("--policy", str(trained_run), "--episodes", "0")
+    assert "gaussian policy has no DDIM steps" in error_of("--policy", str(trained_run), "--inference-steps", "5")
     assert not (tmp_path / "out").exists()
 
 

@@ -61,6 +61,10 @@ def test_train_bc_writes_a_policy_that_eval_loads(demos, tmp_path, capsys):
     again = json.loads(stdout.strip().splitlines()[-1])
     assert again["policy_kind"] == "diffusion" and again["task"] == "PickCube-v0"
     assert again["per_episode"] == evaluation["per_episode"]
+    code, stdout, err = run_cli(["eval", "--policy", str(out), "--episodes", "1", "--out", str(tmp_path / "eval1"),
+                                 "--device", "cpu", "--inference-steps", "1"], capsys)
+    assert code == 0, err
+    assert json.loads(stdout.strip().splitlines()[-1])["inference_steps"] == 1
 
 
 def test_ctrl_c_saves_the_policy_trained_so_far(demos, tmp_path, capsys, monkeypatch):
