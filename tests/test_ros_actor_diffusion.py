@@ -58,7 +58,7 @@ def client() -> dict:
     try:
         nodes["actor"] = start("actor", [
             "robot_rl.ros.actor_node", "--ros-args", "-p", f"robot:={ROBOT}", "-p", "obs_mode:=pixels",
-            "-p", f"weights_path:={policy}", "-p", "device:=cpu", "-p", "deterministic:=true",
+            "-p", f"weights_path:={policy}", "-p", "device:=cpu", "-p", "inference_steps:=3", "-p", "deterministic:=true",
             "-p", "stream_transitions:=false", "-p", "episodes:=1", "-p", f"stats_path:={stats}"])
         summary["actor_exit"] = nodes["actor"].wait(timeout=DEADLINE_S)
         summary["actor"] = json.loads(stats.read_text()) if stats.exists() else {}
@@ -85,7 +85,8 @@ def test_the_ros_actor_runs_a_diffusion_policy_in_real_time():
     summary, stderr, _ = run_ros_script(__file__, "client", DOMAIN_ID, DEADLINE_S + 60)
     actor = summary["actor"]
     assert summary["actor_exit"] == 0, summary["actor_log"]
-    assert "policy diffusion loaded from" in summary["actor_log"] and "worker thread" in summary["actor_log"]
+    log = summary["actor_log"]
+    assert "policy diffusion (DDIM-3) loaded from" in log and "worker thread" in log
     assert actor["episodes"] == 1 and actor["transitions"] >= 45, actor  # 50 steps (PickCube-v0)
     chunks = actor["chunks"]
     assert chunks["added"] >= 6 and chunks["executed"] >= 45, chunks  # 8-action chunks, planned ahead

@@ -37,7 +37,13 @@ def bad_starts(work: Path) -> dict[str, list[str]]:
     corrupt.parent.mkdir(parents=True)
     corrupt.write_bytes(b"\x85\xa4kind")
     actor = [sys.executable, "-m", "robot_rl.ros.actor_node", "--ros-args", "-p", "obs_mode:=state"]
+    from test_ros_actor_fuzz import untrained_pixel_agent
+
+    from robot_rl.policy_file import weights_message, write_policy_file
+
+    sac_policy = write_policy_file(work / "sac" / "policy.msgpack", weights_message(untrained_pixel_agent(), version=1))
     return {
+        "actor_ddim_steps_of_sac": [*actor, "-p", f"weights_path:={sac_policy}", "-p", "inference_steps:=5"],
         "actor_typo": [*actor, "-p", "episode:=3"],
         "actor_type": [*actor, "-p", "episodes:=abc"],
         "actor_checkpoint": [*actor, "-p", f"weights_path:={checkpoint}"],
@@ -179,6 +185,7 @@ def error_lines(output: str) -> list[str]:
     ("actor_checkpoint", ["weights_path:", "checkpoint/agent.msgpack is a learner checkpoint, not a policy file; "
                                            "pass ", "run/policy.msgpack"]),
     ("actor_missing", ["weights_path: policy file ", "nowhere/policy.msgpack does not exist"]),
+    ("actor_ddim_steps_of_sac", ["inference_steps=5: ", "sac/policy.msgpack is a SAC policy file, without DDIM steps"]),
     ("learner_typo", ["unknown parameter 'step' for node learner (did you mean 'steps'?)"]),
     ("learner_value", ["image_size=4 must be in [16, 640]"]),
     ("learner_corrupt_log", ["cannot resume run_dir ", "transition_log/000000000000.msgpack is corrupt (",

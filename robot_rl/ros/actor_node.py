@@ -104,6 +104,7 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
     ("weights_path", "", "policy to act with at once, never waiting for a learner: a SAC policy.msgpack, a policy "
                          "folder (train-bc, distill) or a run folder holding either"),
     ("device", "auto", "torch device of a torch policy: auto | cpu | cuda | cuda:N"),
+    ("inference_steps", 0, "DDIM steps per chunk of a diffusion policy (0: as saved in its policy.json)"),
     ("chunk_execute", 0, "actions of each chunk executed before the next is used (0: the policy's chunk length)"),
     ("ensemble_decay", -1.0, "realtime: temporal ensembling of overlapping chunks, weight exp(-decay * i) "
                              "(< 0: off, the newest chunk wins)"),
@@ -591,6 +592,9 @@ class ActorNode:
                 weights = read_policy_file(path)
             except PolicyFileError as error:
                 raise NodeStartupError(f"weights_path: {error}") from None
+            if int(self._param("inference_steps")):
+                raise NodeStartupError(f"inference_steps={int(self._param('inference_steps'))}: {path} is a SAC "
+                                       "policy file, without DDIM steps to set (only diffusion policies have)")
             problem = self._use_weights(weights, origin=path)
             if problem:
                 raise NodeStartupError(f"weights_path: policy file {path}: {problem}")
@@ -602,7 +606,8 @@ class ActorNode:
         problem = self._use_policy(policy)
         if problem:
             raise NodeStartupError(f"weights_path: policy {folder}: {problem}")
-        self._log.info(f"policy {policy.kind} loaded from {folder} on {policy.device}: obs horizon "
+        ddim = f" (DDIM-{policy.config.inference_steps})" if hasattr(policy, "set_inference_steps") else ""
+        self._log.info(f"policy {policy.kind}{ddim} loaded from {folder} on {policy.device}: obs horizon "
                        f"{policy.obs_horizon}, chunks of {policy.chunk_length}, executing "
                        f"{self.session.actor.execute} per chunk"
                        + (" in a worker thread" if self.session.actor.planner is not None else ""))
@@ -637,6 +642,16 @@ class ActorNode:
         if not 1 <= execute <= policy.chunk_length:
             return f"chunk_execute={execute} must be in [1, the policy's chunk length {policy.chunk_length}]"
         decay = float(self._param("ensemble_decay"))
+        steps = int(self._param("inference_steps"))
+        if steps:
+            set_inference_steps = getattr(policy, "set_inference_steps", None)
+            if set_inference_steps is None:
+                return (f"inference_steps={steps}: a {policy.kind} policy has no DDIM steps to set (only diffusion "
+                        "policies have)")
+            try:
+                set_inference_steps(steps)
+            except ValueError as error:
+                return str(error)
         warm = {key: np.zeros(entry.shape, entry.dtype) for key, entry in policy.observation_spec.entries}
         try:
             policy.act_chunk([warm] * policy.obs_horizon, deterministic=True)  # load and compile before any episode
