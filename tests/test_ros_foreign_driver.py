@@ -2,8 +2,8 @@
 640x480 bgr8 best-effort camera, JPEG CompressedImage wrist camera, joint_states with finger joints, no TCP pose or
 twist, JointTrajectory commands), configured by the robot file alone.
 
-1. The scripted human (the expert's hands) records demos through it: its twist becomes the actor's safe target, the
-   target becomes joint commands by differential IK, the sim follows them, and the task is solved.
+1. The scripted human (the expert's hands) records demos through it (in lock-step): its twist becomes the actor's
+   safe target, the target becomes joint commands by differential IK, the sim follows them, and the task is solved.
 2. A pixel policy drives it at 10 Hz from the first step of its episode to the last without a hold.
 
 Runs in a private network namespace with its own ROS_DOMAIN_ID (tests/ros_harness.py).
@@ -51,9 +51,14 @@ def client() -> dict:
         except (OSError, ValueError):
             return {}
 
+    def start_sim(mode: str) -> subprocess.Popen:
+        return start("sim", ["robot_rl.sim.node", "--task", "PickCube-v0", "--seed", str(SEED), "--mode", mode,
+                             "--ros-args", "-p", f"robot:={ROBOT}"])
+
     nodes = {
-        "sim": start("sim", ["robot_rl.sim.node", "--task", "PickCube-v0", "--seed", str(SEED), "--ros-args",
-                             "-p", f"robot:={ROBOT}"]),
+        # demos in lock-step: the scripted human answers each frame with that step's expert displacement, which in
+        # real time lands on the actor's tick before or after it depending on the two timers' phase
+        "sim": start_sim("lockstep"),
         "human": start("human", ["robot_rl.sim.scripted_teleop", "--ros-args", "-p", f"robot:={ROBOT}",
                                  "-p", "stuck_window:=2", "-p", "stuck_distance:=10.0", "-p", "takeover_steps:=1000",
                                  "-p", "episode_budget:=1000"]),
@@ -64,7 +69,8 @@ def client() -> dict:
         demos, recorder_stats = work / "demos.zarr", work / "recorder.json"
         nodes["recorder"] = start("recorder", [
             "robot_rl.ros.actor_node", "--ros-args", "-r", "__node:=recorder", "-p", f"robot:={ROBOT}",
-            "-p", "obs_mode:=pixels", "-p", "policy:=none", "-p", "stream_transitions:=false", "-p", "episodes:=2",
+            "-p", "obs_mode:=pixels", "-p", "mode:=lockstep", "-p", "policy:=none", "-p", "stream_transitions:=false",
+            "-p", "episodes:=2",
             "-p", f"record_path:={demos}", "-p", f"stats_path:={recorder_stats}"])
         summary["recorder_exit"] = nodes["recorder"].wait(timeout=DEADLINE_S / 2)
         summary["recorder"] = status(recorder_stats)
@@ -78,9 +84,11 @@ def client() -> dict:
             attrs = dataset.attrs
             summary["demo_robot"] = attrs.get("robot_config", {}).get("name")
             summary["demo_transform"] = attrs.get("image_transforms", {}).get("images/front")
-        os.killpg(nodes["human"].pid, signal.SIGINT)
-        nodes["human"].wait(timeout=20)
-        # 2. a pixel policy alone, 10 Hz, no hold
+        for name in ("human", "sim"):
+            os.killpg(nodes[name].pid, signal.SIGINT)
+            nodes[name].wait(timeout=20)
+        # 2. a pixel policy alone, 10 Hz, no hold: the driver as shipped, in real time
+        nodes["sim"] = start_sim("realtime")
         actor_stats = work / "actor.json"
         nodes["actor"] = start("actor", [
             "robot_rl.ros.actor_node", "--ros-args", "-p", f"robot:={ROBOT}", "-p", "obs_mode:=pixels",
