@@ -56,8 +56,9 @@ def client() -> dict:
                              "--ros-args", "-p", f"robot:={ROBOT}"])
 
     nodes = {
-        # demos in lock-step: the scripted human answers each frame with that step's expert displacement, which in
-        # real time lands on the actor's tick before or after it depending on the two timers' phase
+        # demos in lock-step: the scripted human answers each frame with that step's expert displacement; in real
+        # time both demos failed in some full-suite runs (suspected: the answer lands before or after the actor's
+        # tick depending on the two timers' phase)
         "sim": start_sim("lockstep"),
         "human": start("human", ["robot_rl.sim.scripted_teleop", "--ros-args", "-p", f"robot:={ROBOT}",
                                  "-p", "stuck_window:=2", "-p", "stuck_distance:=10.0", "-p", "takeover_steps:=1000",
