@@ -154,6 +154,16 @@ class ChunkRunner:
         return self._queue.popleft()
 
 
+def set_inference_steps(policy: Policy, steps: int) -> None:
+    """Give a policy that samples by DDIM `steps` steps per chunk; PolicyError for a kind without DDIM steps or an
+    out-of-range count."""
+    setter = getattr(policy, "set_inference_steps", None)
+    if setter is None:
+        raise PolicyError(f"inference_steps={steps}: a {policy.kind} policy has no DDIM steps to set (only diffusion "
+                          "policies have)")
+    setter(steps)
+
+
 def resolve_device(device: str) -> str:
     """`auto` -> "cuda" when torch sees a GPU, else "cpu"; "cpu" / "cuda" / "cuda:N" checked (PolicyError if the GPU
     asked for is not there)."""

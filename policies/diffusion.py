@@ -12,7 +12,6 @@ Actions and observation vectors are min-max normalised (:mod:`robot_rl.policies.
 from __future__ import annotations
 
 import dataclasses
-
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -279,8 +278,8 @@ class DiffusionPolicy:
 
     `act_chunk(deterministic=True)` starts DDIM from zero noise, the mode of the noise distribution, so the same
     history gives the same chunk whatever the seed (a fixed random draw made success depend on the draw: 95/93/67 %
-    on three PickCube BC seeds with DDIM-10 where zero noise gave 88/90/87 %); `deterministic=False` draws the noise from a
-    generator owned by the policy, seeded with `seed` and re-seeded by `reset()`, so a run of episodes is
+    on three PickCube BC seeds with DDIM-10 where zero noise gave 88/90/87 %); `deterministic=False` draws the noise
+    from a generator owned by the policy, seeded with `seed` and re-seeded by `reset()`, so a run of episodes is
     reproducible.
     """
 

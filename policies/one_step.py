@@ -66,7 +66,7 @@ class OneStepPolicy:
         self._signal, self._noise_scale = math.sqrt(alpha_bar), math.sqrt(1.0 - alpha_bar)
         self._timestep_tensor = torch.tensor([self.timestep], device=self.device)
         self._chunk_shape = (self.config.prediction_horizon, self.action_dim)
-        self._zero_noise = torch.zeros((1, *self._chunk_shape), device=self.device)
+        self._zero_noise = network._zero_noise
         self._generator = torch.Generator().manual_seed(self.seed)
 
     @classmethod

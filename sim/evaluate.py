@@ -221,9 +221,10 @@ def evaluate_policy_file(
 
     `task` defaults to the task of the run folder holding the policy, `obs_mode` and `image_size` to what the
     policy's observation spec needs, `out` to an `eval` folder next to the policy; `inference_steps` overrides a
-    diffusion policy's DDIM steps. Bad input (missing or foreign
-    policy file, unknown task, observations that do not match the policy) raises a ValueError naming it.
+    diffusion policy's DDIM steps. Bad input (missing or foreign policy file, unknown task, observations that do not
+    match the policy) raises a ValueError naming it.
     """
+    from robot_rl.policies.base import set_inference_steps
     from robot_rl.policies.checkpoint import load_policy, policy_folder
     from robot_rl.policy_file import read_policy_file, resolve_policy_path
 
@@ -231,11 +232,7 @@ def evaluate_policy_file(
     folder = policy_folder(path) or (policy_folder(path / "policy") if path.is_dir() else None)
     policy = load_policy(path, device=device)
     if inference_steps is not None:
-        set_inference_steps = getattr(policy, "set_inference_steps", None)
-        if set_inference_steps is None:
-            raise ValueError(f"inference_steps={inference_steps}: a {policy.kind} policy has no DDIM steps to set "
-                             "(only diffusion policies have)")
-        set_inference_steps(inference_steps)
+        set_inference_steps(policy, inference_steps)
     located = folder if folder is not None else resolve_policy_path(path)
     task = task or task_of_run(located)
     if task is None:

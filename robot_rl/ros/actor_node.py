@@ -633,6 +633,7 @@ class ActorNode:
     def _use_policy(self, policy) -> str | None:
         """Act with a frozen policy of any kind (chunks in a worker thread in real time); why not, or None."""
         from robot_rl.actor import Actor
+        from robot_rl.policies.base import PolicyError, set_inference_steps
         from robot_rl.policies.chunking import ChunkPlanner
 
         problem = self._check_policy_spec(policy.observation_spec, policy.action_dim)
@@ -644,13 +645,9 @@ class ActorNode:
         decay = float(self._param("ensemble_decay"))
         steps = int(self._param("inference_steps"))
         if steps:
-            set_inference_steps = getattr(policy, "set_inference_steps", None)
-            if set_inference_steps is None:
-                return (f"inference_steps={steps}: a {policy.kind} policy has no DDIM steps to set (only diffusion "
-                        "policies have)")
             try:
-                set_inference_steps(steps)
-            except ValueError as error:
+                set_inference_steps(policy, steps)
+            except PolicyError as error:
                 return str(error)
         warm = {key: np.zeros(entry.shape, entry.dtype) for key, entry in policy.observation_spec.entries}
         try:
