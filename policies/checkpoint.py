@@ -108,6 +108,7 @@ def read_policy_files(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]
 # kind -> "module:function" building a learner-trained policy from a WeightsMessage (robot_rl.transport) and a seed
 WEIGHT_KINDS: dict[str, str] = {
     "gaussian": "robot_rl.policies.gaussian:GaussianPolicy.from_message",
+    "residual": "robot_rl.policies.residual:ResidualPolicy.from_message",
 }
 
 

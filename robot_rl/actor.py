@@ -20,6 +20,10 @@ class ActorStep:
     action: np.ndarray
     intervention: bool
     policy_action: np.ndarray
+    learner_action: np.ndarray | None = None
+    """The learner head's own action for this step (the residual, the noise; None: unknown, e.g. a human's)."""
+    info: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    """The policy's per-step extras (e.g. `base_action`)."""
 
 
 class Actor:
@@ -55,7 +59,8 @@ class Actor:
             raise ValueError(f"execute={execute} must be in [1, chunk_length={policy.chunk_length}]")
         self.planner = planner
         self.history = ObservationHistory(policy.obs_horizon)
-        self._queue: collections.deque[np.ndarray] = collections.deque()
+        self._queue: collections.deque[tuple[np.ndarray, np.ndarray, dict]] = collections.deque()
+        self._last: tuple[np.ndarray, dict] = (np.zeros(0, np.float32), {})  # learner action, info of the last step
         self._uniform_rng = np.random.default_rng(seed)
 
     @property
@@ -84,23 +89,45 @@ class Actor:
         if self.human is not None:
             self.human.reset()
 
+    def observe(self, obs: Observation) -> Observation:
+        """This control step's observation as the policy and the learner see it: a policy over a frozen base adds the
+        base's action for the step (call once per step, before `step` or `human_acted`; others return `obs`)."""
+        augment = getattr(self.policy, "augment_observation", None)
+        return obs if augment is None else augment(obs)
+
+    def learner_action_of(self, executed: np.ndarray, obs: Observation) -> np.ndarray | None:
+        """A human's executed action in the learner's action space, where the policy can map it (else None)."""
+        return self.policy.learner_action_of(executed, {**obs, **self._last[1]})
+
     def policy_action(self, obs: Observation, now: float | None = None) -> np.ndarray | None:
         """The policy's action for `obs` (taken at `now`, on the planner's clock, when there is a planner); None
-        when a planner has no action due now."""
+        when a planner has no action due now. Its learner action and info are kept for `step`."""
         if self.planner is not None:
             stamp = self.planner.clock() if now is None else now
             self.planner.observe(obs, stamp)
             scheduled = self.planner.action_at(stamp)
-            return None if scheduled is None else scheduled.action
+            if scheduled is None:
+                return None
+            self._last = (scheduled.learner_action, scheduled.info)
+            return scheduled.action
         self.history.append(obs)
         if not self._queue:
             chunk = self.policy.act_chunk(self.history.observations(), deterministic=self.deterministic)
-            self._queue.extend(chunk.actions[: self.execute])
-        return self._queue.popleft()
+            self._queue.extend(chunk.step(i) for i in range(min(self.execute, len(chunk))))
+        action, learner_action, info = self._queue.popleft()
+        self._last = (learner_action, info)
+        return action
+
+    def _interrupt_policy(self) -> None:
+        interrupt = getattr(self.policy, "interrupt", None)
+        if interrupt is not None:
+            interrupt()
 
     def human_acted(self, obs: Observation) -> None:
         """A human chose this step's action: keep the observation history, drop the policy's plan (the arm will not
         be where the plan assumed)."""
+        self._last = (np.zeros(0, np.float32), {})
+        self._interrupt_policy()
         if self.planner is not None:
             self.planner.interrupt(obs)
             return
@@ -115,21 +142,29 @@ class Actor:
         """The policy's action (for `obs` taken at `now`, see `policy_action`), or a uniform random one when
         `uniform` (pass `learner.warming_up`); a human who takes over, seeing that action, overrides either. None
         when a planner has no action due now (the caller holds)."""
-        policy_action = self.uniform_action() if uniform else self.policy_action(obs, now)
+        if uniform:
+            policy_action = self.uniform_action()
+            self._last = (self.policy.learner_action_of(policy_action, {}), {})
+        else:
+            policy_action = self.policy_action(obs, now)
         if policy_action is None:
             return None
+        learner_action, info = self._last
         if self.human is not None:
             human_action = self.human.act(obs, policy_action)
             if human_action is not None:
+                human_action = np.asarray(human_action, dtype=np.float32)
+                learner_action = self.learner_action_of(human_action, obs)
+                self._interrupt_policy()
                 if self.planner is not None:
                     self.planner.interrupt()  # `obs` is in its history already
                 self._queue.clear()
-                return ActorStep(np.asarray(human_action, dtype=np.float32), True, policy_action)
-        return ActorStep(policy_action, False, policy_action)
+                return ActorStep(human_action, True, policy_action, learner_action, dict(info))
+        return ActorStep(policy_action, False, policy_action, learner_action, dict(info))
 
     def act(self, obs: Observation) -> np.ndarray:
         """`Policy` interface: the action to execute."""
-        return self.step(obs).action
+        return self.step(self.observe(obs)).action
 
 
 EPISODE_KEYS = ("success", "failure", "reset")
@@ -179,7 +214,8 @@ class ActorSession:
         self.episode_return = 0.0
         self.episode_interventions = 0
         self.counters: collections.Counter[str] = collections.Counter()
-        self._pending: tuple[dict, np.ndarray, bool, int] | None = None  # obs, action, intervention, control step
+        # obs, action, intervention, control step, learner action, policy info
+        self._pending: tuple[dict, np.ndarray, bool, int, np.ndarray | None, dict] | None = None
         self._control_step = 0  # step() calls of this episode that chose a command
         self._target: tuple[np.ndarray, np.ndarray] | None = None
         self._gripper = safety.config.initial_gripper
@@ -235,15 +271,18 @@ class ActorSession:
         success = bool(success) or episode_key == "success"
         reward = max(float(reward), 1.0) if episode_key == "success" else float(reward)
         transition = None
+        observe = getattr(self.actor, "observe", None)  # an actor object without it adds nothing
+        if observe is not None and not (self._pending is None and episode_key is not None):
+            obs = observe(obs)  # e.g. the base action of a residual policy, for this step and the learner
         if self._pending is not None:
-            previous_obs, action, intervention, control_step = self._pending
+            previous_obs, action, intervention, control_step, learner_action, policy_info = self._pending
             self.episode_step += 1
             terminated = success
             truncated = not terminated and (self.episode_step >= self.max_episode_steps or episode_key is not None)
             transition = StampedTransition(
                 seq=self.next_seq, episode=self.episode, step=control_step, observation=previous_obs,
                 action=action, reward=reward, terminated=terminated, truncated=truncated, next_observation=obs,
-                intervention=intervention, success=success)
+                intervention=intervention, success=success, learner_action=learner_action, policy_info=policy_info)
             self.outbox.add(transition)
             self.next_seq += 1
             self.episode_return += reward
@@ -257,9 +296,11 @@ class ActorSession:
             return SessionStep(None, None, True, False, success)
 
         intervention = human_action is not None
+        learner_action, policy_info = None, {}
         if intervention:
             action = np.asarray(human_action, dtype=np.float32)
             if self.actor is not None:
+                learner_action = self.actor.learner_action_of(action, obs)
                 self.actor.human_acted(obs)
         elif self.actor is not None:
             decision = self.actor.step(obs, uniform=uniform, now=now)
@@ -271,6 +312,7 @@ class ActorSession:
                 self.counters["policy_late"] += 1
                 return SessionStep(command, transition, False, False, success, policy_late=True)
             action, intervention = decision.action, decision.intervention
+            learner_action, policy_info = decision.learner_action, decision.info
         else:  # no policy and no human: hold
             action = self._hold_action()
         command = self.safety.filter(action, *self._target, now, sensor_stamps, current_gripper=self._gripper)
@@ -282,5 +324,6 @@ class ActorSession:
         else:
             self._target = (command.target_position, command.target_quat)
             self._gripper = command.gripper
-            self._pending = (dict(obs), np.clip(action, -1.0, 1.0).astype(np.float32), intervention, control_step)
+            self._pending = (dict(obs), np.clip(action, -1.0, 1.0).astype(np.float32), intervention, control_step,
+                             learner_action, dict(policy_info))
         return SessionStep(command, transition, False, intervention, success)

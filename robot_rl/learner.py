@@ -158,17 +158,28 @@ class Learner:
                 "scale the reward into them, or set --sac.target-bounds to the range of discounted returns "
                 "(None turns clipping off: SACConfig(target_bounds=None))")
 
-    def add_demos(self, dataset: EpisodeDataset) -> int:
+    def add_demos(self, dataset: EpisodeDataset, policy=None) -> int:
         """Put every step of every episode of `dataset` in the demo buffer; returns the number of transitions.
 
-        The whole dataset is checked (keys, shapes, actions, rewards) before anything is added.
+        `policy`: one over a frozen base (residual) labels each demo observation with what it adds (the base's
+        action at that step, run over the episode as when acting: `reset()` per episode, `augment_observation(obs)`
+        per step), so demos train its head like online data. The whole dataset is checked (keys, shapes, actions,
+        rewards) before anything is added.
         """
-        self._check_demos(dataset)
+        added_keys = () if policy is None else tuple(
+            k for k in self.observation_spec.keys if k not in policy.observation_spec)
+        self._check_demos(dataset, added_keys, () if policy is None else tuple(policy.observation_spec.keys))
         added = 0
         for index in range(dataset.num_episodes):
             episode = dataset.episode(index)
             length = len(episode["action"])
-            obs = {k: episode["obs"][k] for k in self.observation_spec.keys}
+            obs = {k: episode["obs"][k] for k in self.observation_spec.keys if k not in added_keys}
+            if added_keys:
+                read = {k: episode["obs"][k] for k in policy.observation_spec.keys}
+                frames = self._label_episode(policy, {**obs, **read}, episode["final_obs"], added_keys)
+                frames = {k: frames[k] for k in self.observation_spec.keys}
+                episode = {**episode, "final_obs": {k: v[-1] for k, v in frames.items()}}
+                obs = {k: v[:-1] for k, v in frames.items()}
             for t in range(length):
                 current = {k: v[t] for k, v in obs.items()}
                 following = {k: (obs[k][t + 1] if t + 1 < length else episode["final_obs"][k]) for k in obs}
@@ -182,14 +193,33 @@ class Learner:
         self.demo_transitions += added
         return added
 
-    def _check_demos(self, dataset: EpisodeDataset) -> None:
-        missing = [k for k in self.observation_spec.keys if k not in dataset.observation_spec]
+    @staticmethod
+    def _label_episode(policy, obs: dict[str, np.ndarray], final_obs: Mapping[str, np.ndarray],
+                       added_keys: tuple[str, ...]) -> dict[str, np.ndarray]:
+        """{key: (T + 1, ...)} of the episode's observations and its final one, with `policy`'s added entries."""
+        frames = {k: np.concatenate([v, np.asarray(final_obs[k])[None]]) for k, v in obs.items()}
+        policy.reset()
+        labels: dict[str, list[np.ndarray]] = {k: [] for k in added_keys}
+        for t in range(len(next(iter(frames.values())))):
+            augmented = policy.augment_observation({k: v[t] for k, v in frames.items()})
+            for key in added_keys:
+                labels[key].append(np.asarray(augmented[key]))
+        return {**frames, **{k: np.stack(v) for k, v in labels.items()}}
+
+    def _check_demos(self, dataset: EpisodeDataset, added_keys: tuple[str, ...] = (),
+                     policy_keys: tuple[str, ...] = ()) -> None:
+        needed = [k for k in self.observation_spec.keys if k not in added_keys]
+        if added_keys:  # the base policy labelling the demos reads its own entries too
+            needed += [k for k in policy_keys if k not in needed]
+        missing = [k for k in needed if k not in dataset.observation_spec]
         if missing:
             raise ValueError(
                 f"demo dataset {dataset.path} lacks observation keys {missing} (it has "
                 f"{sorted(dataset.observation_spec)}); record demos with the same --obs-mode"
             )
         for key, spec in self.observation_spec.entries:
+            if key in added_keys:
+                continue
             stored = dataset.observation_spec[key]
             if stored.shape == spec.shape and stored.dtype == spec.dtype:
                 continue

@@ -75,6 +75,16 @@ class TrainConfig:
     """Episodes of the final evaluation (None: as many as --eval-episodes)."""
     checkpoint_every: int = 2000
     """Env steps between checkpoints; there is also one after every evaluation, at the end and on Ctrl-C/SIGTERM."""
+    policy: Literal["plain", "residual"] = "plain"
+    """What the SAC action means: `plain` = the robot action; `residual` = a scaled correction of a frozen base
+    policy's action (--base), per control step: executed = clip(base + residual_scale * SAC action, -1, 1)."""
+    base: Path | None = None
+    """Frozen base policy (a policy folder from `robot-rl train-bc` or `distill`, or any policy file) for
+    --policy residual. The run's --obs-mode must give the entries it reads."""
+    residual_scale: float = 0.1
+    """Scale of the residual correction in action units ([-1, 1] per dim) with --policy residual."""
+    base_execute: int | None = None
+    """Actions of each base chunk executed before the base plans again (None: its whole chunk)."""
     intervene: bool = False
     """Let the simulated human (the scripted expert) take over when the policy is stuck or leaving the workspace."""
     human: SimulatedHumanConfig = SimulatedHumanConfig()
@@ -103,6 +113,14 @@ class TrainConfig:
                     if getattr(self, name) < low]
         if self.final_eval_episodes is not None and self.final_eval_episodes < 1:
             problems.append(f"final_eval_episodes={self.final_eval_episodes!r} must be >= 1 or None (eval_episodes)")
+        if self.policy == "residual" and self.base is None:
+            problems.append("policy='residual' needs --base (the frozen base policy's folder or file)")
+        if self.policy == "plain" and self.base is not None:
+            problems.append(f"--base {self.base} is only used with --policy residual")
+        if not (np.isfinite(self.residual_scale) and self.residual_scale > 0):
+            problems.append(f"residual_scale={self.residual_scale!r} must be > 0")
+        if self.base_execute is not None and self.base_execute < 1:
+            problems.append(f"base_execute={self.base_execute!r} must be >= 1 or None (the base's chunk)")
         if not 16 <= self.image_size <= 640:
             problems.append(f"image_size={self.image_size!r} must be in [16, 640]")
         if problems:
@@ -368,7 +386,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
     from robot_rl.actor import Actor, ActorSession
     from robot_rl.data.episodes import EpisodeDataset
     from robot_rl.loop import make_env
-    from robot_rl.policy_file import POLICY_FILE, weights_message, write_policy_file
+    from robot_rl.policy_file import POLICY_FILE, write_policy_file
     from robot_rl.report import learner_counters, success_text, write_report
     from robot_rl.safety import Safety
     from robot_rl.sim.human import SimulatedHuman
@@ -377,9 +395,14 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
     state: dict[str, Any] = {"env_step": 0, "episode": 0, "weights_version": 0, "wall_seconds": 0.0, "evals": [],
                              "episodes_log": [], "metrics": [], "safety": {}, "finished": False}
     env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size)
+    try:
+        make_policy, spec, sac = _policy_kind(cfg, env)
+    except BaseException:
+        env.close()
+        raise
     robot = SimRobotAdapter(env)
     eval_env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size)
-    learner = Learner(env.observation_space, env.action_space.shape[0], cfg.sac, cfg.learner)
+    learner = Learner(spec, env.action_space.shape[0], sac, cfg.learner)
 
     if resuming:
         state.update(learner.restore(run_dir / CHECKPOINT_DIR))
@@ -394,8 +417,9 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
         if demos is not None and demos.task != cfg.task:
             raise RunError(f"--demo-path {cfg.demo_path} holds demos of task {demos.task!r}, this run is --task "
                            f"{cfg.task}")
+        labeller = make_policy(learner.agent) if cfg.policy == "residual" else None  # demos get base actions
         if demos is not None:
-            learner.add_demos(demos)  # checks the dataset against this run's spaces before the folder exists
+            learner.add_demos(demos, labeller)  # checks the dataset against this run's spaces before the folder exists
         created = not run_dir.exists()
         run_dir.mkdir(parents=True, exist_ok=True)
         try:
@@ -403,7 +427,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
             if demos is None and cfg.demos:
                 demos = record_demos(cfg, run_dir)
                 if demos is not None:
-                    learner.add_demos(demos)
+                    learner.add_demos(demos, labeller)
         except BaseException:
             if created:  # no half-made run folder
                 shutil.rmtree(run_dir, ignore_errors=True)
@@ -411,7 +435,8 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
         if demos is not None:
             print(f"{learner.demo_transitions} demo transitions from {demos.num_episodes} episodes ({demos.path})")
     if learner.warming_up:  # say why the first updates are late (or never come, in a short run)
-        print(f"warm-up: uniformly random actions and no updates for the next "
+        acting = "uniformly random actions" if cfg.policy == "plain" else "the base policy acts"
+        print(f"warm-up: {acting} and no updates for the next "
               f"{learner.warmup_transitions - learner.transitions} env steps (no demos; --learner.warmup-transitions "
               "sets it)")
     # Seeded by the episode it starts at, like the actor: a resumed run does not replay the human's noise.
@@ -419,12 +444,14 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
     if human is not None:
         human.total_steps = learner.interventions
 
-    actor = Actor(learner.agent, seed=cfg.seed + state["episode"], human=human)
+    actor = Actor(make_policy(learner.agent, seed=cfg.seed + state["episode"]), seed=cfg.seed + state["episode"],
+                  human=human)
+    uniform_warmup = cfg.policy == "plain"  # a residual run acts with its base (zero correction) from the start
     session = ActorSession(Safety(robot.safety_config()), IN_PROCESS_SOURCE, Outbox(),
                            max_episode_steps=robot.max_episode_steps, actor=actor)
     session.safety.counters.update(state["safety"])
     feed = OutboxFeed(session.outbox, learner)
-    eval_actor = Actor(learner.agent, deterministic=True)
+    eval_actor = Actor(make_policy(learner.agent), deterministic=True)
     history = EvalHistory(state["evals"])
     tb = Writer(str(run_dir / "tensorboard"))
     recent_success: list[bool] = [bool(e["success"]) for e in state["episodes_log"][-20:]]
@@ -470,8 +497,8 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
             wall_seconds=time.perf_counter() - start_time, safety=dict(session.safety.counters),
         )
         learner.save(run_dir / CHECKPOINT_DIR, extra=state)
-        write_policy_file(run_dir / POLICY_FILE, weights_message(
-            learner.agent, version=max(weights_version, 1), transitions=learner.transitions, updates=learner.updates))
+        write_policy_file(run_dir / POLICY_FILE, make_policy(learner.agent).weights_message(
+            version=max(weights_version, 1), transitions=learner.transitions, updates=learner.updates))
         next_checkpoint = env_step + cfg.checkpoint_every
         update_rate.exclude(time.perf_counter() - started)
 
@@ -496,7 +523,8 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
             while env_step < cfg.steps:
                 start = robot.reset(seed=cfg.seed + episode)
                 session.start_episode(start.tcp_position, start.tcp_quat, start.gripper)  # resets the actor
-                decision = session.step(start.observation, uniform=learner.warming_up)  # no demos: uniform first
+                # no demos: uniform first
+                decision = session.step(start.observation, uniform=uniform_warmup and learner.warming_up)
                 episode_return, episode_length = 0.0, 0
                 success = False
                 while not decision.episode_over:
@@ -509,7 +537,8 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
                     success = success or executed.success
                     # closes this step's transition (none after a held command) and chooses the next command
                     decision = session.step(executed.observation, reward=executed.reward, success=executed.success,
-                                            episode_key=executed.episode_key, uniform=learner.warming_up)
+                                            episode_key=executed.episode_key,
+                                            uniform=uniform_warmup and learner.warming_up)
                     if feed.drain() and learner.ready:
                         update_info = learner.step()
                         if env_step % cfg.weights_every == 0:
@@ -560,6 +589,39 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
     print(f"final eval success {success_text(final['successes'], final['episodes'])} after {env_step} env steps; "
           f"report: {path}")
     return run_dir
+
+
+def _policy_kind(cfg: TrainConfig, env):
+    """(make_policy(agent, seed=0) -> the Policy the actor runs, the learner's observation spec, its SAC config) of
+    the run's --policy; RunError for a --base the run cannot use."""
+    from robot_rl.policies.base import PolicyError
+    from robot_rl.policies.gaussian import GaussianPolicy
+    from robot_rl.types import ObservationSpec
+
+    if cfg.policy == "plain":
+        return (lambda agent, seed=0: GaussianPolicy(agent, seed=seed)), env.observation_space, cfg.sac
+    from robot_rl.policies.residual import FrozenBase, ResidualPolicy, load_base, residual_observation_spec
+
+    try:
+        base = load_base(cfg.base, device="cpu", execute=cfg.base_execute)
+    except PolicyError as error:
+        raise RunError(f"--base {cfg.base}: {error}") from None
+    provided = ObservationSpec.from_space(env.observation_space)
+    wrong = [k for k in base.policy.observation_spec.keys
+             if k not in provided or provided[k] != base.policy.observation_spec[k]]
+    if wrong or base.policy.action_dim != env.action_space.shape[0]:
+        reads = ", ".join(f"{k} {base.policy.observation_spec[k].shape}" for k in wrong)
+        raise RunError(f"--base {cfg.base} reads {reads} and acts in {base.policy.action_dim} dims; --task {cfg.task} "
+                       f"--obs-mode {cfg.obs_mode} --image-size {cfg.image_size} gives {dict((k, v.shape) for k, v in provided.entries)} and "
+                       f"{env.action_space.shape[0]}-d actions")
+    spec = residual_observation_spec(base.policy, provided.keys)
+    sac = dataclasses.replace(cfg.sac, residual_scale=cfg.residual_scale, actor_zero_init_last=True)
+
+    def make_policy(agent, seed: int = 0) -> ResidualPolicy:
+        own_base = FrozenBase(base.policy, execute=base.execute, path=base.path)  # its own chunk queue
+        return ResidualPolicy(own_base, GaussianPolicy(agent, seed=seed), cfg.residual_scale)
+
+    return make_policy, spec, sac
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -58,9 +58,14 @@ class StampedTransition:
     next_observation: Mapping[str, np.ndarray]
     intervention: bool = False
     success: bool = False
+    learner_action: np.ndarray | None = None
+    """The learner head's own action at this step (plain SAC: the action; residual: the correction; noise-space:
+    the initial noise); None where unknown (a human's action a policy cannot map)."""
+    policy_info: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    """The policy's per-step extras, e.g. `base_action` of a residual policy."""
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        wire = {
             "seq": int(self.seq), "episode": int(self.episode), "step": int(self.step),
             "obs": {k: np.asarray(v) for k, v in self.observation.items()},
             "action": np.asarray(self.action, dtype=np.float32), "reward": float(self.reward),
@@ -68,6 +73,11 @@ class StampedTransition:
             "next_obs": {k: np.asarray(v) for k, v in self.next_observation.items()},
             "intervention": bool(self.intervention), "success": bool(self.success),
         }
+        if self.learner_action is not None:
+            wire["learner_action"] = np.asarray(self.learner_action, dtype=np.float32)
+        if self.policy_info:
+            wire["info"] = {k: np.asarray(v) for k, v in self.policy_info.items()}
+        return wire
 
     @classmethod
     def from_wire(cls, item: Any, index: int) -> StampedTransition:
@@ -84,6 +94,9 @@ class StampedTransition:
                 next_observation=_observation(item["next_obs"], f"{where} next_obs"),
                 intervention=_boolean(item.get("intervention", False), f"{where} intervention"),
                 success=_boolean(item.get("success", False), f"{where} success"),
+                learner_action=(None if item.get("learner_action") is None
+                                else _array(item["learner_action"], f"{where} learner_action")),
+                policy_info=_observation(item["info"], f"{where} info") if item.get("info") not in (None, {}) else {},
             )
         except KeyError as missing:
             raise TransportError(f"{where} lacks field {missing}") from None
@@ -91,6 +104,10 @@ class StampedTransition:
             raise TransportError(f"{where} has a negative sequence number {values['seq']}")
         if not np.all(np.isfinite(values["action"])) or not np.isfinite(values["reward"]):
             raise TransportError(f"{where} (seq {values['seq']}) has a non-finite action or reward")
+        learner_action = values["learner_action"]
+        if learner_action is not None and not (
+                learner_action.dtype.kind == "f" and np.all(np.isfinite(learner_action))):
+            raise TransportError(f"{where} (seq {values['seq']}) has a non-finite or non-float learner_action")
         return cls(**values)
 
 

@@ -24,7 +24,8 @@ def obs(t: int) -> dict[str, np.ndarray]:
 
 
 class StubPolicy:
-    """`step(obs, uniform=, now=)`, `human_acted(obs)` and `reset()`: what ActorSession uses of an Actor."""
+    """`observe(obs)`, `step(obs, uniform=, now=)`, `learner_action_of(action, obs)`, `human_acted(obs)` and
+    `reset()`: what ActorSession uses of an Actor."""
 
     def __init__(self, actions):
         self.actions = list(actions)
@@ -41,6 +42,12 @@ class StubPolicy:
     def step(self, observation, *, uniform=False, now=None):
         action = self.policy_action(observation, now)
         return ActorStep(action, False, action)
+
+    def observe(self, observation):
+        return observation
+
+    def learner_action_of(self, executed, observation):
+        return np.asarray(executed, dtype=np.float32)
 
     def human_acted(self, observation):
         self.seen.append(observation)
@@ -67,6 +74,9 @@ class ConstantPolicy:
         from robot_rl.policies.base import ActionChunk
 
         return ActionChunk(self.action[None], self.action[None])
+
+    def learner_action_of(self, executed, info):
+        return np.asarray(executed, dtype=np.float32)
 
 
 def new_session(actor=None, *, max_episode_steps: int = 50, outbox: Outbox | None = None,

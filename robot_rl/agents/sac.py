@@ -109,6 +109,16 @@ class SACConfig:
     """Upper clip of the actor's log standard deviation."""
     actor_zero_init_last: bool = False
     """Zero-initialise the actor's last layer (residual RL: start as "no correction")."""
+    actor_delay: int = 0
+    """Critic-only steps before the actor's first step (a critic warm-up: the critic learns to score the executed
+    actions before the actor follows it; residual RL over a good base)."""
+    residual_scale: float | None = None
+    """Residual RL: the SAC action a is a correction of the base action in observation entry `residual_key`, and
+    the executed action is clip(base + residual_scale * a, -1, 1). The critic scores executed actions (what the
+    batches hold), the actor is trained through that map, and the BC term compares executed actions. None: the SAC
+    action is the executed action."""
+    residual_key: str = "base_action"
+    """Observation entry holding the base policy's action (with residual_scale)."""
     bc_weight: float = 0.0
     """Behaviour-cloning term on demo rows of each batch: bc_weight * mean ||tanh(mean(s)) - a_demo||^2 in the actor
     loss. 0 is plain SAC/RLPD; a small weight makes learning from few demos much faster (TD3+BC-style)."""
@@ -145,6 +155,10 @@ class SACConfig:
         if not (math.isfinite(self.log_std_min) and math.isfinite(self.log_std_max)
                 and self.log_std_min < self.log_std_max):
             problems.append(f"log_std_min={self.log_std_min} must be below log_std_max={self.log_std_max}")
+        if self.actor_delay < 0:
+            problems.append(f"actor_delay={self.actor_delay} must be >= 0")
+        if self.residual_scale is not None and not (math.isfinite(self.residual_scale) and self.residual_scale > 0):
+            problems.append(f"residual_scale={self.residual_scale} must be > 0 or None (no residual)")
         if not (math.isfinite(self.bc_weight) and self.bc_weight >= 0):
             problems.append(f"bc_weight={self.bc_weight} must be >= 0")
         if self.target_bounds is not None and not (
@@ -198,6 +212,12 @@ class SACAgent(flax.struct.PyTreeNode):
             raise ValueError("observation spec is empty")
         if action_dim < 1:
             raise ValueError(f"action_dim must be >= 1, got {action_dim}")
+        if config.residual_scale is not None:
+            key = config.residual_key
+            if key not in spec or spec[key].shape != (action_dim,):
+                found = f"{spec[key].dtype} {spec[key].shape}" if key in spec else "no such entry"
+                raise ValueError(f"a residual SAC agent (residual_scale={config.residual_scale}) needs observation "
+                                 f"entry {key!r} of shape ({action_dim},) holding the base action ({found})")
         return _create_agent(jax.random.PRNGKey(seed), spec, action_dim, config)
 
     @property
@@ -365,6 +385,15 @@ def subset_min(key: jax.Array, q_values: jax.Array, subset_size: int) -> jax.Arr
     return jnp.min(q_values[heads], axis=0)
 
 
+def executed_actions(config: SACConfig, observations: Mapping[str, jax.Array], actions: jax.Array) -> jax.Array:
+    """What the robot executes for SAC actions `actions`: themselves, or (residual RL) the base action in
+    `observations` plus the scaled residual, clipped to [-1, 1]."""
+    if config.residual_scale is None:
+        return actions
+    base = jnp.asarray(observations[config.residual_key], jnp.float32)
+    return jnp.clip(base + config.residual_scale * actions, -1.0, 1.0)
+
+
 def critic_loss(
     agent: SACAgent, critic_params: Params, observations: dict, actions: jax.Array, targets: jax.Array
 ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
@@ -386,7 +415,8 @@ def actor_loss(
     demo_actions: jax.Array | None = None,
     demo_mask: jax.Array | None = None,
 ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
-    """alpha * log pi - mean_heads Q (+ bc_weight * BC error on demo rows); the encoder is frozen here.
+    """alpha * log pi - mean_heads Q(executed action) (+ bc_weight * BC error on demo rows); the encoder is frozen
+    here.
 
     aux = (mean log pi, BC error).
     """
@@ -395,12 +425,14 @@ def actor_loss(
     features = jax.lax.stop_gradient(features)
     mean, log_std = actor_distribution(agent, actor_params, features)
     actions, log_probs = tanh_gaussian_sample(key, mean, log_std)
-    q_values = critic_values(agent, critic_head_params, features, actions).mean(axis=0)
+    executed = executed_actions(agent.config, observations, actions)
+    q_values = critic_values(agent, critic_head_params, features, executed).mean(axis=0)
     loss = jnp.mean(temperature * log_probs - q_values)
     bc_error = jnp.zeros((), jnp.float32)
     if demo_actions is not None and demo_mask is not None:
         mask = jnp.asarray(demo_mask, jnp.float32)
-        squared = jnp.sum((tanh_gaussian_mode(mean) - demo_actions) ** 2, axis=-1)
+        mode = executed_actions(agent.config, observations, tanh_gaussian_mode(mean))
+        squared = jnp.sum((mode - demo_actions) ** 2, axis=-1)
         bc_error = jnp.sum(mask * squared) / jnp.maximum(mask.sum(), 1.0)
         loss = loss + agent.config.bc_weight * bc_error
     return loss, (jnp.mean(log_probs), bc_error)
@@ -423,6 +455,7 @@ def _sac_step(agent: SACAgent, batch: Batch) -> tuple[SACAgent, dict[str, jax.Ar
     next_features = jax.lax.stop_gradient(encode(agent, agent.critic.params["encoder"], next_observations))
     next_mean, next_log_std = actor_distribution(agent, agent.actor.params, next_features)
     next_actions, next_log_probs = tanh_gaussian_sample(next_action_key, next_mean, next_log_std)
+    next_actions = executed_actions(config, next_observations, next_actions)
     target_features = encode(agent, agent.target_critic_params["encoder"], next_observations)
     # REDQ: evaluate only the randomly chosen target heads (gathering their params), then take the min.
     heads = jax.random.choice(subset_key, config.critic_ensemble_size, (config.critic_subset_size,), replace=False)
@@ -479,12 +512,11 @@ def _sac_step(agent: SACAgent, batch: Batch) -> tuple[SACAgent, dict[str, jax.Ar
         nan = jnp.full((), jnp.nan, jnp.float32)
         return agent, {"actor_loss": nan, "entropy": nan, "temperature_loss": nan, "bc_error": nan}
 
-    if config.critic_actor_ratio == 1:
+    if config.critic_actor_ratio == 1 and config.actor_delay == 0:
         agent, actor_info = actor_and_temperature_step(agent)
-    else:
-        agent, actor_info = jax.lax.cond(
-            agent.step % config.critic_actor_ratio == 0, actor_and_temperature_step, skip, agent
-        )
+    else:  # agent.step counts this critic step already
+        actor_due = (agent.step % config.critic_actor_ratio == 0) & (agent.step > config.actor_delay)
+        agent, actor_info = jax.lax.cond(actor_due, actor_and_temperature_step, skip, agent)
     info.update(actor_info)
     info["temperature"] = jnp.exp(agent.temperature.params["log_temperature"])
     return agent, info
