@@ -5,6 +5,7 @@ Prints one JSON line and writes a PNG of the curves. Each entry trains a fresh r
     python bench/learning.py --suite state            # PickCube state, 3 seeds, 5k steps, 20 demos
     python bench/learning.py --suite peg              # PegInsert state, 3 seeds, 10k steps, 50 demos, BC weight 25
     python bench/learning.py --suite pixels           # PickCube pixels (2x64x64 cameras), 10k steps
+    python bench/learning.py --suite pixels --policy residual --base runs/bc/policy   # residual SAC on a frozen base
 """
 
 from __future__ import annotations
@@ -58,6 +59,14 @@ class Args:
     """Train with the simulated human taking over when the policy is stuck (HIL-SERL); evals never intervene."""
     tag: str = ""
     """Suffix of the run names and the PNG (keeps parallel runs apart)."""
+    policy: Literal["plain", "residual"] = "plain"
+    """What the SAC action means (robot_rl.train.TrainConfig.policy)."""
+    base: Path | None = None
+    """Frozen base policy of --policy residual."""
+    residual_scale: float = 0.1
+    """Residual correction scale (with --policy residual)."""
+    actor_delay: int | None = None
+    """Critic-only gradient steps before the actor moves (default: the SAC config's)."""
 
 
 def main(args: Args) -> dict:
@@ -67,13 +76,15 @@ def main(args: Args) -> dict:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     curves = {}
     wall = {}
+    intervention = {}  # mean per-episode intervention rate over the first and last quarter of training episodes
     base = TrainConfig()
     learner_overrides = {k: v for k, v in (("utd", args.utd), ("n_step", args.n_step), ("batch_size", args.batch_size))
                          if v is not None}
     demos = args.demos if args.demos is not None else suite.get("demos", 20)
     bc_weight = args.bc_weight if args.bc_weight is not None else suite.get("bc_weight")
     sac_overrides = {k: v for k, v in (("critic_ensemble_size", args.critics), ("bc_weight", bc_weight),
-                                       ("discount", args.discount)) if v is not None}
+                                       ("discount", args.discount), ("actor_delay", args.actor_delay))
+                     if v is not None}
     learner_cfg = dataclasses.replace(base.learner, **learner_overrides)
     sac_cfg = dataclasses.replace(base.sac, **sac_overrides)
     name = f"{args.suite}-{stamp}{'-' + args.tag if args.tag else ''}"
@@ -82,17 +93,22 @@ def main(args: Args) -> dict:
             task=suite["task"], obs_mode=suite["obs_mode"], demos=demos, steps=steps, seed=seed,
             eval_every=args.eval_every, eval_episodes=args.eval_episodes, final_eval_episodes=args.final_eval_episodes,
             checkpoint_every=steps, video=False, run_dir=args.out / f"{name}-seed{seed}",
-            learner=learner_cfg, sac=sac_cfg, intervene=args.intervene,
+            learner=learner_cfg, sac=sac_cfg, intervene=args.intervene, policy=args.policy, base=args.base,
+            residual_scale=args.residual_scale,
         )
         start = time.perf_counter()
         run_dir = train(cfg)
         wall[seed] = time.perf_counter() - start
         state = json.loads((run_dir / "checkpoint" / "learner.json").read_text())["extra"]
         curves[seed] = [(row["env_step"], row["success_rate"]) for row in state["evals"]]
+        rates = [e["intervention_rate"] for e in state["episodes_log"]]
+        quarter = max(len(rates) // 4, 1)
+        intervention[seed] = {"first_quarter": round(float(np.mean(rates[:quarter])), 3),
+                              "last_quarter": round(float(np.mean(rates[-quarter:])), 3), "episodes": len(rates)}
     finals = [curve[-1][1] for curve in curves.values()]
     first_hit = [next((step for step, rate in curve if rate >= suite["target"]), None) for curve in curves.values()]
     png = args.out / f"{name}.png"
-    plot(curves, png, f"{suite['task']} ({suite['obs_mode']}), {demos} demos {args.tag}".strip())
+    plot(curves, png, f"{suite['task']} ({suite['obs_mode']}), {args.policy}, {demos} demos {args.tag}".strip())
     result = {
         "bench": "learning",
         "suite": args.suite,
@@ -107,6 +123,11 @@ def main(args: Args) -> dict:
         "bc_weight": sac_cfg.bc_weight,
         "discount": sac_cfg.discount,
         "intervene": args.intervene,
+        "intervention_rate": {str(seed): rates for seed, rates in intervention.items()} if args.intervene else None,
+        "policy": args.policy,
+        "base": str(args.base) if args.base else None,
+        "residual_scale": args.residual_scale if args.policy == "residual" else None,
+        "actor_delay": sac_cfg.actor_delay,
         "tag": args.tag,
         "backend": jax.default_backend(),
         "seeds": list(seeds),

@@ -109,6 +109,7 @@ def read_policy_files(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]
 WEIGHT_KINDS: dict[str, str] = {
     "gaussian": "robot_rl.policies.gaussian:GaussianPolicy.from_message",
     "residual": "robot_rl.policies.residual:ResidualPolicy.from_message",
+    "noise": "robot_rl.policies.noise:NoisePolicy.from_message",
 }
 
 

@@ -445,6 +445,17 @@ class DiffusionPolicy:
         noise = self._zero_noise if deterministic else torch.randn((1, *self._chunk_shape), generator=self._generator)
         return self.executed_chunk(self.sample(self.history_tensors(history), noise))
 
+    @property
+    def noise_shape(self) -> tuple[int, int]:
+        """Shape of one chunk's initial noise: (prediction_horizon, action_dim)."""
+        return tuple(self._chunk_shape)
+
+    def chunk_from_noise(self, history: Sequence[Observation], noise: np.ndarray) -> ActionChunk:
+        """The executed chunk denoised (deterministic DDIM) from `noise` of `noise_shape`: what a noise-space head
+        steers."""
+        noise = torch.from_numpy(np.asarray(noise, dtype=np.float32).reshape(1, *self._chunk_shape))
+        return self.executed_chunk(self.sample(self.history_tensors(history), noise))
+
     def history_tensors(self, history: Sequence[Observation]) -> dict[str, torch.Tensor]:
         """The last obs_horizon observations as a batch of one on the policy's device; PolicyError names a missing
         key or a wrong shape."""

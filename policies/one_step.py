@@ -159,6 +159,16 @@ class OneStepPolicy:
         noise = self._zero_noise if deterministic else torch.randn((1, *self._chunk_shape), generator=self._generator)
         return self.network.executed_chunk(self.sample(self.network.history_tensors(history), noise))
 
+    @property
+    def noise_shape(self) -> tuple[int, int]:
+        """Shape of one chunk's initial noise: (prediction_horizon, action_dim)."""
+        return tuple(self._chunk_shape)
+
+    def chunk_from_noise(self, history: Sequence[Observation], noise: np.ndarray) -> ActionChunk:
+        """The executed chunk the student denoises from `noise` of `noise_shape` in one call (deterministic)."""
+        noise = torch.from_numpy(np.asarray(noise, dtype=np.float32).reshape(1, *self._chunk_shape))
+        return self.network.executed_chunk(self.sample(self.network.history_tensors(history), noise))
+
     def learner_action_of(self, executed: np.ndarray, info: Mapping[str, np.ndarray]) -> np.ndarray | None:
         return np.asarray(executed, dtype=np.float32)
 

@@ -74,7 +74,59 @@ class FrozenBase:
         return np.asarray(self._queue.popleft(), dtype=np.float32)
 
 
-class ResidualPolicy:
+class HeadOnFrozenBase:
+    """What the residual and noise-space kinds share: a learner-trained SAC head (`head`, a GaussianPolicy) over a
+    frozen base loaded from its own files (`base_path`); the head's weights come from the learner, the base's never
+    change. A subclass sets `kind`, `policy_config()` and `_from_parts`."""
+
+    head: Any
+
+    @property
+    def weights_version(self) -> int:
+        return self.head.weights_version
+
+    def update_weights(self, policy_bytes: bytes, version: int) -> None:
+        """Swap in newer head weights from the learner (the base never changes)."""
+        self.head.update_weights(policy_bytes, version)
+
+    def weights_message(self, *, version: int, transitions: int = 0, updates: int = 0):
+        """The head's weights and this policy's config (the base by path) as a `WeightsMessage`."""
+        from robot_rl.transport import WeightsMessage
+
+        agent = self.head.agent
+        return WeightsMessage(version=int(version), policy=agent.policy_to_bytes(),
+                              observation_spec=agent.observation_spec, action_dim=agent.action_dim,
+                              policy_config=self.policy_config(), policy_kind=self.kind,
+                              transitions=int(transitions), updates=int(updates))
+
+    @classmethod
+    def from_message(cls, message, *, seed: int = 0, device: str = "auto"):
+        """The policy of a `WeightsMessage` (a policy file or the learner's broadcast); loads its base once."""
+        from robot_rl.agents.sac import SACAgent, SACConfig
+        from robot_rl.policies.checkpoint import load_policy
+        from robot_rl.policies.gaussian import GaussianPolicy
+        from robot_rl.train import config_from_json
+
+        config = message.policy_config
+        try:
+            sac = config_from_json(SACConfig, config["sac"])
+            base_path = config["base"]
+        except (KeyError, TypeError, ValueError) as error:
+            raise PolicyError(f"{cls.kind} policy config is malformed ({type(error).__name__}: {error})") from None
+        if not isinstance(base_path, str) or not Path(base_path).exists():
+            raise PolicyError(f"the {cls.kind} policy's base {base_path!r} does not exist (the base policy is loaded "
+                              "from its own files; copy them there or retrain)")
+        base = load_policy(base_path, device=device, seed=seed)
+        agent = SACAgent.create(seed, message.observation_spec, message.action_dim, sac)
+        try:
+            policy = cls._from_parts(base, GaussianPolicy(agent, seed=seed), config, base_path)
+        except (KeyError, TypeError, ValueError) as error:
+            raise PolicyError(f"{cls.kind} policy config is malformed ({type(error).__name__}: {error})") from None
+        policy.update_weights(message.policy, max(int(message.version), 1))
+        return policy
+
+
+class ResidualPolicy(HeadOnFrozenBase):
     """A SAC Gaussian head correcting a frozen base policy's actions (kind "residual"): chunks of one action."""
 
     kind = KIND
@@ -106,14 +158,6 @@ class ResidualPolicy:
         self.observation_keys = tuple(self.observation_spec.keys)
         self.learner_observation_spec = spec
         """The augmented spec the head and the learner see (`observation_spec` + `base_action`)."""
-
-    @property
-    def weights_version(self) -> int:
-        return self.head.weights_version
-
-    def update_weights(self, policy_bytes: bytes, version: int) -> None:
-        """Swap in newer head weights from the learner (the base never changes)."""
-        self.head.update_weights(policy_bytes, version)
 
     def reset(self) -> None:
         self.base.reset()
@@ -151,37 +195,9 @@ class ResidualPolicy:
         return {"sac": config_to_json(self.head.agent.config), "scale": self.scale, "base": self.base.path,
                 "base_execute": self.base.execute}
 
-    def weights_message(self, *, version: int, transitions: int = 0, updates: int = 0):
-        """The head's weights and this policy's config (the base by path) as a `WeightsMessage`."""
-        from robot_rl.transport import WeightsMessage
-
-        agent = self.head.agent
-        return WeightsMessage(version=int(version), policy=agent.policy_to_bytes(),
-                              observation_spec=agent.observation_spec, action_dim=agent.action_dim,
-                              policy_config=self.policy_config(), policy_kind=self.kind,
-                              transitions=int(transitions), updates=int(updates))
-
     @classmethod
-    def from_message(cls, message, *, seed: int = 0, device: str = "auto") -> ResidualPolicy:
-        """The residual policy of a `WeightsMessage` (a policy file or the learner's broadcast); loads its base."""
-        from robot_rl.agents.sac import SACAgent, SACConfig
-        from robot_rl.policies.checkpoint import load_policy
-        from robot_rl.train import config_from_json
-
-        config = message.policy_config
-        try:
-            sac = config_from_json(SACConfig, config["sac"])
-            scale, base_path, execute = float(config["scale"]), config["base"], config.get("base_execute")
-        except (KeyError, TypeError, ValueError) as error:
-            raise PolicyError(f"residual policy config is malformed ({type(error).__name__}: {error})") from None
-        if not isinstance(base_path, str) or not Path(base_path).exists():
-            raise PolicyError(f"the residual policy's base {base_path!r} does not exist (the base policy file is "
-                              "loaded from its own path; copy it there or retrain)")
-        base = FrozenBase(load_policy(base_path, device=device, seed=seed), execute=execute, path=base_path)
-        agent = SACAgent.create(seed, message.observation_spec, message.action_dim, sac)
-        policy = cls(base, agent, scale)
-        policy.update_weights(message.policy, max(int(message.version), 1))
-        return policy
+    def _from_parts(cls, base: Policy, head, config: Mapping[str, Any], base_path: str) -> ResidualPolicy:
+        return cls(FrozenBase(base, execute=config.get("base_execute"), path=base_path), head, float(config["scale"]))
 
 
 def load_base(path: str | Path, *, device: str = "auto", execute: int | None = None) -> FrozenBase:

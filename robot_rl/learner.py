@@ -101,9 +101,16 @@ class Learner:
         action_space: Any,
         sac: SACConfig = SACConfig(),
         config: LearnerConfig = LearnerConfig(),
+        *,
+        chunk_decisions: bool = False,
     ):
         """`observation_spec`: a gymnasium Dict space, an ObservationSpec or {key: (shape, dtype)};
-        `action_space`: a gymnasium Box in [-1, 1] or the action size."""
+        `action_space`: a gymnasium Box in [-1, 1] or the action size (of the SAC action).
+
+        `chunk_decisions` (a noise-space head): the SAC action is the transitions' `learner_action`, one per action
+        chunk; `insert` joins the steps of a chunk (`policy_info["chunk_step"]` 0, 1, ...) into one transition (the
+        chunk's first observation, its action, the summed reward, the observation after its last step) and skips
+        steps without a learner action (a human's), cutting the chunk they interrupt."""
         action_dim = action_dim_of(action_space)
         if hasattr(observation_spec, "low") and not hasattr(observation_spec, "spaces"):
             raise ValueError(
@@ -123,6 +130,9 @@ class Learner:
         self.interventions = 0
         self.demo_transitions = 0  # from demo datasets (add_demos), not interventions
         self._episode_rewards: list[float] = []  # of the open online episode
+        self.chunk_decisions = bool(chunk_decisions)
+        self.skipped = 0  # steps a chunk-decision learner could not use (no learner action: a human's)
+        self._chunk: dict[str, Any] | None = None  # the chunk being joined (chunk_decisions)
         self._warned_about_returns = False
         self._warned_about_actions = False
 
@@ -259,8 +269,11 @@ class Learner:
         truncated: bool,
         next_observation: Mapping[str, np.ndarray],
         intervention: bool = False,
+        learner_action: np.ndarray | None = None,
+        policy_info: Mapping[str, np.ndarray] | None = None,
     ) -> None:
         """One transition from an actor; a human intervention also goes to the demo buffer (HIL-SERL).
+        (`learner_action` and `policy_info` matter to a `chunk_decisions` learner only.)
 
         Within an episode `observation` must be the previous transition's `next_observation`; an episode ends with
         `terminated`/`truncated` or with `end_episode()`. A `reward` outside `sac.target_bounds` (when set) raises a
@@ -279,18 +292,64 @@ class Learner:
             )
         observation = {k: observation[k] for k in self.observation_spec.keys}
         next_observation = {k: next_observation[k] for k in self.observation_spec.keys}
-        insert_with_interventions(
-            self.online, self.demo, observation, action, reward, terminated, truncated, next_observation, intervention
-        )
+        if self.chunk_decisions:
+            self._join_chunk_step(observation, learner_action, reward, terminated, truncated, next_observation,
+                                  policy_info or {})
+        else:
+            insert_with_interventions(self.online, self.demo, observation, action, reward, terminated, truncated,
+                                      next_observation, intervention)
         self.transitions += 1
         self.interventions += int(intervention)
         self._episode_rewards.append(float(reward))
         if terminated or truncated:
             self._close_episode()
 
+    def continues_episode(self, observation: Mapping[str, np.ndarray]) -> bool:
+        """Whether `observation` follows on from the last inserted step (what `insert` joins without a cut)."""
+        if self.chunk_decisions and self._chunk is not None:
+            following = self._chunk["next_observation"]
+            return all(k in observation and np.array_equal(np.asarray(observation[k]), v) for k, v in following.items())
+        return self.online.continues_episode(observation)
+
+    def _join_chunk_step(self, observation, learner_action, reward, terminated, truncated, next_observation,
+                         policy_info) -> None:
+        from robot_rl.policies.noise import CHUNK_STEP_KEY
+
+        step = policy_info.get(CHUNK_STEP_KEY)
+        if learner_action is None or step is None:  # a human's step: its noise is unknown
+            self.skipped += 1
+            self._close_chunk(cut=True)
+            return
+        step = int(np.asarray(step))
+        chunk = self._chunk
+        if chunk is not None and step != chunk["steps"]:  # a new chunk begins: the previous one is complete
+            self._close_chunk(cut=False)
+            chunk = None
+        if chunk is None:
+            if step != 0:  # the middle of a chunk whose start this learner never saw
+                self.skipped += 1
+                return
+            chunk = self._chunk = {"observation": observation, "action": np.asarray(learner_action, np.float32),
+                                   "reward": 0.0, "steps": 0}
+        chunk.update(reward=chunk["reward"] + float(reward), steps=chunk["steps"] + 1,
+                     next_observation=next_observation, terminated=bool(terminated), truncated=bool(truncated))
+        if terminated or truncated:
+            self._close_chunk(cut=False)
+
+    def _close_chunk(self, *, cut: bool) -> None:
+        """Insert the chunk being joined (if any) as one transition; `cut`: the episode does not go on from it."""
+        chunk, self._chunk = self._chunk, None
+        if chunk is not None:
+            self.online.insert(chunk["observation"], chunk["action"], chunk["reward"], chunk["terminated"],
+                               chunk["truncated"], chunk["next_observation"])
+        if cut:
+            self.online.end_episode()
+
     def end_episode(self) -> None:
         """End the open episode without a terminal flag (a reset, an abort): its last step bootstraps, like a
         time-limit truncation. The next `insert` starts a new episode."""
+        if self.chunk_decisions:
+            self._close_chunk(cut=True)
         self.online.end_episode()
         self.demo.end_episode()
         self._close_episode()

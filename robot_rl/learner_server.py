@@ -342,11 +342,12 @@ class LearnerServer:
         previous_step = None
         for item in items:
             if previous_step is not None and (item.step != previous_step + 1
-                                              or not self.learner.online.continues_episode(item.observation)):
+                                              or not self.learner.continues_episode(item.observation)):
                 self.learner.end_episode()
             try:
                 self.learner.insert(item.observation, item.action, item.reward, item.terminated, item.truncated,
-                                    item.next_observation, item.intervention)
+                                    item.next_observation, item.intervention, item.learner_action,
+                                    item.policy_info)
             except ValueError as error:  # the learner refuses it (e.g. a reward outside its target bounds)
                 self.learner.end_episode()
                 self.received -= 1

@@ -75,12 +75,15 @@ class TrainConfig:
     """Episodes of the final evaluation (None: as many as --eval-episodes)."""
     checkpoint_every: int = 2000
     """Env steps between checkpoints; there is also one after every evaluation, at the end and on Ctrl-C/SIGTERM."""
-    policy: Literal["plain", "residual"] = "plain"
+    policy: Literal["plain", "residual", "noise"] = "plain"
     """What the SAC action means: `plain` = the robot action; `residual` = a scaled correction of a frozen base
-    policy's action (--base), per control step: executed = clip(base + residual_scale * SAC action, -1, 1)."""
+    policy's action (--base), per control step: executed = clip(base + residual_scale * SAC action, -1, 1);
+    `noise` = the initial noise of a frozen diffusion policy (--base), one decision per action chunk (DSRL)."""
     base: Path | None = None
-    """Frozen base policy (a policy folder from `robot-rl train-bc` or `distill`, or any policy file) for
-    --policy residual. The run's --obs-mode must give the entries it reads."""
+    """Frozen base policy (a policy folder from `robot-rl train-bc` or `distill`; residual: also any policy file)
+    for --policy residual / noise. The run's --obs-mode must give the entries it reads."""
+    noise_bound: float = 1.5
+    """With --policy noise: the SAC action w in [-1, 1] is the noise bound * w (DSRL's action magnitude)."""
     residual_scale: float = 0.1
     """Scale of the residual correction in action units ([-1, 1] per dim) with --policy residual."""
     base_execute: int | None = None
@@ -113,10 +116,12 @@ class TrainConfig:
                     if getattr(self, name) < low]
         if self.final_eval_episodes is not None and self.final_eval_episodes < 1:
             problems.append(f"final_eval_episodes={self.final_eval_episodes!r} must be >= 1 or None (eval_episodes)")
-        if self.policy == "residual" and self.base is None:
-            problems.append("policy='residual' needs --base (the frozen base policy's folder or file)")
+        if self.policy != "plain" and self.base is None:
+            problems.append(f"policy={self.policy!r} needs --base (the frozen base policy's folder or file)")
         if self.policy == "plain" and self.base is not None:
-            problems.append(f"--base {self.base} is only used with --policy residual")
+            problems.append(f"--base {self.base} is only used with --policy residual or noise")
+        if not (np.isfinite(self.noise_bound) and self.noise_bound > 0):
+            problems.append(f"noise_bound={self.noise_bound!r} must be > 0")
         if not (np.isfinite(self.residual_scale) and self.residual_scale > 0):
             problems.append(f"residual_scale={self.residual_scale!r} must be > 0")
         if self.base_execute is not None and self.base_execute < 1:
@@ -250,7 +255,7 @@ class OutboxFeed:
             if (item.episode, item.step) != self._continues:
                 self.learner.end_episode()
             self.learner.insert(item.observation, item.action, item.reward, item.terminated, item.truncated,
-                                item.next_observation, item.intervention)
+                                item.next_observation, item.intervention, item.learner_action, item.policy_info)
             ended = item.terminated or item.truncated
             self._continues = None if ended else (item.episode, item.step + 1)
         if items:
@@ -396,13 +401,15 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
                              "episodes_log": [], "metrics": [], "safety": {}, "finished": False}
     env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size)
     try:
-        make_policy, spec, sac = _policy_kind(cfg, env)
+        kind = _policy_kind(cfg, env)
     except BaseException:
         env.close()
         raise
     robot = SimRobotAdapter(env)
     eval_env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size)
-    learner = Learner(spec, env.action_space.shape[0], sac, cfg.learner)
+    make_policy = kind.make_policy
+    learner = Learner(kind.observation_spec, kind.action_dim, kind.sac, cfg.learner,
+                      chunk_decisions=kind.chunk_decisions)
 
     if resuming:
         state.update(learner.restore(run_dir / CHECKPOINT_DIR))
@@ -418,13 +425,16 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
             raise RunError(f"--demo-path {cfg.demo_path} holds demos of task {demos.task!r}, this run is --task "
                            f"{cfg.task}")
         labeller = make_policy(learner.agent) if cfg.policy == "residual" else None  # demos get base actions
+        if cfg.policy == "noise" and (demos is not None or cfg.demos):
+            print("--policy noise learns from its own chunks only (the noise behind a demo is unknown): no demos")
+            demos = None
         if demos is not None:
             learner.add_demos(demos, labeller)  # checks the dataset against this run's spaces before the folder exists
         created = not run_dir.exists()
         run_dir.mkdir(parents=True, exist_ok=True)
         try:
             _write_json(run_dir / CONFIG_FILE, config_to_json(cfg))
-            if demos is None and cfg.demos:
+            if demos is None and cfg.demos and cfg.policy != "noise":
                 demos = record_demos(cfg, run_dir)
                 if demos is not None:
                     learner.add_demos(demos, labeller)
@@ -446,7 +456,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
 
     actor = Actor(make_policy(learner.agent, seed=cfg.seed + state["episode"]), seed=cfg.seed + state["episode"],
                   human=human)
-    uniform_warmup = cfg.policy == "plain"  # a residual run acts with its base (zero correction) from the start
+    uniform_warmup = cfg.policy == "plain"  # a run on a base acts with it (zero head output) from the start
     session = ActorSession(Safety(robot.safety_config()), IN_PROCESS_SOURCE, Outbox(),
                            max_episode_steps=robot.max_episode_steps, actor=actor)
     session.safety.counters.update(state["safety"])
@@ -591,37 +601,69 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
     return run_dir
 
 
-def _policy_kind(cfg: TrainConfig, env):
-    """(make_policy(agent, seed=0) -> the Policy the actor runs, the learner's observation spec, its SAC config) of
-    the run's --policy; RunError for a --base the run cannot use."""
+@dataclasses.dataclass(frozen=True)
+class PolicyKind:
+    """How a run's --policy shapes the learner and the actor."""
+
+    make_policy: Any
+    """make_policy(agent, seed=0) -> the Policy the actor runs with the learner's agent as its head."""
+    observation_spec: Any
+    """What the learner's agent sees."""
+    action_dim: int
+    """Size of the SAC action."""
+    sac: SACConfig
+    chunk_decisions: bool = False
+    """One learner transition per action chunk (noise-space heads)."""
+
+
+def _policy_kind(cfg: TrainConfig, env) -> PolicyKind:
+    """The run's --policy; RunError for a --base the run cannot use."""
     from robot_rl.policies.base import PolicyError
     from robot_rl.policies.gaussian import GaussianPolicy
     from robot_rl.types import ObservationSpec
 
+    action_dim = env.action_space.shape[0]
     if cfg.policy == "plain":
-        return (lambda agent, seed=0: GaussianPolicy(agent, seed=seed)), env.observation_space, cfg.sac
+        return PolicyKind(lambda agent, seed=0: GaussianPolicy(agent, seed=seed), env.observation_space, action_dim,
+                          cfg.sac)
+    from robot_rl.policies.noise import NoisePolicy, load_noise_base, noise_dim
     from robot_rl.policies.residual import FrozenBase, ResidualPolicy, load_base, residual_observation_spec
 
     try:
-        base = load_base(cfg.base, device="cpu", execute=cfg.base_execute)
+        if cfg.policy == "noise":
+            base_policy, base_path = load_noise_base(cfg.base, device="cpu")
+        else:
+            base = load_base(cfg.base, device="cpu", execute=cfg.base_execute)
+            base_policy, base_path = base.policy, base.path
     except PolicyError as error:
         raise RunError(f"--base {cfg.base}: {error}") from None
     provided = ObservationSpec.from_space(env.observation_space)
-    wrong = [k for k in base.policy.observation_spec.keys
-             if k not in provided or provided[k] != base.policy.observation_spec[k]]
-    if wrong or base.policy.action_dim != env.action_space.shape[0]:
-        reads = ", ".join(f"{k} {base.policy.observation_spec[k].shape}" for k in wrong)
-        raise RunError(f"--base {cfg.base} reads {reads} and acts in {base.policy.action_dim} dims; --task {cfg.task} "
-                       f"--obs-mode {cfg.obs_mode} --image-size {cfg.image_size} gives {dict((k, v.shape) for k, v in provided.entries)} and "
-                       f"{env.action_space.shape[0]}-d actions")
-    spec = residual_observation_spec(base.policy, provided.keys)
+    wrong = [k for k in base_policy.observation_spec.keys
+             if k not in provided or provided[k] != base_policy.observation_spec[k]]
+    if wrong or base_policy.action_dim != action_dim:
+        reads = ", ".join(f"{k} {base_policy.observation_spec[k].shape}" for k in wrong)
+        raise RunError(f"--base {cfg.base} reads {reads} and acts in {base_policy.action_dim} dims; --task {cfg.task} "
+                       f"--obs-mode {cfg.obs_mode} --image-size {cfg.image_size} gives "
+                       f"{dict((k, v.shape) for k, v in provided.entries)} and {action_dim}-d actions")
+    if cfg.policy == "noise":
+        execute = cfg.base_execute or base_policy.chunk_length
+        # one decision per chunk: the chunk's discount; no BC term (no demos)
+        sac = dataclasses.replace(cfg.sac, actor_zero_init_last=True, bc_weight=0.0,
+                                  discount=cfg.sac.discount ** execute)
+
+        def make_noise_policy(agent, seed: int = 0) -> NoisePolicy:
+            return NoisePolicy(base_policy, GaussianPolicy(agent, seed=seed), cfg.noise_bound, execute=execute,
+                               path=base_path)
+
+        return PolicyKind(make_noise_policy, provided, noise_dim(base_policy), sac, chunk_decisions=True)
+
     sac = dataclasses.replace(cfg.sac, residual_scale=cfg.residual_scale, actor_zero_init_last=True)
 
-    def make_policy(agent, seed: int = 0) -> ResidualPolicy:
-        own_base = FrozenBase(base.policy, execute=base.execute, path=base.path)  # its own chunk queue
+    def make_residual_policy(agent, seed: int = 0) -> ResidualPolicy:
+        own_base = FrozenBase(base_policy, execute=base.execute, path=base_path)  # its own chunk queue
         return ResidualPolicy(own_base, GaussianPolicy(agent, seed=seed), cfg.residual_scale)
 
-    return make_policy, spec, sac
+    return PolicyKind(make_residual_policy, residual_observation_spec(base_policy, provided.keys), action_dim, sac)
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -241,9 +241,9 @@ def test_an_in_process_residual_run_trains_saves_evaluates_and_resumes_identical
     from robot_rl.loop import make_env
 
     env = make_env("PickCube-v0", obs_mode="state")
-    _, spec, sac = _policy_kind(cfg, env)
+    kind = _policy_kind(cfg, env)
     env.close()
-    learners = [Learner(spec, 4, sac, cfg.learner) for _ in range(2)]
+    learners = [Learner(kind.observation_spec, 4, kind.sac, cfg.learner) for _ in range(2)]
     for learner in learners:
         learner.restore(run_dir / "checkpoint")
     assert learners[0].step() == learners[1].step()
@@ -256,7 +256,7 @@ def test_residual_config_errors_are_one_line(base_file, tmp_path):
 
     with pytest.raises(ValueError, match="policy='residual' needs --base"):
         TrainConfig(policy="residual")
-    with pytest.raises(ValueError, match="--base .* is only used with --policy residual"):
+    with pytest.raises(ValueError, match="--base .* is only used with --policy residual or noise"):
         TrainConfig(base=base_file)
     with pytest.raises(RunError, match="--base .*nowhere.*does not exist"):
         train(TrainConfig(policy="residual", base=tmp_path / "nowhere", run_dir=tmp_path / "run"))

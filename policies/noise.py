@@ -1,0 +1,109 @@
+"""Noise-space RL (DSRL) on a frozen diffusion policy: the SAC action is the initial noise the base denoises.
+
+The head (a SAC Gaussian over the newest observation) outputs w in [-1, 1]^(prediction_horizon x action_dim); the
+base (a diffusion policy, sampled with deterministic DDIM, or its one-step student) denoises `bound * w` into a chunk,
+whose first `execute` actions the robot executes. One decision per chunk: every step of the chunk carries the same
+learner action w and its `chunk_step`, and the learner joins a chunk's steps into one transition (first observation,
+w, summed reward, the observation after the chunk; `Learner(chunk_decisions=True)`). The head's last layer starts at
+zero, so the untrained policy is the base acting from zero noise (its deterministic behaviour).
+
+A human's action has no known noise, so this kind cannot map it (`learner_action_of` is None): the learner skips
+those steps, cutting the chunk they interrupt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from robot_rl.policies.base import ActionChunk, Observation, Policy, PolicyError
+from robot_rl.policies.residual import HeadOnFrozenBase
+
+KIND = "noise"
+CHUNK_STEP_KEY = "chunk_step"
+"""Per-step info of a noise-space chunk: the step's index in its chunk (0 starts a decision)."""
+
+
+def noise_dim(base: Policy) -> int:
+    """Size of the noise a head steers `base` with; PolicyError for a base that is not a diffusion policy."""
+    shape = getattr(base, "noise_shape", None)
+    if shape is None or not hasattr(base, "chunk_from_noise"):
+        raise PolicyError(f"a noise-space head needs a diffusion or one-step base; a {base.kind} policy has no "
+                          "initial noise to steer")
+    return int(np.prod(shape))
+
+
+class NoisePolicy(HeadOnFrozenBase):
+    """A SAC head choosing the initial noise of a frozen diffusion policy (kind "noise"): one decision per chunk."""
+
+    kind = KIND
+
+    def __init__(self, base: Policy, head, bound: float = 1.5, *, execute: int | None = None,
+                 path: str | None = None):
+        from robot_rl.policies.gaussian import GaussianPolicy
+        from robot_rl.types import ObservationSpec
+
+        if not (np.isfinite(bound) and bound > 0):
+            raise PolicyError(f"noise bound={bound} must be > 0")
+        dim = noise_dim(base)
+        self.base = base
+        self.base_path = path
+        self.head = head if isinstance(head, GaussianPolicy) else GaussianPolicy(head)
+        if self.head.action_dim != dim:
+            raise PolicyError(f"the noise head acts in {self.head.action_dim} dims; the base's noise has {dim} "
+                              f"({' x '.join(map(str, base.noise_shape))})")
+        self.bound = float(bound)
+        self.chunk_length = base.chunk_length if execute is None else int(execute)
+        if not 1 <= self.chunk_length <= base.chunk_length:
+            raise PolicyError(f"execute={execute} must be in [1, the base's chunk_length={base.chunk_length}]")
+        self.obs_horizon = base.obs_horizon
+        self.action_dim = int(base.action_dim)
+        self.device = getattr(base, "device", "cpu")
+        robot = dict(base.observation_spec.entries)
+        robot.update(self.head.observation_spec.entries)
+        self.observation_spec = ObservationSpec.from_shapes(robot)
+        self.observation_keys = tuple(self.observation_spec.keys)
+        self.learner_observation_spec = self.head.observation_spec
+        """What the head and the learner see (its entries of the newest observation)."""
+
+    def reset(self) -> None:
+        self.base.reset()
+
+    def noise_of(self, learner_action: np.ndarray) -> np.ndarray:
+        """The initial noise (noise_shape) a head action in [-1, 1] stands for."""
+        return self.bound * np.asarray(learner_action, np.float32).reshape(self.base.noise_shape)
+
+    def act_chunk(self, history: Sequence[Observation], *, deterministic: bool = True) -> ActionChunk:
+        if not history:
+            raise PolicyError("act_chunk needs at least one observation")
+        w = self.head.act_chunk([history[-1]], deterministic=deterministic).actions[0]
+        chunk = self.base.chunk_from_noise(history, self.noise_of(w))
+        n = self.chunk_length
+        return ActionChunk(chunk.actions[:n], np.repeat(w[None], n, axis=0),
+                           {CHUNK_STEP_KEY: np.arange(n, dtype=np.int32)})
+
+    def learner_action_of(self, executed: np.ndarray, info: Mapping[str, np.ndarray]) -> np.ndarray | None:
+        return None  # the noise behind a human's action is unknown
+
+    def policy_config(self) -> dict[str, Any]:
+        from robot_rl.train import config_to_json
+
+        return {"sac": config_to_json(self.head.agent.config), "bound": self.bound, "base": self.base_path,
+                "execute": self.chunk_length}
+
+    @classmethod
+    def _from_parts(cls, base: Policy, head, config: Mapping[str, Any], base_path: str) -> NoisePolicy:
+        return cls(base, head, float(config["bound"]), execute=config.get("execute"), path=base_path)
+
+
+def load_noise_base(path: str | Path, *, device: str = "auto") -> tuple[Policy, str]:
+    """(the frozen diffusion / one-step policy at `path`, its absolute path); PolicyError for another kind."""
+    from robot_rl.policies.checkpoint import load_policy
+
+    path = Path(path).resolve()
+    base = load_policy(path, device=device)
+    noise_dim(base)
+    return base, str(path)
