@@ -3,8 +3,10 @@
 For each policy kind, the wall time of one `act_chunk` (observation history -> action chunk) with two 64x64 cameras
 and a 10-d proprio state, measured call by call after a warm-up: p50 / p99 in ms, the parameter count and the chunk
 length. Kinds: `diffusion` (DDIM with --ddim-steps, default 10), `one_step` (the distilled student of the same
-network, when policies/one_step.py is there) and `gaussian` (the SAC pixel actor, JAX: the baseline measured in the
-same run, so a loaded machine's figures still compare as ratios).
+network, when policies/one_step.py is there), `residual_on_one_step` (a SAC residual head on the one-step student:
+per control step, the base chunk every 8th), `noise_on_one_step` (a SAC noise head steering the student: per chunk)
+and `gaussian` (the SAC pixel actor, JAX: the baseline measured in the same run, so a loaded machine's figures still
+compare as ratios).
 
 Targets on this 2-core CPU (one torch thread): DDIM-10 chunk p50 <= 60 ms and p99 <= 100 ms; one-step >= 8x faster
 than DDIM-10 at the same chunk and model.
@@ -79,6 +81,29 @@ def gaussian_policy(size: int):
     return GaussianPolicy(SACAgent.create(0, observation_spec(size), ACTION_DIM, TrainConfig().sac))
 
 
+def heads_on_base(base, size: int, calls: int, rng: np.random.Generator) -> dict[str, dict]:
+    """Residual and noise-space SAC heads (the training preset's actor) on `base`: per `act_chunk` call, i.e. per
+    control step for the residual (its base chunk is computed every `base.chunk_length` steps) and per chunk for the
+    noise head."""
+    import dataclasses
+
+    from robot_rl.agents.sac import SACAgent
+    from robot_rl.policies.noise import NoisePolicy, noise_dim
+    from robot_rl.policies.residual import FrozenBase, ResidualPolicy, residual_observation_spec
+    from robot_rl.train import TrainConfig
+
+    sac = dataclasses.replace(TrainConfig().sac, actor_zero_init_last=True)
+    residual = ResidualPolicy(FrozenBase(base), SACAgent.create(
+        0, residual_observation_spec(base), ACTION_DIM, dataclasses.replace(sac, residual_scale=0.1)), 0.1)
+    noise = NoisePolicy(base, SACAgent.create(0, observation_spec(size), noise_dim(base), sac), 1.5)
+    return {
+        f"residual_on_{base.kind}": {**stats(per_call_ms(residual, rng, size, calls)), "chunk": 1,
+                                     "base_chunk_every": base.chunk_length},
+        f"noise_on_{base.kind}": {**stats(per_call_ms(noise, rng, size, calls)), "chunk": noise.chunk_length,
+                                  "noise_dim": noise_dim(base)},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200, help="timed calls per policy")
@@ -114,6 +139,7 @@ def main() -> None:
         student = OneStepPolicy.from_teacher(diffusion)
         results["one_step"] = {**stats(per_call_ms(student, rng, args.image_size, args.calls)),
                                "chunk": student.chunk_length, "parameters": parameters}
+        results.update(heads_on_base(student, args.image_size, args.calls, rng))
     base = results["gaussian"]["p50_ms"]
     for row in results.values():
         row["ratio_to_gaussian_p50"] = round(row["p50_ms"] / base, 1)

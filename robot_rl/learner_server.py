@@ -108,6 +108,9 @@ class LearnerServer:
         if updates_per_transition < 0 or weights_every < 1 or abandon_after_s <= 0:
             raise ValueError("updates_per_transition must be >= 0, weights_every >= 1 and abandon_after_s > 0")
         self.learner = learner  # None until attach() when the learner is built while transitions already arrive
+        self.make_policy: Callable | None = None
+        """agent -> the Policy whose `weights_message` is broadcast and saved (None: a plain SAC Gaussian); set it
+        for a head on a frozen base (robot_rl.train.PolicyKind.make_policy)."""
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.updates_per_transition = float(updates_per_transition)
@@ -191,7 +194,7 @@ class LearnerServer:
             return f"a new run ({logged} logged transitions)"
         return f"resumed from {checkpoint_dir(self.run_dir)} and {logged} logged transitions after it"
 
-    def load_learner(self, learner: Learner, demos=None) -> str:
+    def load_learner(self, learner: Learner, demos=None, labeller=None) -> str:
         """Restore the checkpoint's agent, optimiser and replay buffers into `learner`, or add `demos` on a new run.
 
         Touches nothing that `ingest()` uses: it may run in another thread while transitions arrive.
@@ -200,7 +203,7 @@ class LearnerServer:
         if found is not None:
             learner.restore(found)
             return f"restored {found} ({len(learner.online)} online, {len(learner.demo)} demo transitions)"
-        added = learner.add_demos(demos) if demos is not None else 0
+        added = learner.add_demos(demos, labeller) if demos is not None else 0
         return f"started with {added} demo transitions"
 
     def attach(self, learner: Learner) -> str:
@@ -400,8 +403,11 @@ class LearnerServer:
         return payload
 
     def _weights_message(self, version: int) -> WeightsMessage:
-        return weights_message(self.learner.agent, version=version, transitions=self.trained_on,
-                               updates=self.learner.updates)
+        if self.make_policy is None:
+            return weights_message(self.learner.agent, version=version, transitions=self.trained_on,
+                                   updates=self.learner.updates)
+        return self.make_policy(self.learner.agent).weights_message(version=version, transitions=self.trained_on,
+                                                                    updates=self.learner.updates)
 
     # ----- persistence -------------------------------------------------------------------------------------------
     def checkpoint(self, extra: Mapping[str, Any] | None = None) -> None:

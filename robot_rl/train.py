@@ -401,7 +401,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
                              "episodes_log": [], "metrics": [], "safety": {}, "finished": False}
     env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size)
     try:
-        kind = _policy_kind(cfg, env)
+        kind = policy_kind(cfg, env.observation_space, env.action_space.shape[0])
     except BaseException:
         env.close()
         raise
@@ -616,16 +616,17 @@ class PolicyKind:
     """One learner transition per action chunk (noise-space heads)."""
 
 
-def _policy_kind(cfg: TrainConfig, env) -> PolicyKind:
-    """The run's --policy; RunError for a --base the run cannot use."""
+def policy_kind(cfg: TrainConfig, observation_spec, action_dim: int) -> PolicyKind:
+    """The run's --policy over the robot's (or sim task's) observations and actions; RunError for a --base the run
+    cannot use. The in-process loop and the ROS learner node both build their learner and policy files with it."""
     from robot_rl.policies.base import PolicyError
     from robot_rl.policies.gaussian import GaussianPolicy
     from robot_rl.types import ObservationSpec
 
-    action_dim = env.action_space.shape[0]
+    provided = ObservationSpec.coerce(observation_spec)
+    action_dim = int(action_dim)
     if cfg.policy == "plain":
-        return PolicyKind(lambda agent, seed=0: GaussianPolicy(agent, seed=seed), env.observation_space, action_dim,
-                          cfg.sac)
+        return PolicyKind(lambda agent, seed=0: GaussianPolicy(agent, seed=seed), provided, action_dim, cfg.sac)
     from robot_rl.policies.noise import NoisePolicy, load_noise_base, noise_dim
     from robot_rl.policies.residual import FrozenBase, ResidualPolicy, load_base, residual_observation_spec
 
@@ -637,7 +638,9 @@ def _policy_kind(cfg: TrainConfig, env) -> PolicyKind:
             base_policy, base_path = base.policy, base.path
     except PolicyError as error:
         raise RunError(f"--base {cfg.base}: {error}") from None
-    provided = ObservationSpec.from_space(env.observation_space)
+    from robot_rl.policies.residual import BASE_ACTION_KEY
+
+    provided = ObservationSpec.from_shapes({k: v for k, v in provided.entries if k != BASE_ACTION_KEY})
     wrong = [k for k in base_policy.observation_spec.keys
              if k not in provided or provided[k] != base_policy.observation_spec[k]]
     if wrong or base_policy.action_dim != action_dim:

@@ -140,7 +140,7 @@ def base_folder(tmp_path_factory) -> Path:
 def test_an_in_process_noise_run_trains_saves_evaluates_and_resumes(base_folder, tmp_path):
     from robot_rl.loop import make_env
     from robot_rl.policies.checkpoint import load_policy
-    from robot_rl.train import TrainConfig, _policy_kind, train
+    from robot_rl.train import TrainConfig, policy_kind, train
 
     cfg = TrainConfig(policy="noise", base=base_folder, steps=60, eval_every=60, eval_episodes=1, video=False,
                       run_dir=tmp_path / "run", learner=LearnerConfig(batch_size=8, utd=2, warmup_transitions=20))
@@ -156,7 +156,7 @@ def test_an_in_process_noise_run_trains_saves_evaluates_and_resumes(base_folder,
     assert online.action_dim == 32 and 60 / 4 <= len(online) < 60  # one transition per chunk of 4
 
     env = make_env("PickCube-v0", obs_mode="state")
-    kind = _policy_kind(cfg, env)
+    kind = policy_kind(cfg, env.observation_space, env.action_space.shape[0])
     env.close()
     assert kind.sac.discount == pytest.approx(cfg.sac.discount ** 4) and kind.chunk_decisions
     learners = [Learner(kind.observation_spec, kind.action_dim, kind.sac, cfg.learner, chunk_decisions=True)

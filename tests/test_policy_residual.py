@@ -237,11 +237,11 @@ def test_an_in_process_residual_run_trains_saves_evaluates_and_resumes_identical
     assert state["transitions"] == 40 and state["updates"] == 80
 
     # resume: the restored learner gives the same next update as the one that saved
-    from robot_rl.train import _policy_kind
+    from robot_rl.train import policy_kind
     from robot_rl.loop import make_env
 
     env = make_env("PickCube-v0", obs_mode="state")
-    kind = _policy_kind(cfg, env)
+    kind = policy_kind(cfg, env.observation_space, env.action_space.shape[0])
     env.close()
     learners = [Learner(kind.observation_spec, 4, kind.sac, cfg.learner) for _ in range(2)]
     for learner in learners:

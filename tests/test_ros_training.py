@@ -4,8 +4,11 @@ launcher; the test checks that transitions arrived from both robots, weights rea
 versions, interventions were recorded with their flag, no acknowledged transition was lost, and both actors kept
 publishing safe commands while the learner was dead (commands that moved the robot: holds do not count).
 
-The test runs this file as a client script (``python test_ros_training.py client``) in a private network namespace
-with its own ROS_DOMAIN_ID (tests/ros_harness.py).
+The same graph trains a residual SAC head on a frozen base policy (``client residual``): the learner trains and
+broadcasts the head only, the actors load the base from its file, and the same guarantees hold.
+
+The test runs this file as a client script (``python test_ros_training.py client [residual]``) in a private network
+namespace with its own ROS_DOMAIN_ID (tests/ros_harness.py).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ launch:
     - {name: obs_mode, value: state}
     - {name: demos, value: 3}
     - {name: checkpoint_every, value: 60}
+%(learner_policy)s
     respawn: true
     respawn_delay: 1.0
 %(robots)s
@@ -85,12 +89,30 @@ def _wait(condition, what: str, deadline: float, period: float = 0.25):
     raise TimeoutError(f"timed out waiting for {what}")
 
 
-def client() -> dict:
+def write_base_policy(path: Path) -> Path:
+    """A frozen base for the residual run: a (randomly initialised) SAC policy file on PickCube state."""
+    from robot_rl.agents.sac import SACAgent, SACConfig
+    from robot_rl.loop import make_env
+    from robot_rl.policy_file import weights_message, write_policy_file
+
+    env = make_env("PickCube-v0", obs_mode="state")
+    agent = SACAgent.create(5, env.observation_space, env.action_space.shape[0],
+                            SACConfig(actor_hidden_dims=(32, 32), critic_hidden_dims=(32, 32)))
+    env.close()
+    return write_policy_file(path, weights_message(agent, version=1))
+
+
+def client(policy: str = "plain") -> dict:
     start = time.monotonic()
     deadline = start + DEADLINE_S
     run_dir = Path(tempfile.mkdtemp(prefix="ros-training-"))
     launch_file = run_dir / "graph.yaml"
-    launch_file.write_text(LAUNCH % {"robots": "".join(ROBOT % {"robot": r} for r in ROBOTS)})
+    learner_policy = ""
+    if policy == "residual":
+        base = write_base_policy(run_dir / "base" / "policy.msgpack")
+        learner_policy = f"    - {{name: policy, value: residual}}\n    - {{name: base, value: {base}}}"
+    launch_file.write_text(LAUNCH % {"robots": "".join(ROBOT % {"robot": r} for r in ROBOTS),
+                                     "learner_policy": learner_policy})
     log = open(run_dir / "launch.log", "w")
     launcher = subprocess.Popen(
         [sys.executable, "-m", "robot_rl.cli", "launch", str(launch_file), f"run_dir:={run_dir}", "--grace-s", "5"],
@@ -113,7 +135,7 @@ def client() -> dict:
 
         status, stats = _wait(trained_and_delivered, "training on both robots", deadline)
         summary["before_kill"] = {"learner": {k: status[k] for k in ("received", "steps", "weights_version",
-                                                                     "interventions", "acks")},
+                                                                     "interventions", "acks", "rejected")},
                                   "actors": {s["source"]: {k: s[k] for k in ("transitions", "acked_through",
                                                                              "weights_version", "commands")}
                                              for s in stats}}
@@ -171,6 +193,14 @@ def client() -> dict:
         summary["actors_after"] = {src: {k: s[k] for k in ("transitions", "acked_through", "weights_version",
                                                            "dropped", "resent", "episodes")}
                                    for src, s in final_actors.items()}
+        from robot_rl.data.replay import ReplayBuffer
+        from robot_rl.policy_file import read_policy_file
+
+        weights = read_policy_file(run_dir / "learner" / "policy.msgpack")
+        summary["policy_file"] = {"kind": weights.policy_kind, "keys": list(weights.observation_spec.keys),
+                                  "base": weights.policy_config.get("base")}
+        online = ReplayBuffer.load(learner_checkpoint(run_dir / "learner") / "online.zarr")
+        summary["replay_keys"] = list(online.observation_spec.keys)
     except Exception as error:  # noqa: BLE001 - reported to the test with the launcher log
         summary["error"] = repr(error)
     finally:
@@ -186,10 +216,32 @@ def client() -> dict:
     return summary
 
 
+def learner_checkpoint(run_dir: Path) -> Path:
+    from robot_rl.learner_server import checkpoint_dir
+
+    return checkpoint_dir(run_dir)
+
+
 def test_two_robots_one_learner_survives_kill_9():
+    summary = run_and_check("plain")
+    assert summary["policy_file"]["kind"] == "gaussian" and "base_action" not in summary["replay_keys"], summary
+    shutil.rmtree(summary["run_dir"])  # kept for a look when the test fails
+
+
+def test_a_residual_head_on_a_frozen_base_trains_over_ros_and_survives_kill_9():
+    """The learner trains the head only: its policy file is a residual head naming the base; its replay holds the
+    base action the actors observed at each step; the same delivery guarantees hold through a kill -9."""
+    summary = run_and_check("residual")
+    assert summary["policy_file"]["kind"] == "residual", summary
+    assert summary["policy_file"]["base"] == str(Path(summary["run_dir"]) / "base" / "policy.msgpack"), summary
+    assert "base_action" in summary["policy_file"]["keys"] and "base_action" in summary["replay_keys"], summary
+    shutil.rmtree(summary["run_dir"])
+
+
+def run_and_check(policy: str) -> dict:
     from ros_harness import run_ros_script
 
-    summary, stderr, _ = run_ros_script(__file__, "client", DOMAIN_ID, DEADLINE_S + 40)
+    summary, stderr, _ = run_ros_script(__file__, "client", DOMAIN_ID, DEADLINE_S + 40, args=(policy,))
     assert "error" not in summary, summary
     before = summary["before_kill"]
     assert len(before["actors"]) == 2, before
@@ -208,15 +260,17 @@ def test_two_robots_one_learner_survives_kill_9():
     # counted as data, and new weights went out.
     after = summary["after"]
     assert after["weights_version"] > 1_000_000_000 > before["learner"]["weights_version"], summary
-    assert after["rejected"] == 0, summary
+    # A residual learner drops the steps an actor took before its first weights named the base (no base action
+    # to learn from: logged as "obs lacks keys ['base_action']"); none after the kill.
+    assert after["rejected"] == (0 if policy == "plain" else before["learner"]["rejected"]), summary
     for source, actor in summary["actors_after"].items():
         assert actor["dropped"] == 0 and actor["weights_version"] > 1_000_000_000, summary
         assert actor["acked_through"] >= summary["transitions_at_check"][source] - 1, summary
     assert summary["launcher_rc"] == 0, summary["log_tail"]
-    shutil.rmtree(summary["run_dir"])  # kept for a look when the test fails
+    return summary
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["client"]:
+    if sys.argv[1:2] == ["client"]:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-        print("RESULT " + json.dumps(client()))
+        print("RESULT " + json.dumps(client(*sys.argv[2:3])))

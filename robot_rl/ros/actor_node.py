@@ -684,15 +684,20 @@ class ActorNode:
 
         try:
             if self.session.actor is None:
-                spec = weights.observation_spec
-                problem = self._check_policy_spec(spec, weights.action_dim)
+                if weights.policy_kind == "gaussian":  # checked before building (a head on a base loads its base)
+                    problem = self._check_policy_spec(weights.observation_spec, weights.action_dim)
+                    if problem:
+                        return problem
+                actor = actor_from_weights(weights, seed=self.seed, deterministic=self.deterministic)
+                spec = actor.policy.observation_spec  # what the robot gives (a residual head adds its base action)
+                problem = self._check_policy_spec(spec, actor.policy.action_dim)
                 if problem:
                     return problem
-                self.session.actor = actor_from_weights(weights, seed=self.seed, deterministic=self.deterministic)
                 # Compile the policy now: a first call inside an episode would stall the node for its compile time
                 # and leave every sensor stale at the next step (a hold).
-                self.session.actor.policy_action({key: np.zeros(entry.shape, entry.dtype)
-                                                  for key, entry in spec.entries})
+                actor.policy_action(actor.observe({key: np.zeros(entry.shape, entry.dtype)
+                                                   for key, entry in spec.entries}))
+                self.session.actor = actor
             else:
                 self.session.actor.update_weights(weights.policy, weights.version)
         except (ValueError, KeyError, TypeError) as error:

@@ -47,7 +47,7 @@ JAX_CACHE_DIR = "jax_cache"
 BUILDER_THREAD = "learner-build"
 VIDEO_FILE = "eval.mp4"
 # Settings that shape the observation spec and the task: a run folder cannot be resumed with others.
-RUN_SETTINGS = ("task", "obs_mode", "image_size")
+RUN_SETTINGS = ("task", "obs_mode", "image_size", "policy")
 _started_at = time.time()  # module import: the node's start-up stages are measured from the earliest point we see
 
 PARAMETERS: tuple[tuple[str, object, str], ...] = (
@@ -69,6 +69,10 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
     ("final_eval_episodes", 0, "after `steps`: evaluate the final policy in-process in the sim"),
     ("jax_cache_dir", "", "JAX persistent compilation cache (empty: <run_dir>/jax_cache), for a fast respawn"),
     ("seed", 0, "seed"),
+    ("policy", "plain", "what the SAC action means: plain (the robot action) | residual | noise (on `base`)"),
+    ("base", "", "frozen base policy (folder or file) of a residual / noise head; the actors load it by this path"),
+    ("residual_scale", 0.1, "residual head: executed = base + residual_scale * SAC action"),
+    ("noise_bound", 1.5, "noise head: initial noise = noise_bound * SAC action"),
 )
 """The node's ROS parameters (name, default, description)."""
 
@@ -124,7 +128,10 @@ def _train_config(settings):
     sac = dataclasses.replace(base.sac, critic_ensemble_size=int(settings["critics"]))
     demo_path = str(settings["demo_path"])
     final_eval = int(settings["final_eval_episodes"])
+    base_path = str(settings["base"])
     return TrainConfig(
+        policy=str(settings["policy"]), base=Path(base_path).resolve() if base_path else None,
+        residual_scale=float(settings["residual_scale"]), noise_bound=float(settings["noise_bound"]),
         task=str(settings["task"]), obs_mode=str(settings["obs_mode"]), image_size=int(settings["image_size"]),
         demos=int(settings["demos"]), demo_path=Path(demo_path) if demo_path else None,
         steps=max(int(settings["steps"]), 1), weights_every=int(settings["weights_every"]),
@@ -258,10 +265,20 @@ class LearnerNode:
             if cfg.demos and cfg.demo_path is None and not _sim_task_episode_steps(cfg.task):
                 raise NodeStartupError(f"demos={cfg.demos}: scripted demos are recorded in a sim task, and task "
                                        f"{cfg.task!r} is not one: give demo_path (teleoperated demos) or demos:=0")
-            learner = Learner(spec, action_dim, cfg.sac, cfg.learner)
+            from robot_rl.train import RunError, policy_kind
+
+            try:
+                kind = policy_kind(cfg, spec, action_dim)
+            except RunError as error:
+                raise NodeStartupError(str(error).replace("--base", "base")) from None
+            learner = Learner(kind.observation_spec, kind.action_dim, kind.sac, cfg.learner,
+                              chunk_decisions=kind.chunk_decisions)
+            self.server.make_policy = None if cfg.policy == "plain" else kind.make_policy
             self._mark("learner")
             resuming = self.server.checkpoint_state is not None
-            message = self.server.load_learner(learner, None if resuming else record_demos(cfg, self.run_dir))
+            demos = None if resuming or cfg.policy == "noise" else record_demos(cfg, self.run_dir)
+            labeller = kind.make_policy(learner.agent) if cfg.policy == "residual" else None
+            message = self.server.load_learner(learner, demos, labeller)
             if cfg.demo_path is not None and not resuming:  # read by the loader above: a usable dataset
                 check_demo_images(cfg.demo_path, str(self.settings["robot"]), cfg.image_size)
             if not resuming:  # the settings this run starts with, once its demos are in (a failed start leaves none)
@@ -277,7 +294,7 @@ class LearnerNode:
     def _spaces(self, cfg):
         """(observation spec, action dim): recorded in the checkpoint, else from the task's sim env."""
         state = self.server.checkpoint_state or {}
-        if "observation_spec" in state:
+        if "observation_spec" in state and cfg.policy == "plain":  # a head's recorded spec is its own, not the robot's
             from robot_rl.types import ArraySpec, ObservationSpec
 
             recorded = state["observation_spec"].items()
@@ -445,7 +462,9 @@ class LearnerNode:
 
             env = make_env(self.cfg.task, obs_mode=self.cfg.obs_mode, image_size=self.cfg.image_size)
             try:
-                evaluation = evaluate(env, Actor(self.server.learner.agent, deterministic=True),
+                agent = self.server.learner.agent
+                policy = self.server.make_policy(agent) if self.server.make_policy is not None else agent
+                evaluation = evaluate(env, Actor(policy, deterministic=True),
                                       self.final_eval_episodes, self.cfg.seed + EVAL_SEED_OFFSET,
                                       video_path=self.run_dir / VIDEO_FILE)
             finally:
