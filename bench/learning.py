@@ -6,6 +6,7 @@ Prints one JSON line and writes a PNG of the curves. Each entry trains a fresh r
     python bench/learning.py --suite peg              # PegInsert state, 3 seeds, 10k steps, 50 demos, BC weight 25
     python bench/learning.py --suite pixels           # PickCube pixels (2x64x64 cameras), 10k steps
     python bench/learning.py --suite pixels --policy residual --base runs/bc/policy   # residual SAC on a frozen base
+    python bench/learning.py --suite pixels --policy noise --base runs/bc/policy      # noise-space SAC (DSRL)
 """
 
 from __future__ import annotations
@@ -59,17 +60,25 @@ class Args:
     """Train with the simulated human taking over when the policy is stuck (HIL-SERL); evals never intervene."""
     tag: str = ""
     """Suffix of the run names and the PNG (keeps parallel runs apart)."""
-    policy: Literal["plain", "residual"] = "plain"
+    policy: Literal["plain", "residual", "noise"] = "plain"
     """What the SAC action means (robot_rl.train.TrainConfig.policy)."""
     base: Path | None = None
     """Frozen base policy of --policy residual."""
     residual_scale: float = 0.1
     """Residual correction scale (with --policy residual)."""
+    warmup_transitions: int | None = None
+    """Override the learner's warm-up (env steps before the first update; default: 0 with demos, 4 x batch without)."""
+    noise_bound: float = 1.5
+    """Initial-noise bound (with --policy noise)."""
     actor_delay: int | None = None
     """Critic-only gradient steps before the actor moves (default: the SAC config's)."""
 
 
 def main(args: Args) -> dict:
+    if args.base is not None:  # the frozen torch base acts on this shared CPU: one thread (spinning threads stall)
+        import torch
+
+        torch.set_num_threads(1)
     suite = SUITES[args.suite]
     steps = args.steps or suite["steps"]
     seeds = args.seeds or suite["seeds"]
@@ -78,8 +87,8 @@ def main(args: Args) -> dict:
     wall = {}
     intervention = {}  # mean per-episode intervention rate over the first and last quarter of training episodes
     base = TrainConfig()
-    learner_overrides = {k: v for k, v in (("utd", args.utd), ("n_step", args.n_step), ("batch_size", args.batch_size))
-                         if v is not None}
+    learner_overrides = {k: v for k, v in (("utd", args.utd), ("n_step", args.n_step), ("batch_size", args.batch_size),
+                                           ("warmup_transitions", args.warmup_transitions)) if v is not None}
     demos = args.demos if args.demos is not None else suite.get("demos", 20)
     bc_weight = args.bc_weight if args.bc_weight is not None else suite.get("bc_weight")
     sac_overrides = {k: v for k, v in (("critic_ensemble_size", args.critics), ("bc_weight", bc_weight),
@@ -94,7 +103,7 @@ def main(args: Args) -> dict:
             eval_every=args.eval_every, eval_episodes=args.eval_episodes, final_eval_episodes=args.final_eval_episodes,
             checkpoint_every=steps, video=False, run_dir=args.out / f"{name}-seed{seed}",
             learner=learner_cfg, sac=sac_cfg, intervene=args.intervene, policy=args.policy, base=args.base,
-            residual_scale=args.residual_scale,
+            residual_scale=args.residual_scale, noise_bound=args.noise_bound,
         )
         start = time.perf_counter()
         run_dir = train(cfg)
@@ -127,6 +136,8 @@ def main(args: Args) -> dict:
         "policy": args.policy,
         "base": str(args.base) if args.base else None,
         "residual_scale": args.residual_scale if args.policy == "residual" else None,
+        "noise_bound": args.noise_bound if args.policy == "noise" else None,
+        "warmup_transitions": learner_cfg.warmup_transitions,
         "actor_delay": sac_cfg.actor_delay,
         "tag": args.tag,
         "backend": jax.default_backend(),

@@ -96,8 +96,9 @@ class Actor:
         return obs if augment is None else augment(obs)
 
     def learner_action_of(self, executed: np.ndarray, obs: Observation) -> np.ndarray | None:
-        """A human's executed action in the learner's action space, where the policy can map it (else None)."""
-        return self.policy.learner_action_of(executed, {**obs, **self._last[1]})
+        """A human's executed action in the learner's action space, where the policy can map it (else None); `obs`
+        (this step's, from `observe`) wins over the info of the policy's last step."""
+        return self.policy.learner_action_of(executed, {**self._last[1], **obs})
 
     def policy_action(self, obs: Observation, now: float | None = None) -> np.ndarray | None:
         """The policy's action for `obs` (taken at `now`, on the planner's clock, when there is a planner); None

@@ -146,7 +146,7 @@ def test_transitions_carry_the_base_action_the_head_action_and_the_next_base_act
     frames = observations(7)
     session.step(frames[0])
     session.step(frames[1])
-    session.step(frames[2], human_action=np.array([0.0, 0.0, 0.0, 1.0], np.float32))
+    session.step(frames[2], human_action=np.array([-0.28, -0.3, -0.33, 1.0], np.float32))
     for obs in frames[3:6]:
         session.step(obs)
     items = session.outbox.due(0.0, max_items=10)
@@ -159,9 +159,8 @@ def test_transitions_carry_the_base_action_the_head_action_and_the_next_base_act
     np.testing.assert_array_equal(policy_step.policy_info[BASE_ACTION_KEY], policy_step.observation[BASE_ACTION_KEY])
     np.testing.assert_allclose(policy_step.action[:3], policy_step.observation[BASE_ACTION_KEY][:3] + 0.05, atol=1e-6)
     assert human_step.intervention
-    base_then = human_step.observation[BASE_ACTION_KEY]
-    np.testing.assert_allclose(human_step.learner_action, np.clip((human_step.action - base_then) / 0.1, -1, 1),
-                               atol=1e-5)
+    np.testing.assert_allclose(human_step.observation[BASE_ACTION_KEY], [-0.3, -0.3, -0.3, 1.0], atol=1e-6)
+    np.testing.assert_allclose(human_step.learner_action, [0.2, 0.0, -0.3, 0.0], atol=1e-5)  # (human - base) / 0.1
     # the human moved the arm: the base plans a fresh (second) chunk at the next step, not the first one's -0.2
     assert items[3].observation[BASE_ACTION_KEY][0] == pytest.approx(0.1 * 3 - 0.5 + 0.1)
     # on the wire and back, with the new fields
@@ -263,3 +262,21 @@ def test_residual_config_errors_are_one_line(base_file, tmp_path):
     with pytest.raises(RunError, match="reads object_state"):
         train(TrainConfig(policy="residual", base=base_file, obs_mode="pixels", run_dir=tmp_path / "run2"))
     assert not (tmp_path / "run").exists() and not (tmp_path / "run2").exists()
+
+
+def test_the_actor_waits_for_the_critic_warm_up():
+    spec = ObservationSpec.from_shapes({"state": ((3,), "float32")})
+    agent = SACAgent.create(0, spec, 2, SACConfig(actor_hidden_dims=(16,), critic_hidden_dims=(16,),
+                                                  critic_ensemble_size=2, actor_delay=4))
+    rng = np.random.default_rng(0)
+    batch = {"observations": {"state": rng.normal(size=(3, 8, 3)).astype(np.float32)},
+             "next_observations": {"state": rng.normal(size=(3, 8, 3)).astype(np.float32)},
+             "actions": rng.uniform(-1, 1, (3, 8, 2)).astype(np.float32), "rewards": np.ones((3, 8), np.float32),
+             "discounts": np.full((3, 8), 0.99, np.float32), "masks": np.ones((3, 8), np.float32),
+             "demo": np.zeros((3, 8), bool), "intervention": np.zeros((3, 8), bool)}
+    same = lambda a, b: all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))  # noqa
+    after_three, info = agent.update(batch)  # critic steps 1-3: the actor waits
+    assert same(after_three.actor.params, agent.actor.params) and np.isnan(info["actor_loss"])
+    assert not same(after_three.critic.params, agent.critic.params)
+    after_six, _ = after_three.update(batch)  # steps 4-6: the actor moves from step 5 on
+    assert not same(after_six.actor.params, agent.actor.params)
