@@ -188,10 +188,12 @@ class ActorSession:
     """The actor's control loop without transport: observation -> safe absolute command, transitions with sequence
     numbers into an outbox, episodes ended by success, time limit or a human episode key.
 
-    Step t: the observation that arrived after command t-1 closes transition t-1 (with the reward and success the
-    robot or the sim task reported for that step), then command t is chosen (the human's action if one is given,
+    Step t: the actor's `observe` completes the observation (a residual policy adds its base's action for the
+    step), which closes transition t-1 (with the reward and success the robot or the sim task reported for that
+    step), then command t is chosen (the human's action if one is given,
     else the actor's `step`: its policy, or a uniform random action while the learner warms up, which the actor's
     own intervention source may override), filtered by the safety layer and tracked as the new absolute target. A
+    transition carries the executed action, the learner head's own action and the policy's per-step info. A
     transition's `step` is the control step its observation was taken at, so a held command (no transition starts
     there) leaves a gap in the steps, and the learner does not join the transitions on either side of it.
 
