@@ -5,7 +5,7 @@ The ROS test starts this file as a client script (``python test_camera_node.py c
 namespace (only ``lo``) with ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST and a test-specific ROS_DOMAIN_ID
 (tests/ros_harness.py). The client starts, side by side: a raw bgr8 node at 10 Hz (best-effort, the default) that it
 stops with SIGINT; a JPEG node (reliable); a node that plays the file once (``loop:=false``, every frame); a node
-reading the file through a FIFO that then stalls (``stall_timeout_s:=1.5``); and two that must not start (a missing
+reading the file through a FIFO that then stalls (``stall_timeout_s:=3.0``); and two that must not start (a missing
 ``/dev/video99``, an unknown parameter). It prints a JSON summary the test checks.
 """
 
@@ -171,7 +171,7 @@ def _client(video: str) -> int:
                       "-p", "frame_id:=wrist_optical", "-p", f"rate_hz:={RATE_HZ}", "-r", "__node:=camera_wrist"),
         "once": start("-p", f"source:={video}", "-p", "name:=once", "-p", "loop:=false", "-p", "rate_hz:=0.0",
                       "-p", "stats:=0.3", "-r", "__node:=camera_once"),
-        "stall": start("-p", f"source:={fifo}", "-p", "name:=stall", "-p", "stall_timeout_s:=1.5",
+        "stall": start("-p", f"source:={fifo}", "-p", "name:=stall", "-p", "stall_timeout_s:=3.0",
                        "-r", "__node:=camera_stall"),
     }
     rclpy.init()
@@ -299,9 +299,11 @@ def test_camera_node_over_ros(tmp_path):
     stall = processes["stall"]  # the FIFO gave one video's worth of frames, then nothing
     assert stall["exit_code"] == 1, stall
     assert "camera node up" in stall["output"], stall
-    assert "WARN" in stall["output"] and "no frame for 1.0 s (it sends nothing); still trying" in stall["output"]
+    # warned once silent for 1 s (the check runs between callbacks: a loaded machine may see 1.1 s), then gave up
+    assert "WARN" in stall["output"], stall
+    assert re.search(r"no frame for (1|2)\.\d s \(it sends nothing\); still trying", stall["output"]), stall
     errors = error_lines(stall["output"])
-    assert len(errors) == 1 and "no frame for" in errors[0] and "stall_timeout_s=1.5" in errors[0], stall
+    assert len(errors) == 1 and "no frame for" in errors[0] and "stall_timeout_s=3" in errors[0], stall
 
 
 if __name__ == "__main__":

@@ -412,7 +412,8 @@ def test_the_outbox_feed_cuts_the_learners_episode_where_the_steps_do_not_follow
         def end_episode(self):
             self.calls.append("end")
 
-        def insert(self, obs, action, reward, terminated, truncated, next_obs, intervention):
+        def insert(self, obs, action, reward, terminated, truncated, next_obs, intervention, learner_action=None,
+                   policy_info=None):
             self.calls.append((int(obs["x"][0]), bool(truncated), bool(intervention)))
 
     def item(seq, episode, step, truncated=False, intervention=False):
