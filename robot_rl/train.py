@@ -120,6 +120,9 @@ class TrainConfig:
             problems.append(f"policy={self.policy!r} needs --base (the frozen base policy's folder or file)")
         if self.policy == "plain" and self.base is not None:
             problems.append(f"--base {self.base} is only used with --policy residual or noise")
+        if self.sac.residual_scale is not None:
+            problems.append("sac.residual_scale is set by the run: use --policy residual --residual-scale "
+                            f"{self.sac.residual_scale:g}")
         if not (np.isfinite(self.noise_bound) and self.noise_bound > 0):
             problems.append(f"noise_bound={self.noise_bound!r} must be > 0")
         if not (np.isfinite(self.residual_scale) and self.residual_scale > 0):

@@ -257,6 +257,9 @@ def test_residual_config_errors_are_one_line(base_file, tmp_path):
         TrainConfig(policy="residual")
     with pytest.raises(ValueError, match="--base .* is only used with --policy residual or noise"):
         TrainConfig(base=base_file)
+    with pytest.raises(ValueError, match="sac.residual_scale is set by the run: use --policy residual "
+                                         "--residual-scale 0.2"):
+        TrainConfig(sac=SACConfig(residual_scale=0.2))
     with pytest.raises(RunError, match="--base .*nowhere.*does not exist"):
         train(TrainConfig(policy="residual", base=tmp_path / "nowhere", run_dir=tmp_path / "run"))
     with pytest.raises(RunError, match="reads object_state"):
