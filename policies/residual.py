@@ -14,14 +14,13 @@ loaded once from its own files, never sent with the head's weights.
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from robot_rl.policies.base import ActionChunk, Observation, ObservationHistory, Policy, PolicyError
+from robot_rl.policies.base import ActionChunk, ChunkRunner, Observation, Policy, PolicyError
 
 KIND = "residual"
 BASE_ACTION_KEY = "base_action"
@@ -42,36 +41,23 @@ def residual_observation_spec(base: Policy, head_keys: Sequence[str] | None = No
     return ObservationSpec.from_shapes(entries)
 
 
-class FrozenBase:
-    """A frozen policy run one action per control step, receding-horizon: a new chunk when the last is used up
-    (`execute` actions of each), a fresh one after `interrupt` (a human moved the arm)."""
+class FrozenBase(ChunkRunner):
+    """A frozen policy run one action per control step, receding-horizon (a `ChunkRunner` acting deterministically):
+    a new chunk when the last is used up (`execute` actions of each), a fresh one after `interrupt` (a human moved
+    the arm). `path`: where its files are (what a head's policy file names)."""
 
     def __init__(self, policy: Policy, *, execute: int | None = None, path: str | None = None):
-        self.policy = policy
-        self.path = path
-        self.execute = policy.chunk_length if execute is None else int(execute)
-        if not 1 <= self.execute <= policy.chunk_length:
+        if execute is not None and not 1 <= int(execute) <= policy.chunk_length:
             raise PolicyError(f"base execute={execute} must be in [1, the base's chunk_length={policy.chunk_length}]")
-        self.history = ObservationHistory(policy.obs_horizon)
-        self._queue: collections.deque[np.ndarray] = collections.deque()
-        self.chunks = 0
-
-    def reset(self) -> None:
-        self.policy.reset()
-        self.history.reset()
-        self._queue.clear()
+        super().__init__(policy, deterministic=True, execute=execute)
+        self.path = path
 
     def interrupt(self) -> None:
         self._queue.clear()
 
     def action(self, obs: Observation) -> np.ndarray:
         """The base action for this control step's observation (advances the base by one step)."""
-        self.history.append(obs)
-        if not self._queue:
-            chunk = self.policy.act_chunk(self.history.observations(), deterministic=True)
-            self._queue.extend(chunk.actions[: self.execute])
-            self.chunks += 1
-        return np.asarray(self._queue.popleft(), dtype=np.float32)
+        return np.asarray(self.act(obs), dtype=np.float32)
 
 
 class HeadOnFrozenBase:

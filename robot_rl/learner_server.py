@@ -109,8 +109,8 @@ class LearnerServer:
             raise ValueError("updates_per_transition must be >= 0, weights_every >= 1 and abandon_after_s > 0")
         self.learner = learner  # None until attach() when the learner is built while transitions already arrive
         self.make_policy: Callable | None = None
-        """agent -> the Policy whose `weights_message` is broadcast and saved (None: a plain SAC Gaussian); set it
-        for a head on a frozen base (robot_rl.train.PolicyKind.make_policy)."""
+        """agent -> the Policy whose `weights_message` is broadcast and saved (None: a plain SAC Gaussian); the
+        learner node sets it from its run's robot_rl.train.PolicyKind."""
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.updates_per_transition = float(updates_per_transition)

@@ -631,7 +631,8 @@ def policy_kind(cfg: TrainConfig, observation_spec, action_dim: int) -> PolicyKi
     if cfg.policy == "plain":
         return PolicyKind(lambda agent, seed=0: GaussianPolicy(agent, seed=seed), provided, action_dim, cfg.sac)
     from robot_rl.policies.noise import NoisePolicy, load_noise_base, noise_dim
-    from robot_rl.policies.residual import FrozenBase, ResidualPolicy, load_base, residual_observation_spec
+    from robot_rl.policies.residual import (BASE_ACTION_KEY, FrozenBase, ResidualPolicy, load_base,
+                                            residual_observation_spec)
 
     try:
         if cfg.policy == "noise":
@@ -641,8 +642,6 @@ def policy_kind(cfg: TrainConfig, observation_spec, action_dim: int) -> PolicyKi
             base_policy, base_path = base.policy, base.path
     except PolicyError as error:
         raise RunError(f"--base {cfg.base}: {error}") from None
-    from robot_rl.policies.residual import BASE_ACTION_KEY
-
     provided = ObservationSpec.from_shapes({k: v for k, v in provided.entries if k != BASE_ACTION_KEY})
     wrong = [k for k in base_policy.observation_spec.keys
              if k not in provided or provided[k] != base_policy.observation_spec[k]]

@@ -273,7 +273,7 @@ class LearnerNode:
                 raise NodeStartupError(str(error).replace("--base", "base")) from None
             learner = Learner(kind.observation_spec, kind.action_dim, kind.sac, cfg.learner,
                               chunk_decisions=kind.chunk_decisions)
-            self.server.make_policy = None if cfg.policy == "plain" else kind.make_policy
+            self.server.make_policy = kind.make_policy
             self._mark("learner")
             resuming = self.server.checkpoint_state is not None
             demos = None if resuming or cfg.policy == "noise" else record_demos(cfg, self.run_dir)
@@ -462,8 +462,7 @@ class LearnerNode:
 
             env = make_env(self.cfg.task, obs_mode=self.cfg.obs_mode, image_size=self.cfg.image_size)
             try:
-                agent = self.server.learner.agent
-                policy = self.server.make_policy(agent) if self.server.make_policy is not None else agent
+                policy = self.server.make_policy(self.server.learner.agent)
                 evaluation = evaluate(env, Actor(policy, deterministic=True),
                                       self.final_eval_episodes, self.cfg.seed + EVAL_SEED_OFFSET,
                                       video_path=self.run_dir / VIDEO_FILE)
