@@ -7,6 +7,7 @@ Prints one JSON line and writes a PNG of the curves. Each entry trains a fresh r
     python bench/learning.py --suite pixels           # PickCube pixels (2x64x64 cameras), 10k steps
     python bench/learning.py --suite pixels --policy residual --base runs/bc/policy   # residual SAC on a frozen base
     python bench/learning.py --suite pixels --policy noise --base runs/bc/policy      # noise-space SAC (DSRL)
+    python bench/learning.py --suite pixels --policy noise --noise-aliasing --base runs/bc/policy   # DSRL-NA
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ class Args:
     """Override the learner's warm-up (env steps before the first update; default: 0 with demos, 4 x batch without)."""
     noise_bound: float = 1.5
     """Initial-noise bound (with --policy noise)."""
+    noise_aliasing: bool = False
+    """DSRL-NA (with --policy noise): an action critic on executed chunks, trained on demos and interventions too."""
     actor_delay: int | None = None
     """Critic-only gradient steps before the actor moves (default: the SAC config's)."""
 
@@ -103,7 +106,7 @@ def main(args: Args) -> dict:
             eval_every=args.eval_every, eval_episodes=args.eval_episodes, final_eval_episodes=args.final_eval_episodes,
             checkpoint_every=steps, video=False, run_dir=args.out / f"{name}-seed{seed}",
             learner=learner_cfg, sac=sac_cfg, intervene=args.intervene, policy=args.policy, base=args.base,
-            residual_scale=args.residual_scale, noise_bound=args.noise_bound,
+            residual_scale=args.residual_scale, noise_bound=args.noise_bound, noise_aliasing=args.noise_aliasing,
         )
         start = time.perf_counter()
         run_dir = train(cfg)
@@ -137,6 +140,7 @@ def main(args: Args) -> dict:
         "base": str(args.base) if args.base else None,
         "residual_scale": args.residual_scale if args.policy == "residual" else None,
         "noise_bound": args.noise_bound if args.policy == "noise" else None,
+        "noise_aliasing": args.noise_aliasing if args.policy == "noise" else None,
         "warmup_transitions": learner_cfg.warmup_transitions,
         "actor_delay": sac_cfg.actor_delay,
         "tag": args.tag,

@@ -456,6 +456,11 @@ class DiffusionPolicy:
         noise = torch.from_numpy(np.asarray(noise, dtype=np.float32).reshape(1, *self._chunk_shape))
         return self.executed_chunk(self.sample(self.history_tensors(history), noise))
 
+    def chunks_from_noises(self, history: Sequence[Observation], noises: np.ndarray) -> np.ndarray:
+        """Executed chunks (K, chunk_length, action_dim) denoised from K noises (K, *noise_shape) at one history,
+        in one batched call (a noise-aliasing head's samples)."""
+        return executed_chunks(self, self.history_tensors(history), noises)
+
     def history_tensors(self, history: Sequence[Observation]) -> dict[str, torch.Tensor]:
         """The last obs_horizon observations as a batch of one on the policy's device; PolicyError names a missing
         key or a wrong shape."""
@@ -545,3 +550,13 @@ def _first(names: Sequence[str], count: int = 4) -> str:
     """The first `count` names, and how many there are in all when that is more."""
     more = f", ... ({len(names)} in all)" if len(names) > count else ""
     return f"[{', '.join(names[:count])}{more}]"
+
+
+def executed_chunks(policy, history: Mapping[str, torch.Tensor], noises: np.ndarray) -> np.ndarray:
+    """`policy.sample` of K noises at one history (a batch of one, as `history_tensors` gives it), cut to the
+    executed steps (from the newest observation on, chunk_length actions): (K, chunk_length, action_dim)."""
+    noises = np.asarray(noises, dtype=np.float32)
+    noise = torch.from_numpy(noises.reshape(len(noises), *policy._chunk_shape))
+    batch = {key: value.expand(len(noises), *value.shape[1:]) for key, value in history.items()}
+    start = policy.obs_horizon - 1
+    return policy.sample(batch, noise)[:, start:start + policy.chunk_length].cpu().numpy()

@@ -8,7 +8,10 @@ w, summed reward, the observation after the chunk; `Learner(chunk_decisions=True
 zero, so the untrained policy is the base acting from zero noise (its deterministic behaviour).
 
 A human's action has no known noise, so this kind cannot map it (`learner_action_of` is None): the learner skips
-those steps, cutting the chunk they interrupt.
+those steps, cutting the chunk they interrupt. Noise aliasing (DSRL-NA, a head whose SAC config sets
+`aliased_chunk_dim`) keeps them: its action critic scores executed chunks, and at each decision this policy also
+denoises `aliasing_samples` noises drawn from the base's own N(0, I) (w = clip(noise / bound, -1, 1)) in one
+batched call, recorded as per-step info `alias_noise` / `alias_chunks` for the noise critic to regress on.
 """
 
 from __future__ import annotations
@@ -25,6 +28,10 @@ from robot_rl.policies.residual import HeadOnFrozenBase
 KIND = "noise"
 CHUNK_STEP_KEY = "chunk_step"
 """Per-step info of a noise-space chunk: the step's index in its chunk (0 starts a decision)."""
+ALIAS_NOISE_KEY = "alias_noise"
+"""Per-step info of a noise-aliasing head: (samples, noise_dim) head actions w the base also denoised."""
+ALIAS_CHUNKS_KEY = "alias_chunks"
+"""Per-step info of a noise-aliasing head: (samples, execute x action_dim) the executed chunks those w give."""
 
 
 def noise_dim(base: Policy) -> int:
@@ -42,7 +49,7 @@ class NoisePolicy(HeadOnFrozenBase):
     kind = KIND
 
     def __init__(self, base: Policy, head, bound: float = 1.5, *, execute: int | None = None,
-                 path: str | None = None):
+                 path: str | None = None, seed: int = 0):
         from robot_rl.policies.gaussian import GaussianPolicy
         from robot_rl.types import ObservationSpec
 
@@ -68,6 +75,13 @@ class NoisePolicy(HeadOnFrozenBase):
         self.observation_keys = tuple(self.observation_spec.keys)
         self.learner_observation_spec = self.head.observation_spec
         """What the head and the learner see (its entries of the newest observation)."""
+        config = self.head.agent.config
+        self.aliasing_samples = 0 if config.aliased_chunk_dim is None else int(config.aliasing_samples)
+        """(noise, chunk) pairs denoised per decision for a noise-aliasing learner (0: none)."""
+        if self.aliasing_samples and config.aliased_chunk_dim != self.chunk_length * self.action_dim:
+            raise PolicyError(f"the head's action critic scores {config.aliased_chunk_dim}-number chunks; this "
+                              f"policy executes {self.chunk_length} x {self.action_dim}")
+        self._rng = np.random.default_rng(seed)
 
     def reset(self) -> None:
         self.base.reset()
@@ -82,8 +96,14 @@ class NoisePolicy(HeadOnFrozenBase):
         w = self.head.act_chunk([history[-1]], deterministic=deterministic).actions[0]
         chunk = self.base.chunk_from_noise(history, self.noise_of(w))
         n = self.chunk_length
-        return ActionChunk(chunk.actions[:n], np.repeat(w[None], n, axis=0),
-                           {CHUNK_STEP_KEY: np.arange(n, dtype=np.int32)})
+        info = {CHUNK_STEP_KEY: np.arange(n, dtype=np.int32)}
+        if self.aliasing_samples and not deterministic:  # evaluation feeds no learner
+            noise = self._rng.standard_normal((self.aliasing_samples, *self.base.noise_shape)).astype(np.float32)
+            aliases = np.clip(noise / self.bound, -1.0, 1.0)
+            chunks = self.base.chunks_from_noises(history, self.bound * aliases)[:, :n]
+            info[ALIAS_NOISE_KEY] = np.repeat(aliases.reshape(1, self.aliasing_samples, -1), n, axis=0)
+            info[ALIAS_CHUNKS_KEY] = np.repeat(chunks.reshape(1, self.aliasing_samples, -1), n, axis=0)
+        return ActionChunk(chunk.actions[:n], np.repeat(w[None], n, axis=0), info)
 
     def learner_action_of(self, executed: np.ndarray, info: Mapping[str, np.ndarray]) -> np.ndarray | None:
         return None  # the noise behind a human's action is unknown

@@ -23,7 +23,7 @@ from torch.nn import functional as F
 from robot_rl.policies import diffusion
 from robot_rl.policies.base import ActionChunk, Observation, PolicyError
 from robot_rl.policies.checkpoint import POLICY_CONFIG, save_policy
-from robot_rl.policies.diffusion import ACTION_KEY, DiffusionPolicy
+from robot_rl.policies.diffusion import ACTION_KEY, DiffusionPolicy, executed_chunks
 from robot_rl.policies.normalizer import Normalizer
 
 KIND = "one_step"
@@ -168,6 +168,11 @@ class OneStepPolicy:
         """The executed chunk the student denoises from `noise` of `noise_shape` in one call (deterministic)."""
         noise = torch.from_numpy(np.asarray(noise, dtype=np.float32).reshape(1, *self._chunk_shape))
         return self.network.executed_chunk(self.sample(self.network.history_tensors(history), noise))
+
+    def chunks_from_noises(self, history: Sequence[Observation], noises: np.ndarray) -> np.ndarray:
+        """Executed chunks (K, chunk_length, action_dim) the student denoises from K noises at one history, in one
+        batched call."""
+        return executed_chunks(self, self.network.history_tensors(history), noises)
 
     def learner_action_of(self, executed: np.ndarray, info: Mapping[str, np.ndarray]) -> np.ndarray | None:
         return np.asarray(executed, dtype=np.float32)

@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from robot_rl.agents.sac import SACAgent, SACConfig
+from robot_rl.agents.sac import SACAgent, SACConfig, aliased_actions
 from robot_rl.data.episodes import EpisodeDataset
 from robot_rl.data.replay import MixedSampler, ReplayBuffer, insert_with_interventions
 from robot_rl.types import ObservationSpec
@@ -103,6 +103,7 @@ class Learner:
         config: LearnerConfig = LearnerConfig(),
         *,
         chunk_decisions: bool = False,
+        robot_action_dim: int | None = None,
     ):
         """`observation_spec`: a gymnasium Dict space, an ObservationSpec or {key: (shape, dtype)};
         `action_space`: a gymnasium Box in [-1, 1] or the action size (of the SAC action).
@@ -110,7 +111,13 @@ class Learner:
         `chunk_decisions` (a noise-space head): the SAC action is the transitions' `learner_action`, one per action
         chunk; `insert` joins the steps of a chunk (`policy_info["chunk_step"]` 0, 1, ...) into one transition (the
         chunk's first observation, its action, the summed reward, the observation after its last step) and skips
-        steps without a learner action (a human's), cutting the chunk they interrupt."""
+        steps without a learner action (a human's), cutting the chunk they interrupt. With noise aliasing
+        (`sac.aliased_chunk_dim`) it keeps a human's steps instead, joined into chunks of the same length with the
+        noise unknown (they train the action critic), and `add_demos` joins demo steps the same way; a chunk cut
+        short (by the episode's end, a takeover, a hand-back) is padded with its last action.
+
+        `robot_action_dim`: size of the executed actions transitions carry (default: the SAC action's size; a
+        noise-space head's differs)."""
         action_dim = action_dim_of(action_space)
         if hasattr(observation_spec, "low") and not hasattr(observation_spec, "spaces"):
             raise ValueError(
@@ -121,8 +128,14 @@ class Learner:
         self.config = config
         self.observation_spec = ObservationSpec.coerce(observation_spec)
         self.agent = SACAgent.create(config.seed, self.observation_spec, action_dim, sac)
-        self.online = ReplayBuffer(self.observation_spec, action_dim, config.online_capacity)
-        self.demo = ReplayBuffer(self.observation_spec, action_dim, config.demo_capacity)
+        self.robot_action_dim = action_dim if robot_action_dim is None else int(robot_action_dim)
+        self.aliasing = aliased_actions(self.agent.config, action_dim)
+        if self.aliasing is not None and (not chunk_decisions or self.aliasing.chunk_dim % self.robot_action_dim):
+            raise ValueError(f"noise aliasing (sac.aliased_chunk_dim={self.aliasing.chunk_dim}) needs "
+                             f"chunk_decisions and a whole number of {self.robot_action_dim}-d robot actions per chunk")
+        stored = self.agent.batch_action_dim
+        self.online = ReplayBuffer(self.observation_spec, stored, config.online_capacity)
+        self.demo = ReplayBuffer(self.observation_spec, stored, config.demo_capacity)
         self.sampler = MixedSampler(self.demo, self.online, config.demo_ratio)
         self.rng = np.random.default_rng(config.seed)
         self.updates = 0
@@ -138,7 +151,13 @@ class Learner:
 
     @property
     def action_dim(self) -> int:
+        """Size of the SAC action."""
         return self.agent.action_dim
+
+    @property
+    def steps_per_decision(self) -> int:
+        """Robot steps one stored transition spans: a noise-aliasing learner's chunk length, else 1."""
+        return 1 if self.aliasing is None else self.aliasing.chunk_dim // self.robot_action_dim
 
     # ------------------------------------------------------------------------------------------ warm-up
     @property
@@ -190,12 +209,16 @@ class Learner:
                 frames = {k: frames[k] for k in self.observation_spec.keys}
                 episode = {**episode, "final_obs": {k: v[-1] for k, v in frames.items()}}
                 obs = {k: v[:-1] for k, v in frames.items()}
-            for t in range(length):
+            span = self.steps_per_decision
+            for t in range(0, length, span):
+                end = min(t + span, length)
                 current = {k: v[t] for k, v in obs.items()}
-                following = {k: (obs[k][t + 1] if t + 1 < length else episode["final_obs"][k]) for k in obs}
+                following = {k: (obs[k][end] if end < length else episode["final_obs"][k]) for k in obs}
+                action = episode["action"][t] if self.aliasing is None else self._packed(episode["action"][t:end])
                 self.demo.insert(
-                    current, episode["action"][t], episode["reward"][t], episode["terminated"][t],
-                    episode["truncated"][t] or t + 1 == length, following, bool(episode["intervention"][t]),
+                    current, action, float(np.sum(episode["reward"][t:end])), bool(episode["terminated"][end - 1]),
+                    bool(episode["truncated"][end - 1]) or end == length, following,
+                    bool(episode["intervention"][t:end].any()),
                 )
                 added += 1
             self.demo.end_episode()
@@ -243,10 +266,10 @@ class Learner:
                 f"demo dataset {dataset.path} has {key} {stored.dtype} {_shape_text(stored)} but this run uses "
                 f"{spec.dtype} {_shape_text(spec)}: record demos with the same task and --obs-mode"
             )
-        if dataset.action_spec.shape != (self.action_dim,):
+        if dataset.action_spec.shape != (self.robot_action_dim,):
             raise ValueError(
                 f"demo dataset {dataset.path} has {dataset.action_spec.shape[0] if dataset.action_spec.shape else 0}-d "
-                f"actions but this run uses {self.action_dim}-d actions: record demos with the same task"
+                f"actions but this run uses {self.robot_action_dim}-d actions: record demos with the same task"
             )
         actions = dataset.data["action"]
         if actions.size and np.abs(actions).max() > 1.0 + ACTION_SLACK:
@@ -293,8 +316,8 @@ class Learner:
         observation = {k: observation[k] for k in self.observation_spec.keys}
         next_observation = {k: next_observation[k] for k in self.observation_spec.keys}
         if self.chunk_decisions:
-            self._join_chunk_step(observation, learner_action, reward, terminated, truncated, next_observation,
-                                  policy_info or {})
+            self._join_chunk_step(observation, action, learner_action, reward, terminated, truncated,
+                                  next_observation, policy_info or {})
         else:
             insert_with_interventions(self.online, self.demo, observation, action, reward, terminated, truncated,
                                       next_observation, intervention)
@@ -311,39 +334,73 @@ class Learner:
             return all(k in observation and np.array_equal(np.asarray(observation[k]), v) for k, v in following.items())
         return self.online.continues_episode(observation)
 
-    def _join_chunk_step(self, observation, learner_action, reward, terminated, truncated, next_observation,
-                         policy_info) -> None:
+    def _join_chunk_step(self, observation, action, learner_action, reward, terminated, truncated,
+                         next_observation, policy_info) -> None:
         from robot_rl.policies.noise import CHUNK_STEP_KEY
 
         step = policy_info.get(CHUNK_STEP_KEY)
-        if learner_action is None or step is None:  # a human's step: its noise is unknown
+        human = learner_action is None or step is None  # a human's step: its noise is unknown
+        chunk = self._chunk
+        if human and self.aliasing is None:
             self.skipped += 1
             self._close_chunk(cut=True)
             return
-        step = int(np.asarray(step))
-        chunk = self._chunk
-        if chunk is not None and step != chunk["steps"]:  # a new chunk begins: the previous one is complete
-            self._close_chunk(cut=False)
-            chunk = None
-        if chunk is None:
-            if step != 0:  # the middle of a chunk whose start this learner never saw
+        if human:
+            if chunk is not None and not chunk["human"]:  # a takeover ends the policy's chunk
+                self._close_chunk(cut=False)
+                chunk = None
+        else:
+            step = int(np.asarray(step))
+            if chunk is not None and (chunk["human"] or step != chunk["steps"]):  # a new chunk begins
+                self._close_chunk(cut=False)
+                chunk = None
+            if chunk is None and step != 0:  # the middle of a chunk whose start this learner never saw
                 self.skipped += 1
+                self._close_chunk(cut=True)
                 return
-            chunk = self._chunk = {"observation": observation, "action": np.asarray(learner_action, np.float32),
-                                   "reward": 0.0, "steps": 0}
+        if chunk is None:
+            chunk = self._chunk = {"observation": observation, "reward": 0.0, "steps": 0, "human": human,
+                                   "executed": [],
+                                   "action": None if human else np.asarray(learner_action, np.float32),
+                                   "aliases": None if human else self._aliases_of(policy_info)}
+        chunk["executed"].append(np.asarray(action, np.float32))
         chunk.update(reward=chunk["reward"] + float(reward), steps=chunk["steps"] + 1,
                      next_observation=next_observation, terminated=bool(terminated), truncated=bool(truncated))
-        if terminated or truncated:
+        if terminated or truncated or (human and chunk["steps"] == self.steps_per_decision):
             self._close_chunk(cut=False)
+
+    def _aliases_of(self, policy_info: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
+        """The (noise, chunk) aliases a noise-aliasing actor recorded at a chunk's first step, if any."""
+        from robot_rl.policies.noise import ALIAS_CHUNKS_KEY, ALIAS_NOISE_KEY
+
+        if self.aliasing is None or ALIAS_NOISE_KEY not in policy_info or ALIAS_CHUNKS_KEY not in policy_info:
+            return None
+        return np.asarray(policy_info[ALIAS_NOISE_KEY]), np.asarray(policy_info[ALIAS_CHUNKS_KEY])
+
+    def _packed(self, executed: Any, noise: np.ndarray | None = None,
+                aliases: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+        """A noise-aliasing transition's packed action; `executed` (steps, robot_action_dim) is padded to a whole
+        chunk with its last action."""
+        executed = np.asarray(executed, np.float32).reshape(-1, self.robot_action_dim)
+        missing = self.steps_per_decision - len(executed)
+        if missing > 0:
+            executed = np.concatenate([executed, np.repeat(executed[-1:], missing, axis=0)])
+        alias_noise, alias_chunks = (None, None) if aliases is None else aliases
+        return self.aliasing.pack(executed[:self.steps_per_decision], noise, alias_noise, alias_chunks)
 
     def _close_chunk(self, *, cut: bool) -> None:
         """Insert the chunk being joined (if any) as one transition; `cut`: the episode does not go on from it."""
         chunk, self._chunk = self._chunk, None
         if chunk is not None:
-            self.online.insert(chunk["observation"], chunk["action"], chunk["reward"], chunk["terminated"],
-                               chunk["truncated"], chunk["next_observation"])
+            action = chunk["action"]
+            if self.aliasing is not None:
+                action = self._packed(chunk["executed"], action, chunk["aliases"])
+            insert_with_interventions(self.online, self.demo, chunk["observation"], action, chunk["reward"],
+                                      chunk["terminated"], chunk["truncated"], chunk["next_observation"],
+                                      chunk["human"])
         if cut:
             self.online.end_episode()
+            self.demo.end_episode()
 
     def end_episode(self) -> None:
         """End the open episode without a terminal flag (a reset, an abort): its last step bootstraps, like a

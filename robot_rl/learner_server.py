@@ -90,9 +90,9 @@ def compile_learner_step(learner: Learner) -> None:
     from robot_rl.data.replay import MixedSampler, ReplayBuffer
 
     spec, config = learner.observation_spec, learner.config
-    buffer = ReplayBuffer(spec, learner.action_dim, 4)
+    buffer = ReplayBuffer(spec, learner.agent.batch_action_dim, 4)
     zero = {key: np.zeros(entry.shape, entry.dtype) for key, entry in spec.entries}
-    buffer.insert(zero, np.zeros(learner.action_dim, np.float32), 0.0, False, True, zero)
+    buffer.insert(zero, np.zeros(learner.agent.batch_action_dim, np.float32), 0.0, False, True, zero)
     batch = MixedSampler(buffer, buffer, config.demo_ratio).sample_stacked(
         config.utd, config.batch_size, np.random.default_rng(0), config.n_step, learner.agent.config.discount)
     _, info = learner.agent.update(batch, validate=False)
@@ -126,6 +126,7 @@ class LearnerServer:
         self.rejected = 0
         self.steps = 0  # learner.step() calls (each runs `utd` gradient steps)
         self.weights_version = 0
+        self._weights_trained_on = 0  # trained_on of the last weights sent
         self.successes = 0
         self.episodes = 0
         self.abandoned = 0  # episodes closed without their last step
@@ -279,8 +280,8 @@ class LearnerServer:
                     return f"{name}[{key!r}] is {value.dtype.name}{tuple(value.shape)}, expected {entry.dtype}{entry.shape}"
                 if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
                     return f"{name}[{key!r}] is not finite"
-        if tuple(item.action.shape) != (self.learner.action_dim,):
-            return f"action has shape {tuple(item.action.shape)}, expected ({self.learner.action_dim},)"
+        if tuple(item.action.shape) != (self.learner.robot_action_dim,):
+            return f"action has shape {tuple(item.action.shape)}, expected ({self.learner.robot_action_dim},)"
         return self.learner.reward_error(item.reward)
 
     def _stage(self, source: str, item: StampedTransition, log_index: int) -> None:
@@ -387,9 +388,17 @@ class LearnerServer:
         self.steps += 1
         return info, self.steps % self.weights_every == 0
 
+    @property
+    def warmup_weights_due(self) -> bool:
+        """Whether the warm-up took `weights_every` transitions since the last weights went out: the policy is
+        unchanged, but a lock-step actor waits for weights that account for its transitions (max_weight_lag)."""
+        return (self.attached and self.learner.warming_up
+                and self.trained_on - self._weights_trained_on >= self.weights_every)
+
     def weights(self) -> WeightsMessage:
         """The current policy as a new weights version."""
         self.weights_version += 1
+        self._weights_trained_on = self.trained_on
         return self._weights_message(self.weights_version)
 
     def stored_weights(self) -> bytes | None:

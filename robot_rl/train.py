@@ -84,6 +84,10 @@ class TrainConfig:
     for --policy residual / noise. The run's --obs-mode must give the entries it reads."""
     noise_bound: float = 1.5
     """With --policy noise: the SAC action w in [-1, 1] is the noise bound * w (DSRL's action magnitude)."""
+    noise_aliasing: bool = False
+    """With --policy noise: DSRL-NA. An action critic learns by TD on executed chunks (so demos and human
+    interventions, whose noise is unknown, train it), a noise critic regresses it on (noise, chunk) pairs the actor
+    denoises (--sac.aliasing-samples per decision), and the head maximises the noise critic."""
     residual_scale: float = 0.1
     """Scale of the residual correction in action units ([-1, 1] per dim) with --policy residual."""
     base_execute: int | None = None
@@ -109,6 +113,11 @@ class TrainConfig:
     target_bounds with the reward), and a 16-channel pixel encoder (about 1.6x faster than 32 channels on a CPU).
     On a GPU learner raise critic_ensemble_size (RLPD uses 10), utd and the encoder channels."""
 
+    @property
+    def learns_from_demos(self) -> bool:
+        """Whether the run's learner can use demos (DSRL-SAC cannot: the noise behind a demo is unknown)."""
+        return self.policy != "noise" or self.noise_aliasing
+
     def __post_init__(self) -> None:
         problems = [f"{name}={getattr(self, name)!r} must be >= {low}"
                     for name, low in (("steps", 1), ("eval_every", 1), ("eval_episodes", 1), ("weights_every", 1),
@@ -123,6 +132,10 @@ class TrainConfig:
         if self.sac.residual_scale is not None:
             problems.append("sac.residual_scale is set by the run: use --policy residual --residual-scale "
                             f"{self.sac.residual_scale:g}")
+        if self.sac.aliased_chunk_dim is not None:
+            problems.append("sac.aliased_chunk_dim is set by the run: use --policy noise --noise-aliasing")
+        if self.noise_aliasing and self.policy != "noise":
+            problems.append("--noise-aliasing is a --policy noise option")
         if not (np.isfinite(self.noise_bound) and self.noise_bound > 0):
             problems.append(f"noise_bound={self.noise_bound!r} must be > 0")
         if not (np.isfinite(self.residual_scale) and self.residual_scale > 0):
@@ -412,7 +425,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
     eval_env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size)
     make_policy = kind.make_policy
     learner = Learner(kind.observation_spec, kind.action_dim, kind.sac, cfg.learner,
-                      chunk_decisions=kind.chunk_decisions)
+                      chunk_decisions=kind.chunk_decisions, robot_action_dim=kind.robot_action_dim)
 
     if resuming:
         state.update(learner.restore(run_dir / CHECKPOINT_DIR))
@@ -428,8 +441,9 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
             raise RunError(f"--demo-path {cfg.demo_path} holds demos of task {demos.task!r}, this run is --task "
                            f"{cfg.task}")
         labeller = make_policy(learner.agent) if cfg.policy == "residual" else None  # demos get base actions
-        if cfg.policy == "noise" and (demos is not None or cfg.demos):
-            print("--policy noise learns from its own chunks only (the noise behind a demo is unknown): no demos")
+        if not cfg.learns_from_demos and (demos is not None or cfg.demos):
+            print("--policy noise learns from its own chunks only (the noise behind a demo is unknown; "
+                  "--noise-aliasing learns from demos): no demos")
             demos = None
         if demos is not None:
             learner.add_demos(demos, labeller)  # checks the dataset against this run's spaces before the folder exists
@@ -437,7 +451,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
         run_dir.mkdir(parents=True, exist_ok=True)
         try:
             _write_json(run_dir / CONFIG_FILE, config_to_json(cfg))
-            if demos is None and cfg.demos and cfg.policy != "noise":
+            if demos is None and cfg.demos and cfg.learns_from_demos:
                 demos = record_demos(cfg, run_dir)
                 if demos is not None:
                     learner.add_demos(demos, labeller)
@@ -449,8 +463,9 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
             print(f"{learner.demo_transitions} demo transitions from {demos.num_episodes} episodes ({demos.path})")
     if learner.warming_up:  # say why the first updates are late (or never come, in a short run)
         acting = "uniformly random actions" if cfg.policy == "plain" else "the base policy acts"
+        why = "no demos; " if not learner.demo_transitions else ""
         print(f"warm-up: {acting} and no updates for the next "
-              f"{learner.warmup_transitions - learner.transitions} env steps (no demos; --learner.warmup-transitions "
+              f"{learner.warmup_transitions - learner.transitions} env steps ({why}--learner.warmup-transitions "
               "sets it)")
     # Seeded by the episode it starts at, like the actor: a resumed run does not replay the human's noise.
     human = SimulatedHuman(env, cfg.human, seed=cfg.seed + state["episode"]) if cfg.intervene else None
@@ -617,6 +632,8 @@ class PolicyKind:
     sac: SACConfig
     chunk_decisions: bool = False
     """One learner transition per action chunk (noise-space heads)."""
+    robot_action_dim: int | None = None
+    """Size of the executed actions when it differs from the SAC action's (noise-space heads)."""
 
 
 def policy_kind(cfg: TrainConfig, observation_spec, action_dim: int) -> PolicyKind:
@@ -652,15 +669,17 @@ def policy_kind(cfg: TrainConfig, observation_spec, action_dim: int) -> PolicyKi
                        f"{dict((k, v.shape) for k, v in provided.entries)} and {action_dim}-d actions")
     if cfg.policy == "noise":
         execute = cfg.base_execute or base_policy.chunk_length
-        # one decision per chunk: the chunk's discount; no BC term (no demos)
+        # one decision per chunk: the chunk's discount; no BC term (the head's action is noise)
         sac = dataclasses.replace(cfg.sac, actor_zero_init_last=True, bc_weight=0.0,
-                                  discount=cfg.sac.discount ** execute)
+                                  discount=cfg.sac.discount ** execute,
+                                  aliased_chunk_dim=execute * action_dim if cfg.noise_aliasing else None)
 
         def make_noise_policy(agent, seed: int = 0) -> NoisePolicy:
             return NoisePolicy(base_policy, GaussianPolicy(agent, seed=seed), cfg.noise_bound, execute=execute,
-                               path=base_path)
+                               path=base_path, seed=seed)
 
-        return PolicyKind(make_noise_policy, provided, noise_dim(base_policy), sac, chunk_decisions=True)
+        return PolicyKind(make_noise_policy, provided, noise_dim(base_policy), sac, chunk_decisions=True,
+                          robot_action_dim=action_dim)
 
     sac = dataclasses.replace(cfg.sac, residual_scale=cfg.residual_scale, actor_zero_init_last=True)
 

@@ -771,3 +771,53 @@ def test_actor_session_to_server_end_to_end(tmp_path, lost_send):
     assert int(online.terminated[online.valid].sum()) == 1
     # the time-limit end, plus (when a step came late) the cut before the gap and the end of the late fragment
     assert int(online.truncated[online.valid].sum()) == (1 if lost_send in (None, 7) else 3)
+
+
+def test_a_noise_head_learner_takes_robot_actions_with_noise_chunks_and_aliases_off_the_wire(tmp_path):
+    """A noise-space (DSRL-NA) learner behind the server: transitions carry the robot's 4-d executed action, the
+    head's noise as learner action and per-step chunk info with 2-d alias arrays; the server checks the robot
+    action's shape (not the noise's), and the learner joins each chunk of 2 steps (a human's too) into one."""
+    from robot_rl.agents.sac import aliased_actions
+    from robot_rl.policies.noise import ALIAS_CHUNKS_KEY, ALIAS_NOISE_KEY, CHUNK_STEP_KEY
+
+    noise_dim = 16
+    sac = SACConfig(actor_hidden_dims=(16, 16), critic_hidden_dims=(16, 16), critic_ensemble_size=2,
+                    aliased_chunk_dim=2 * ACTION_DIM, aliasing_samples=2)
+    learner = Learner(SPEC, noise_dim, sac, SMALL_LEARNER, chunk_decisions=True, robot_action_dim=ACTION_DIM)
+    server = LearnerServer(learner, tmp_path)
+    server.start()
+    import dataclasses
+
+    items = [item if item.intervention else dataclasses.replace(
+        item, learner_action=np.full(noise_dim, 0.25, np.float32),
+        policy_info={CHUNK_STEP_KEY: np.int32(item.step % 2), ALIAS_NOISE_KEY: np.zeros((2, noise_dim), np.float32),
+                     ALIAS_CHUNKS_KEY: np.ones((2, 2 * ACTION_DIM), np.float32)})
+        for item in Stream(SOURCE_A).episode(0, 6, interventions=(2, 3))]
+    acks = server.ingest(payload(SOURCE_A, items))
+    assert acks == {SOURCE_A: 5} and server.rejected == 0 and server.received == 6
+    layout = aliased_actions(sac, noise_dim)
+    online = learner.online.gather(np.flatnonzero(learner.online.valid))
+    parts = layout.unpack(jax.numpy.asarray(online.actions))
+    np.testing.assert_array_equal(online.observations["state"][:, 2], [0, 2, 4])  # one transition per chunk
+    np.testing.assert_array_equal(np.asarray(parts["noise_known"]), [1, 0, 1])  # the human's noise is unknown
+    np.testing.assert_array_equal(np.asarray(parts["executed"])[:, [2, 6]], [[0, 1], [2, 3], [4, 5]])
+    np.testing.assert_array_equal(np.asarray(parts["alias_chunks"])[:, 0, 0], [1, 0, 1])
+    assert len(learner.demo) == 1  # the human's chunk also went to the demo buffer
+    assert learner.step() and np.isfinite(learner.step()["noise_critic_loss"])
+
+
+def test_weights_go_out_during_the_warm_up_so_a_lock_step_actor_is_not_held_back(tmp_path):
+    """No gradient steps while the learner warms up, but every `weights_every` transitions it owes the actors
+    weights that account for them (a lock-step actor with max_weight_lag waits for those)."""
+    import dataclasses
+
+    learner = Learner(SPEC, ACTION_DIM, SMALL_SAC, dataclasses.replace(SMALL_LEARNER, warmup_transitions=8))
+    server = LearnerServer(learner, tmp_path, weights_every=3)
+    server.start()
+    assert not server.warmup_weights_due
+    stream = Stream(SOURCE_A)
+    server.ingest(payload(SOURCE_A, stream.episode(0, 4, "truncated")))
+    assert server.pending_steps == 0 and server.trained_on == 4 and server.warmup_weights_due
+    assert server.weights().transitions == 4 and not server.warmup_weights_due
+    server.ingest(payload(SOURCE_A, stream.episode(1, 5, "truncated")))  # 9 received: the warm-up is over
+    assert not server.warmup_weights_due and server.pending_steps == 1  # now weights come with the training steps

@@ -137,32 +137,157 @@ def base_folder(tmp_path_factory) -> Path:
     return base.save(tmp_path_factory.mktemp("base") / "policy")
 
 
-def test_an_in_process_noise_run_trains_saves_evaluates_and_resumes(base_folder, tmp_path):
+@pytest.mark.parametrize("aliasing", [False, True], ids=["dsrl-sac", "dsrl-na"])
+def test_an_in_process_noise_run_trains_saves_evaluates_and_resumes(base_folder, tmp_path, aliasing):
+    from robot_rl.data.replay import ReplayBuffer
     from robot_rl.loop import make_env
     from robot_rl.policies.checkpoint import load_policy
     from robot_rl.train import TrainConfig, policy_kind, train
 
+    # DSRL-NA learns from demos (joined into chunks of 4 steps); DSRL-SAC takes none
     cfg = TrainConfig(policy="noise", base=base_folder, steps=60, eval_every=60, eval_episodes=1, video=False,
-                      run_dir=tmp_path / "run", learner=LearnerConfig(batch_size=8, utd=2, warmup_transitions=20))
+                      noise_aliasing=aliasing, demos=1 if aliasing else 0, run_dir=tmp_path / "run",
+                      learner=LearnerConfig(batch_size=8, utd=2, warmup_transitions=20))
     run_dir = train(cfg)
     policy = load_policy(run_dir / "policy.msgpack")
     assert policy.kind == "noise" and policy.bound == 1.5 and policy.chunk_length == 4
     assert policy.base_path == str(base_folder.resolve())
+    assert policy.aliasing_samples == (4 if aliasing else 0)
     state = json.loads((run_dir / "checkpoint" / "learner.json").read_text())
-    assert state["transitions"] == 60 and state["demo_transitions"] == 0
-    from robot_rl.data.replay import ReplayBuffer
-
+    assert state["transitions"] == 60
     online = ReplayBuffer.load(run_dir / "checkpoint" / "online.zarr")
-    assert online.action_dim == 32 and 60 / 4 <= len(online) < 60  # one transition per chunk of 4
+    assert 60 / 4 <= len(online) < 60  # one transition per chunk of 4
+    if aliasing:
+        assert online.action_dim == 32 + 1 + 16 + 4 * (32 + 16) + 1  # packed: noise, executed chunk, aliases
+        demo = ReplayBuffer.load(run_dir / "checkpoint" / "demo.zarr")
+        from robot_rl.data.episodes import EpisodeDataset
+
+        demo_steps = int(EpisodeDataset(run_dir / "demos.zarr").episode_ends[-1])
+        assert state["demo_transitions"] == len(demo) == -(-demo_steps // 4) > 0  # one per 4 demo steps
+        assert np.all(demo.actions[demo.valid][:, 32] == 0)  # a demo's noise is unknown
+    else:
+        assert online.action_dim == 32 and state["demo_transitions"] == 0
 
     env = make_env("PickCube-v0", obs_mode="state")
     kind = policy_kind(cfg, env.observation_space, env.action_space.shape[0])
     env.close()
     assert kind.sac.discount == pytest.approx(cfg.sac.discount ** 4) and kind.chunk_decisions
-    learners = [Learner(kind.observation_spec, kind.action_dim, kind.sac, cfg.learner, chunk_decisions=True)
-                for _ in range(2)]
+    learners = [Learner(kind.observation_spec, kind.action_dim, kind.sac, cfg.learner, chunk_decisions=True,
+                        robot_action_dim=kind.robot_action_dim) for _ in range(2)]
     for learner in learners:
         learner.restore(run_dir / "checkpoint")
     assert learners[0].step() == learners[1].step()
     resumed = train(TrainConfig(**{**cfg.__dict__, "steps": 80}), resume=run_dir)
     assert json.loads((resumed / "checkpoint" / "learner.json").read_text())["transitions"] == 80
+
+
+# ------------------------------------------------------------------------------------ noise aliasing (DSRL-NA)
+NA = SACConfig(actor_hidden_dims=(64, 64), critic_hidden_dims=(64, 64), critic_ensemble_size=2,
+               actor_zero_init_last=True, aliased_chunk_dim=2, aliasing_samples=3, backup_entropy=False)
+
+
+def test_packed_aliased_actions_round_trip():
+    from robot_rl.agents.sac import aliased_actions
+
+    layout = aliased_actions(NA, 4)
+    assert layout.size == 4 + 1 + 2 + 3 * (4 + 2) + 1
+    noise, executed = np.arange(4.0), np.array([0.5, -0.5])
+    alias_noise, alias_chunks = np.arange(12.0).reshape(3, 4), -np.arange(6.0).reshape(3, 2)
+    parts = layout.unpack(jax.numpy.asarray(layout.pack(executed, noise, alias_noise, alias_chunks)[None]))
+    np.testing.assert_array_equal(parts["noise"][0], noise)
+    np.testing.assert_array_equal(parts["executed"][0], executed)
+    np.testing.assert_array_equal(parts["alias_noise"][0], alias_noise)
+    np.testing.assert_array_equal(parts["alias_chunks"][0], alias_chunks)
+    assert parts["noise_known"][0] == 1 and parts["aliases_known"][0] == 1
+    human = layout.unpack(jax.numpy.asarray(layout.pack(executed)[None]))
+    assert human["noise_known"][0] == 0 and human["aliases_known"][0] == 0
+    with pytest.raises(ValueError, match="exclude each other"):
+        SACConfig(aliased_chunk_dim=2, residual_scale=0.1)
+
+
+def test_the_noise_critic_regresses_the_action_critic_and_the_head_follows_it():
+    """A stand-in base denoises noise w into the chunk tanh(2 w[:2]); the task pays the chunk's first number. The
+    action critic learns the reward of executed chunks (random ones: no noise known, like a human's), the noise
+    critic learns it through the recorded (w, chunk) aliases, and the head's noise moves to where the base's chunk
+    pays, with no base in the learner."""
+    from robot_rl.agents.sac import aliased_actions, noise_critic_values, critic_values, encode
+
+    rng = np.random.default_rng(0)
+    layout = aliased_actions(NA, 4)
+    agent = SACAgent.create(0, SPEC, 4, NA)
+    base = lambda w: np.tanh(2.0 * w[..., :2])  # noqa: E731
+    rows = 256
+    executed = rng.uniform(-1, 1, (rows, 2))
+    alias_noise = rng.uniform(-1, 1, (rows, 3, 4))
+    actions = np.stack([layout.pack(executed[i], None, alias_noise[i], base(alias_noise[i])) for i in range(rows)])
+    obs = {"state": rng.normal(size=(rows, 5)).astype(np.float32)}
+    batch = {"observations": obs, "next_observations": obs, "actions": actions.astype(np.float32),
+             "rewards": executed[:, 0].astype(np.float32), "discounts": np.full(rows, 0.9, np.float32),
+             "masks": np.zeros(rows, np.float32), "intervention": np.ones(rows, bool), "demo": np.ones(rows, bool)}
+    stacked = jax.tree.map(lambda x: np.repeat(np.asarray(x)[None], 50, axis=0), batch)
+    for _ in range(12):
+        agent, info = agent.update(stacked)
+    assert np.isfinite(info["noise_critic_loss"]) and info["noise_critic_loss"] < 0.05
+    # on fresh noise the noise critic matches the action critic on the chunk the base makes of it
+    w = rng.uniform(-1, 1, (rows, 4)).astype(np.float32)
+    features = encode(agent, agent.critic.params["encoder"], obs)
+    q_noise = np.asarray(noise_critic_values(agent, agent.critic.params["noise_critic"], features, w).mean(0))
+    q_action = np.asarray(critic_values(agent, agent.critic.params["critic"], features, base(w)).mean(0))
+    assert np.corrcoef(q_noise, q_action)[0, 1] > 0.9 and np.abs(q_noise - q_action).mean() < 0.15
+    assert np.corrcoef(q_action, base(w)[:, 0])[0, 1] > 0.9  # and the action critic knows the reward
+    head_noise = np.asarray(agent.eval_actions(obs))
+    assert head_noise[:, 0].mean() > 0.5  # base chunk tanh(2 w0) pays: the head pushes w0 up
+
+
+def test_a_noise_aliasing_head_records_aliases_the_base_denoised():
+    from robot_rl.policies.noise import ALIAS_CHUNKS_KEY, ALIAS_NOISE_KEY
+
+    base = tiny_base()
+    config = SACConfig(actor_hidden_dims=(32, 32), critic_hidden_dims=(32, 32), critic_ensemble_size=2,
+                       aliased_chunk_dim=3 * 3, aliasing_samples=5)
+    policy = NoisePolicy(base, SACAgent.create(0, SPEC, noise_dim(base), config), 1.5, execute=3, seed=1)
+    obs = history()
+    chunk = policy.act_chunk(obs, deterministic=False)
+    aliases, chunks = chunk.info[ALIAS_NOISE_KEY], chunk.info[ALIAS_CHUNKS_KEY]
+    assert aliases.shape == (3, 5, 24) and chunks.shape == (3, 5, 9)
+    np.testing.assert_array_equal(aliases[0], aliases[2])  # every step of the chunk carries the decision's aliases
+    assert np.abs(aliases).max() <= 1.0 and aliases.std() > 0.1
+    for k in (0, 4):
+        denoised = base.chunk_from_noise(obs, policy.noise_of(aliases[0, k])).actions[:3]
+        np.testing.assert_allclose(chunks[0, k].reshape(3, 3), denoised, atol=1e-5)
+    assert ALIAS_NOISE_KEY not in policy.act_chunk(obs, deterministic=True).info  # evaluation feeds no learner
+    with pytest.raises(PolicyError, match="scores 9-number chunks; this policy executes 4 x 3"):
+        NoisePolicy(base, SACAgent.create(0, SPEC, noise_dim(base), config), 1.5, execute=4)
+
+
+def test_a_noise_aliasing_learner_keeps_human_steps_as_chunks_in_both_buffers():
+    from robot_rl.agents.sac import aliased_actions
+    from robot_rl.policies.noise import ALIAS_CHUNKS_KEY, ALIAS_NOISE_KEY
+
+    config = SACConfig(actor_hidden_dims=(32, 32), critic_hidden_dims=(32, 32), critic_ensemble_size=2,
+                       aliased_chunk_dim=2 * 3, aliasing_samples=2)
+    learner = Learner(SPEC, 24, config, LearnerConfig(batch_size=4), chunk_decisions=True, robot_action_dim=3)
+    assert learner.steps_per_decision == 2
+    frame = lambda v: {"state": np.full(5, v, np.float32)}  # noqa: E731
+    aliases = {ALIAS_NOISE_KEY: np.full((2, 24), 0.5, np.float32), ALIAS_CHUNKS_KEY: np.full((2, 6), 0.25, np.float32)}
+    # policy chunk (2 steps), 3 human steps (a chunk of 2, a chunk of 1 cut by the hand-back), policy chunk (ends)
+    rows = [(0, False), (1, False), (None, False), (None, False), (None, False), (0, False), (1, True)]
+    for t, (step, terminal) in enumerate(rows):
+        info = {} if step is None else {CHUNK_STEP_KEY: np.int32(step), **aliases}
+        learner.insert(frame(t), np.full(3, t / 10, np.float32), float(terminal), terminal, False, frame(t + 1),
+                       intervention=step is None,
+                       learner_action=None if step is None else np.full(24, 0.1, np.float32), policy_info=info)
+    assert learner.skipped == 0
+    layout = aliased_actions(config, 24)
+    online = learner.online.gather(np.flatnonzero(learner.online.valid))
+    parts = layout.unpack(jax.numpy.asarray(online.actions))
+    np.testing.assert_allclose(online.observations["state"][:, 0], [0, 2, 4, 5])
+    np.testing.assert_allclose(np.asarray(parts["noise_known"]), [1, 0, 0, 1])
+    np.testing.assert_allclose(np.asarray(parts["aliases_known"]), [1, 0, 0, 1])
+    np.testing.assert_allclose(np.asarray(parts["executed"])[:, ::3],  # first number of each step's action
+                               [[0.0, 0.1], [0.2, 0.3], [0.4, 0.4], [0.5, 0.6]], atol=1e-6)  # the cut one padded
+    np.testing.assert_allclose(np.asarray(parts["alias_chunks"])[0], 0.25)
+    np.testing.assert_allclose(online.rewards, [0, 0, 0, 1])
+    demo = learner.demo.gather(np.flatnonzero(learner.demo.valid))  # the HIL-SERL rule: human chunks here too
+    np.testing.assert_allclose(demo.observations["state"][:, 0], [2, 4])
+    assert demo.intervention.all()

@@ -119,6 +119,17 @@ class SACConfig:
     action is the executed action."""
     residual_key: str = "base_action"
     """Observation entry holding the base policy's action (with residual_scale)."""
+    aliased_chunk_dim: int | None = None
+    """Noise aliasing (DSRL-NA): the SAC action is a diffusion policy's initial noise, and an action critic scores
+    the executed chunk of this many numbers (execute x action_dim), trained by TD on what was executed, so human and
+    demo steps (noise unknown) train it too; a noise critic regresses it on (noise, denoised chunk) pairs the actor
+    recorded, and the SAC actor maximises the noise critic. Batches carry packed actions (see `AliasedActions`).
+    None: the critic scores the SAC action itself."""
+    aliasing_samples: int = 4
+    """With aliased_chunk_dim: (noise, chunk) pairs the actor denoises per decision besides its own, for the noise
+    critic to regress the action critic on."""
+    noise_critic_heads: int = 2
+    """With aliased_chunk_dim: heads of the noise critic (the TD target takes their min at the next state)."""
     bc_weight: float = 0.0
     """Behaviour-cloning term on demo rows of each batch: bc_weight * mean ||tanh(mean(s)) - a_demo||^2 in the actor
     loss. 0 is plain SAC/RLPD; a small weight makes learning from few demos much faster (TD3+BC-style)."""
@@ -159,6 +170,18 @@ class SACConfig:
             problems.append(f"actor_delay={self.actor_delay} must be >= 0")
         if self.residual_scale is not None and not (math.isfinite(self.residual_scale) and self.residual_scale > 0):
             problems.append(f"residual_scale={self.residual_scale} must be > 0 or None (no residual)")
+        if self.aliased_chunk_dim is not None:
+            if self.aliased_chunk_dim < 1:
+                problems.append(f"aliased_chunk_dim={self.aliased_chunk_dim} must be >= 1 or None (no aliasing)")
+            if self.residual_scale is not None:
+                problems.append("aliased_chunk_dim (noise-space head) and residual_scale (residual head) exclude "
+                                "each other")
+            if self.bc_weight > 0:
+                problems.append("aliased_chunk_dim (noise-space head) takes no BC term: set bc_weight 0")
+        if self.aliasing_samples < 1:
+            problems.append(f"aliasing_samples={self.aliasing_samples} must be >= 1")
+        if self.noise_critic_heads < 1:
+            problems.append(f"noise_critic_heads={self.noise_critic_heads} must be >= 1")
         if not (math.isfinite(self.bc_weight) and self.bc_weight >= 0):
             problems.append(f"bc_weight={self.bc_weight} must be >= 0")
         if self.target_bounds is not None and not (
@@ -167,6 +190,58 @@ class SACConfig:
         ):
             problems.append(f"target_bounds={self.target_bounds} must be (low, high) with low < high, or None")
         _raise_problems(self, problems)
+
+
+@dataclasses.dataclass(frozen=True)
+class AliasedActions:
+    """Layout of a noise-aliasing agent's packed batch action (one vector per transition, so replay buffers,
+    n-step sampling and checkpoints handle it like any action):
+
+    noise (noise_dim) | noise_known (1) | executed chunk (chunk_dim) | samples x alias noise (noise_dim) |
+    samples x alias chunk (chunk_dim) | aliases_known (1)
+
+    A human's or a demo's transition has noise_known 0 (its noise is unknown) and, unless the actor denoised
+    aliases at that observation, aliases_known 0.
+    """
+
+    noise_dim: int
+    chunk_dim: int
+    samples: int
+
+    @property
+    def size(self) -> int:
+        return self.noise_dim + 1 + self.chunk_dim + self.samples * (self.noise_dim + self.chunk_dim) + 1
+
+    def pack(self, executed: np.ndarray, noise: np.ndarray | None = None, alias_noise: np.ndarray | None = None,
+             alias_chunks: np.ndarray | None = None) -> np.ndarray:
+        """One packed action from the executed chunk (chunk_dim numbers), the noise behind it (if known) and the
+        actor's aliases (samples x noise_dim, samples x chunk_dim; if recorded)."""
+        n, c, k = self.noise_dim, self.chunk_dim, self.samples
+        parts = [np.zeros(n, np.float32) if noise is None else np.reshape(noise, n), [float(noise is not None)],
+                 np.reshape(executed, c)]
+        if alias_noise is None or alias_chunks is None:
+            parts += [np.zeros(k * (n + c), np.float32), [0.0]]
+        else:
+            parts += [np.reshape(alias_noise, k * n), np.reshape(alias_chunks, k * c), [1.0]]
+        return np.concatenate([np.asarray(p, np.float32) for p in parts])
+
+    def unpack(self, actions: jax.Array) -> dict[str, jax.Array]:
+        """{noise, noise_known, executed, alias_noise [.., samples, noise_dim], alias_chunks [.., samples,
+        chunk_dim], aliases_known} of packed actions [..., size]."""
+        n, c, k = self.noise_dim, self.chunk_dim, self.samples
+        lead = actions.shape[:-1]
+        cuts = np.cumsum([n, 1, c, k * n, k * c])
+        noise, known, executed, alias_noise, alias_chunks, aliases_known = jnp.split(actions, cuts, axis=-1)
+        return {"noise": noise, "noise_known": known[..., 0], "executed": executed,
+                "alias_noise": alias_noise.reshape(lead + (k, n)), "alias_chunks": alias_chunks.reshape(lead + (k, c)),
+                "aliases_known": aliases_known[..., 0]}
+
+
+def aliased_actions(config: SACConfig, action_dim: int) -> AliasedActions | None:
+    """The packed-action layout of a noise-aliasing agent (`config.aliased_chunk_dim` set), else None."""
+    if config.aliased_chunk_dim is None:
+        return None
+    return AliasedActions(action_dim, config.aliased_chunk_dim, config.aliasing_samples)
 
 
 class OptimisedParams(flax.struct.PyTreeNode):
@@ -221,6 +296,12 @@ class SACAgent(flax.struct.PyTreeNode):
         return _create_agent(jax.random.PRNGKey(seed), spec, action_dim, config)
 
     @property
+    def batch_action_dim(self) -> int:
+        """Size of a batch's actions: the SAC action, or a noise-aliasing agent's packed action."""
+        layout = aliased_actions(self.config, self.action_dim)
+        return self.action_dim if layout is None else layout.size
+
+    @property
     def target_entropy(self) -> float:
         return -float(self.action_dim) if self.config.target_entropy is None else float(self.config.target_entropy)
 
@@ -251,8 +332,9 @@ class SACAgent(flax.struct.PyTreeNode):
         spec.validate(batch.observations, batch_dims, "batch.observations")
         spec.validate(batch.next_observations, batch_dims, "batch.next_observations")
         lead = tuple(np.shape(batch.actions)[:batch_dims])
-        if np.shape(batch.actions) != lead + (self.action_dim,):
-            raise ValueError(f"batch.actions has shape {np.shape(batch.actions)}, expected {lead + (self.action_dim,)}")
+        if np.shape(batch.actions) != lead + (self.batch_action_dim,):
+            raise ValueError(f"batch.actions has shape {np.shape(batch.actions)}, expected "
+                             f"{lead + (self.batch_action_dim,)}")
         for name in ("rewards", "discounts", "masks"):
             if tuple(np.shape(getattr(batch, name))) != lead:
                 raise ValueError(f"batch.{name} has shape {np.shape(getattr(batch, name))}, expected {lead}")
@@ -356,6 +438,11 @@ class _Modules:
         c = self.config
         return CriticEnsemble(c.critic_hidden_dims, c.critic_ensemble_size, c.critic_layer_norm)
 
+    @functools.cached_property
+    def noise_critic(self) -> CriticEnsemble:
+        c = self.config
+        return CriticEnsemble(c.critic_hidden_dims, c.noise_critic_heads, c.critic_layer_norm)
+
 
 def _modules(agent: SACAgent) -> _Modules:
     return _Modules(agent.observation_spec, agent.action_dim, agent.config)
@@ -374,6 +461,12 @@ def actor_distribution(agent: SACAgent, actor_params: Params, features: jax.Arra
 def critic_values(agent: SACAgent, critic_head_params: Params, features: jax.Array, actions: jax.Array) -> jax.Array:
     """Q values of every ensemble head, [E, B]."""
     return _modules(agent).critic.apply({"params": critic_head_params}, features, actions)
+
+
+def noise_critic_values(agent: SACAgent, noise_critic_params: Params, features: jax.Array,
+                        noise: jax.Array) -> jax.Array:
+    """Noise-critic Q values of every head, [H, B] (noise aliasing)."""
+    return _modules(agent).noise_critic.apply({"params": noise_critic_params}, features, noise)
 
 
 def subset_min(key: jax.Array, q_values: jax.Array, subset_size: int) -> jax.Array:
@@ -403,6 +496,23 @@ def critic_loss(
     return jnp.mean((q_values - targets[None]) ** 2), (features, q_values)
 
 
+def noise_distillation_loss(agent: SACAgent, critic_params: Params, features: jax.Array, parts: dict[str, jax.Array],
+                            key: jax.Array) -> jax.Array:
+    """Noise aliasing: mean squared error of the noise critic Q^W(s, w) against the action critic's (frozen here)
+    mean Q^A(s, chunk denoised from w), on each row's own (noise, executed chunk) where its noise is known and on
+    one of its recorded aliases drawn at random where it has them."""
+    rows = jnp.arange(features.shape[0])
+    pick = jax.random.randint(key, (features.shape[0],), 0, parts["alias_noise"].shape[1])
+    noise = jnp.concatenate([parts["noise"], parts["alias_noise"][rows, pick]])
+    chunks = jnp.concatenate([parts["executed"], parts["alias_chunks"][rows, pick]])
+    mask = jnp.concatenate([parts["noise_known"], parts["aliases_known"]])
+    both = jnp.concatenate([features, features])
+    targets = jax.lax.stop_gradient(critic_values(agent, critic_params["critic"], jax.lax.stop_gradient(both),
+                                                  chunks).mean(axis=0))
+    q_noise = noise_critic_values(agent, critic_params["noise_critic"], both, noise)
+    return jnp.sum(mask[None] * (q_noise - targets[None]) ** 2) / jnp.maximum(mask.sum() * q_noise.shape[0], 1.0)
+
+
 def actor_loss(
     agent: SACAgent,
     actor_params: Params,
@@ -415,8 +525,8 @@ def actor_loss(
     demo_actions: jax.Array | None = None,
     demo_mask: jax.Array | None = None,
 ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
-    """alpha * log pi - mean_heads Q(executed action) (+ bc_weight * BC error on demo rows); the encoder is frozen
-    here.
+    """alpha * log pi - mean_heads Q(executed action) (noise aliasing: mean_heads Q^W(noise)) (+ bc_weight * BC
+    error on demo rows); the encoder is frozen here.
 
     aux = (mean log pi, BC error).
     """
@@ -425,8 +535,11 @@ def actor_loss(
     features = jax.lax.stop_gradient(features)
     mean, log_std = actor_distribution(agent, actor_params, features)
     actions, log_probs = tanh_gaussian_sample(key, mean, log_std)
-    executed = executed_actions(agent.config, observations, actions)
-    q_values = critic_values(agent, critic_head_params, features, executed).mean(axis=0)
+    if agent.config.aliased_chunk_dim is not None:  # critic_head_params are the noise critic's
+        q_values = noise_critic_values(agent, critic_head_params, features, actions).mean(axis=0)
+    else:
+        executed = executed_actions(agent.config, observations, actions)
+        q_values = critic_values(agent, critic_head_params, features, executed).mean(axis=0)
     loss = jnp.mean(temperature * log_probs - q_values)
     bc_error = jnp.zeros((), jnp.float32)
     if demo_actions is not None and demo_mask is not None:
@@ -449,6 +562,9 @@ def _sac_step(agent: SACAgent, batch: Batch) -> tuple[SACAgent, dict[str, jax.Ar
     observations = augment_observations(aug_key, batch.observations, image_keys, pad)
     next_observations = augment_observations(next_aug_key, batch.next_observations, image_keys, pad)
     actions = jnp.asarray(batch.actions, jnp.float32)
+    layout = aliased_actions(config, agent.action_dim)
+    parts = None if layout is None else layout.unpack(actions)
+    critic_actions = actions if parts is None else parts["executed"]  # what the critic scores
     temperature = jnp.exp(agent.temperature.params["log_temperature"])
 
     # TD target: next action from the current actor (on online-encoder features), value from the target critic.
@@ -457,11 +573,19 @@ def _sac_step(agent: SACAgent, batch: Batch) -> tuple[SACAgent, dict[str, jax.Ar
     next_actions, next_log_probs = tanh_gaussian_sample(next_action_key, next_mean, next_log_std)
     next_actions = executed_actions(config, next_observations, next_actions)
     target_features = encode(agent, agent.target_critic_params["encoder"], next_observations)
-    # REDQ: evaluate only the randomly chosen target heads (gathering their params), then take the min.
-    heads = jax.random.choice(subset_key, config.critic_ensemble_size, (config.critic_subset_size,), replace=False)
-    subset_params = jax.tree.map(lambda p: p[heads], agent.target_critic_params["critic"])
-    subset_critic = CriticEnsemble(config.critic_hidden_dims, config.critic_subset_size, config.critic_layer_norm)
-    next_q = subset_critic.apply({"params": subset_params}, target_features, next_actions).min(axis=0)
+    if parts is not None:
+        # Noise aliasing: the noise critic stands for Q^A(s', chunk denoised from the actor's noise), so the learner
+        # never runs the diffusion policy.
+        next_q = noise_critic_values(agent, agent.target_critic_params["noise_critic"], target_features,
+                                     next_actions).min(axis=0)
+    else:
+        # REDQ: evaluate only the randomly chosen target heads (gathering their params), then take the min.
+        heads = jax.random.choice(subset_key, config.critic_ensemble_size, (config.critic_subset_size,),
+                                  replace=False)
+        subset_params = jax.tree.map(lambda p: p[heads], agent.target_critic_params["critic"])
+        subset_critic = CriticEnsemble(config.critic_hidden_dims, config.critic_subset_size,
+                                       config.critic_layer_norm)
+        next_q = subset_critic.apply({"params": subset_params}, target_features, next_actions).min(axis=0)
     if config.backup_entropy:
         next_q = next_q - temperature * next_log_probs
     rewards = jnp.asarray(batch.rewards, jnp.float32)
@@ -470,9 +594,15 @@ def _sac_step(agent: SACAgent, batch: Batch) -> tuple[SACAgent, dict[str, jax.Ar
         targets = jnp.clip(targets, *config.target_bounds)
     targets = jax.lax.stop_gradient(targets)
 
-    (loss_c, (features, q_values)), grads = jax.value_and_grad(
-        lambda p: critic_loss(agent, p, observations, actions, targets), has_aux=True
-    )(agent.critic.params)
+    def loss_fn(p: Params) -> tuple[jax.Array, tuple[jax.Array, jax.Array, jax.Array]]:
+        loss, (features, q_values) = critic_loss(agent, p, observations, critic_actions, targets)
+        distillation = jnp.zeros((), jnp.float32)
+        if parts is not None:
+            distillation = noise_distillation_loss(agent, p, features, parts, jax.random.fold_in(step_key, 7))
+        return loss + distillation, (features, q_values, distillation)
+
+    (loss_c, (features, q_values, distillation)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        agent.critic.params)
     updates, critic_opt_state = critic_tx.update(grads, agent.critic.opt_state, agent.critic.params)
     critic_params = optax.apply_updates(agent.critic.params, updates)
     target_params = optax.incremental_update(critic_params, agent.target_critic_params, config.tau)
@@ -483,13 +613,14 @@ def _sac_step(agent: SACAgent, batch: Batch) -> tuple[SACAgent, dict[str, jax.Ar
         step=agent.step + 1,
     )
     info = {"critic_loss": loss_c, "q_mean": q_values.mean(), "target_q_mean": targets.mean()}
+    if parts is not None:
+        info["noise_critic_loss"] = distillation
 
     def actor_and_temperature_step(agent: SACAgent) -> tuple[SACAgent, dict[str, jax.Array]]:
         bc_args = (actions, batch.demo) if config.bc_weight > 0 else (None, None)
+        followed = agent.critic.params["critic" if parts is None else "noise_critic"]
         (loss_a, (log_prob, bc_error)), actor_grads = jax.value_and_grad(
-            lambda p: actor_loss(
-                agent, p, None, agent.critic.params["critic"], observations, actor_key, temperature, features, *bc_args
-            ),
+            lambda p: actor_loss(agent, p, None, followed, observations, actor_key, temperature, features, *bc_args),
             has_aux=True,
         )(agent.actor.params)
         updates, actor_opt_state = actor_tx.update(actor_grads, agent.actor.opt_state, agent.actor.params)
@@ -532,8 +663,14 @@ def _create_agent(key: jax.Array, spec: ObservationSpec, action_dim: int, config
     encoder_params = modules.encoder.init(enc_key, example).get("params", {})
     features = modules.encoder.apply({"params": encoder_params}, example)
     actor_params = modules.actor.init(actor_key, features)["params"]
-    head_params = modules.critic.init(critic_key, features, jnp.zeros((1, action_dim)))["params"]
+    layout = aliased_actions(config, action_dim)
+    scored = action_dim if layout is None else layout.chunk_dim  # what the (action) critic scores
+    head_params = modules.critic.init(critic_key, features, jnp.zeros((1, scored)))["params"]
     critic_params = {"encoder": encoder_params, "critic": head_params}
+    if layout is not None:
+        noise_key = jax.random.fold_in(critic_key, 1)
+        critic_params["noise_critic"] = modules.noise_critic.init(noise_key, features,
+                                                                  jnp.zeros((1, action_dim)))["params"]
     temperature_params = {"log_temperature": jnp.asarray(math.log(config.init_temperature), jnp.float32)}
     actor_tx, critic_tx, temperature_tx = _optimisers(config)
     return SACAgent(

@@ -73,6 +73,8 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
     ("base", "", "frozen base policy (folder or file) of a residual / noise head; the actors load it by this path"),
     ("residual_scale", 0.1, "residual head: executed = base + residual_scale * SAC action"),
     ("noise_bound", 1.5, "noise head: initial noise = noise_bound * SAC action"),
+    ("noise_aliasing", False, "noise head: DSRL-NA (an action critic on executed chunks; learns from demos and "
+     "interventions too)"),
 )
 """The node's ROS parameters (name, default, description)."""
 
@@ -132,6 +134,7 @@ def _train_config(settings):
     return TrainConfig(
         policy=str(settings["policy"]), base=Path(base_path).resolve() if base_path else None,
         residual_scale=float(settings["residual_scale"]), noise_bound=float(settings["noise_bound"]),
+        noise_aliasing=bool(settings["noise_aliasing"]),
         task=str(settings["task"]), obs_mode=str(settings["obs_mode"]), image_size=int(settings["image_size"]),
         demos=int(settings["demos"]), demo_path=Path(demo_path) if demo_path else None,
         steps=max(int(settings["steps"]), 1), weights_every=int(settings["weights_every"]),
@@ -272,11 +275,11 @@ class LearnerNode:
             except RunError as error:
                 raise NodeStartupError(str(error).replace("--base", "base")) from None
             learner = Learner(kind.observation_spec, kind.action_dim, kind.sac, cfg.learner,
-                              chunk_decisions=kind.chunk_decisions)
+                              chunk_decisions=kind.chunk_decisions, robot_action_dim=kind.robot_action_dim)
             self.server.make_policy = kind.make_policy
             self._mark("learner")
             resuming = self.server.checkpoint_state is not None
-            demos = None if resuming or cfg.policy == "noise" else record_demos(cfg, self.run_dir)
+            demos = None if resuming or not cfg.learns_from_demos else record_demos(cfg, self.run_dir)
             labeller = kind.make_policy(learner.agent) if cfg.policy == "residual" else None
             message = self.server.load_learner(learner, demos, labeller)
             if cfg.demo_path is not None and not resuming:  # read by the loader above: a usable dataset
@@ -409,6 +412,9 @@ class LearnerNode:
             self.finish()
             return False
         if server.pending_steps <= 0:
+            if server.warmup_weights_due:
+                self.publish_weights()
+                return True
             return False
         self._last_info, weights_due = server.train_step()
         if weights_due:
