@@ -19,6 +19,8 @@ from robot_rl.distill import DistillConfig
 from robot_rl.reward_classifier import RewardClassifierConfig
 from robot_rl.train import EVAL_SEED_OFFSET, TrainConfig
 from robot_rl.train_bc import TrainBCConfig
+from robot_rl.replay_in_sim import ReplayInSimConfig
+from robot_rl.validate import ValidateConfig
 
 ObsMode = Literal["state", "pixels", "state+pixels"]
 
@@ -264,6 +266,8 @@ Command = (
     | Annotated[Label, tyro.conf.subcommand("label")]
     | Annotated[TrainBCConfig, tyro.conf.subcommand("train-bc")]
     | Annotated[DistillConfig, tyro.conf.subcommand("distill")]
+    | Annotated[ValidateConfig, tyro.conf.subcommand("validate")]
+    | Annotated[ReplayInSimConfig, tyro.conf.subcommand("replay-in-sim")]
 )
 
 
@@ -718,6 +722,14 @@ def main(argv: list[str] | None = None) -> None:
                     run_train_bc(cfg)
                 case DistillConfig():
                     run_distill(cfg)
+                case ValidateConfig():
+                    from robot_rl.validate import run_validate
+
+                    run_validate(cfg)
+                case ReplayInSimConfig():
+                    from robot_rl.replay_in_sim import run_replay_in_sim
+
+                    run_replay_in_sim(cfg)
     except TrainingInterrupted as exc:  # checkpointed and reported: one line saying how to resume
         print(exc, file=sys.stderr)
         raise SystemExit(exc.exit_status) from None

@@ -126,6 +126,8 @@ class RobotEnv(gym.Env):
         self.data = mujoco.MjData(self.model)
         self._ik_data = mujoco.MjData(self.model)
         self.control_dt = self.model.opt.timestep * PHYSICS_STEPS_PER_ENV_STEP
+        self.physics_steps_per_env_step = PHYSICS_STEPS_PER_ENV_STEP
+        """Physics steps the next env step runs (a validation condition may vary it: control-rate jitter)."""
 
         def joint_id(name: str) -> int:
             return mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_JOINT, ARM_PREFIX + name)
@@ -247,7 +249,7 @@ class RobotEnv(gym.Env):
     def step(self, action):
         action_rejected = not self._apply_action(action)
         saved_qpos = self.data.qpos.copy()
-        self._physics_steps(PHYSICS_STEPS_PER_ENV_STEP)
+        self._physics_steps(self.physics_steps_per_env_step)
         mujoco.mj_forward(self.model, self.data)
         unstable = not (np.isfinite(self.data.qpos).all() and np.abs(self.data.qvel).max() < 1e3)
         if unstable:

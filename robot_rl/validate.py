@@ -1,0 +1,608 @@
+"""Validate a policy in the sim mirror before a robot moves: a suite of real-world conditions, a report, a record.
+
+`robot-rl validate --policy P --robot R --task T` runs the policy (any kind) through the same actor, safety layer
+and sim adapter as in-process training, under each condition of a suite (sim/suites/<name>.yaml, or a YAML file:
+perturbations are described in robot_rl.sim.perturb), every condition on the same held-out episode seeds. Per
+condition: success rate with a 95 % Wilson interval, episode length, safety holds and the failure modes seen. It
+writes report.md (a table, a bar chart of success per condition against nominal, a grid video of failures),
+results.json, and a validation record next to the policy (policy and robot file hashes, suite, results, verdict
+against the suite's thresholds) that the deployment gate checks before a real robot runs the policy.
+
+Conditions run in worker processes (episodes split into blocks); every episode's draws are seeded by (suite seed,
+condition, episode seed), so results do not depend on the number of workers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from robot_rl.report import wilson_interval
+from robot_rl.sim.perturb import Condition, ConditionError
+
+RECORD_FORMAT = "robot_rl.validation"
+RECORD_VERSION = 1
+EVAL_SEED_OFFSET = 1_000_000  # held-out episode seeds, as robot_rl.sim.evaluate
+BLOCK_EPISODES = 10  # episodes per worker task
+FILM_SIZE = 128
+
+
+@dataclasses.dataclass(frozen=True)
+class ValidateConfig:
+    """Validate a policy in the sim mirror under a suite of real-world conditions; writes a report and a validation
+    record next to the policy (what a real robot's actor checks before it runs the policy)."""
+
+    policy: Path
+    """Policy to validate: a policy folder, a policy.msgpack, or a run folder holding one."""
+    robot: str = "sim_panda"
+    """Robot file (path, or a shipped robot's name) the record is for: its limits drive the safety layer in the sim
+    and its hash goes in the record."""
+    task: str | None = None
+    """Sim task (default: the task of the run folder holding the policy)."""
+    suite: str = "default"
+    """Suite: a shipped suite's name (sim/suites/) or a YAML file."""
+    episodes: int | None = None
+    """Episodes per condition (default: the suite's)."""
+    seed: int | None = None
+    """Suite seed: episode seeds and perturbation draws (default: the suite's)."""
+    workers: int | None = None
+    """Worker processes (default: one per CPU core, at most one per block of episodes)."""
+    out: Path | None = None
+    """Report folder (default: validation/<suite>-<robot> next to the policy)."""
+    video: bool = True
+    """Film the first failed episode of each condition into a grid video."""
+    device: str = "cpu"
+    """Torch device of a torch policy."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.episodes is not None and self.episodes < 1:
+            problems.append(f"episodes={self.episodes} must be >= 1")
+        if self.workers is not None and self.workers < 1:
+            problems.append(f"workers={self.workers} must be >= 1")
+        if self.seed is not None and self.seed < 0:
+            problems.append(f"seed={self.seed} must be >= 0")
+        if problems:
+            raise ValueError(f"invalid validate options: {'; '.join(problems)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Suite:
+    """A validation suite: conditions, episodes per condition, seed and the thresholds of the verdict."""
+
+    name: str
+    conditions: tuple[Condition, ...]
+    episodes: int = 50
+    seed: int = 0
+    min_success: float = 0.8
+    """Success rate every condition must reach."""
+    max_drop: float = 0.2
+    """Largest success-rate loss (absolute) against nominal a condition may have."""
+    path: str = ""
+    sha256: str = ""
+
+    @property
+    def nominal(self) -> Condition:
+        return self.conditions[0]
+
+
+def load_suite(name_or_path: str | Path) -> Suite:
+    """A shipped suite by name or a suite YAML file; ConditionError (a ValueError) names what is wrong."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        shipped = resources.files("robot_rl.sim") / "suites" / f"{name_or_path}.yaml"
+        if not shipped.is_file():
+            names = sorted(p.name[:-5] for p in (resources.files("robot_rl.sim") / "suites").iterdir()
+                           if p.name.endswith(".yaml"))
+            raise ConditionError(f"no suite {name_or_path!r}: give a YAML file or one of {', '.join(names)}")
+        text, where = shipped.read_text(), str(shipped)
+    else:
+        try:
+            text, where = path.read_text(), str(path)
+        except OSError as error:
+            raise ConditionError(f"suite file {path}: {error.strerror or error}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ConditionError(f"suite file {where} is not valid YAML: {str(error).splitlines()[0]}") from None
+    if not isinstance(data, Mapping):
+        raise ConditionError(f"suite file {where}: expected a mapping with `name` and `conditions`")
+    unknown = sorted(set(data) - {"name", "description", "episodes", "seed", "thresholds", "conditions"})
+    if unknown:
+        raise ConditionError(f"suite file {where}: unknown keys {', '.join(unknown)}")
+    items = data.get("conditions")
+    if not isinstance(items, list) or not items:
+        raise ConditionError(f"suite file {where}: `conditions` must be a non-empty list (the first is nominal)")
+    conditions = tuple(Condition.from_dict(c, f"{where} condition {i + 1}") for i, c in enumerate(items))
+    names = [c.name for c in conditions]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ConditionError(f"suite file {where}: condition names repeat: {', '.join(repeated)}")
+    if conditions[0].perturbations:
+        raise ConditionError(f"suite file {where}: the first condition ({names[0]}) is the nominal one: it takes no "
+                             "perturbations")
+    thresholds = data.get("thresholds") or {}
+    unknown = sorted(set(thresholds) - {"min_success", "max_drop"}) if isinstance(thresholds, Mapping) else ["?"]
+    if unknown:
+        raise ConditionError(f"suite file {where}: thresholds take min_success and max_drop")
+    values = {k: thresholds.get(k, default) for k, default in (("min_success", 0.8), ("max_drop", 0.2))}
+    for key, value in values.items():
+        if not (isinstance(value, (int, float)) and 0 <= value <= 1):
+            raise ConditionError(f"suite file {where}: thresholds.{key}={value!r} must be in [0, 1]")
+    episodes, seed = data.get("episodes", 50), data.get("seed", 0)
+    if not (isinstance(episodes, int) and episodes >= 1 and isinstance(seed, int) and seed >= 0):
+        raise ConditionError(f"suite file {where}: episodes={episodes!r} must be >= 1 and seed={seed!r} >= 0")
+    return Suite(str(data.get("name") or Path(where).stem), conditions, episodes, seed, float(values["min_success"]),
+                 float(values["max_drop"]), where, hashlib.sha256(text.encode()).hexdigest())
+
+
+# ----- hashes and the record --------------------------------------------------------------------------------------
+
+def file_digest(path: str | Path) -> str:
+    """sha256 of a file, or of a folder's files (names and contents, sorted)."""
+    path = Path(path)
+    digest = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        if path.is_dir():
+            digest.update(str(file.relative_to(path)).encode() + b"\0")
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def policy_location(path: str | Path) -> Path:
+    """The policy folder or policy file `path` stands for (a run folder stands for its policy)."""
+    from robot_rl.policies.checkpoint import policy_folder
+    from robot_rl.policy_file import resolve_policy_path
+
+    path = Path(path)
+    folder = policy_folder(path) or (policy_folder(path / "policy") if path.is_dir() else None)
+    return folder if folder is not None else resolve_policy_path(path)
+
+
+def policy_digest(path: str | Path) -> str:
+    """sha256 of what the policy at `path` acts with: its file or folder, plus a head's frozen base."""
+    located = policy_location(path)
+    digest = file_digest(located)
+    if located.is_file():
+        from robot_rl.policy_file import read_policy_file
+
+        base = (read_policy_file(located).policy_config or {}).get("base")
+        if base:
+            digest = hashlib.sha256((digest + file_digest(policy_location(base))).encode()).hexdigest()
+    return digest
+
+
+def record_path(policy: str | Path) -> Path:
+    """Where the validation records of the policy at `policy` live (next to it)."""
+    located = policy_location(policy)
+    return located / "validation.json" if located.is_dir() else located.with_name(located.name + ".validation.json")
+
+
+def read_records(policy: str | Path) -> list[dict[str, Any]]:
+    """The validation records next to a policy ([] when there are none or the file is unreadable)."""
+    try:
+        data = json.loads(record_path(policy).read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(data, Mapping) or data.get("format") != RECORD_FORMAT:
+        return []
+    return [r for r in data.get("records", []) if isinstance(r, Mapping)]
+
+
+def write_record(policy: str | Path, record: Mapping[str, Any]) -> Path:
+    """Add `record` to the policy's records (replacing one for the same robot file and suite); atomic."""
+    path = record_path(policy)
+    kept = [r for r in read_records(policy)
+            if (r.get("robot_sha256"), r.get("suite_sha256")) != (record["robot_sha256"], record["suite_sha256"])]
+    data = {"format": RECORD_FORMAT, "version": RECORD_VERSION, "records": kept + [dict(record)]}
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    tmp.replace(path)
+    return path
+
+
+# ----- running episodes ---------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    """A worker's task: episodes [first, first + count) of one condition."""
+
+    policy: str
+    robot: str
+    task: str
+    condition: Condition
+    suite_seed: int
+    first: int
+    count: int
+    device: str
+    film: tuple[int, ...] = ()
+    """Episodes of the block to film (front and wrist cameras)."""
+
+
+_WORKER_CACHE: dict[str, Any] = {}
+
+
+def _worker_setup() -> None:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except ImportError:
+        pass
+
+
+def run_block(block: Block) -> dict[str, Any]:
+    """Run one block of episodes; returns per-episode results (and frames of the filmed ones)."""
+    from robot_rl.actor import Actor, ActorSession
+    from robot_rl.loop import make_env
+    from robot_rl.policies.checkpoint import load_policy
+    from robot_rl.robot_config import load_robot_config
+    from robot_rl.safety import Safety
+    from robot_rl.sim.evaluate import env_settings_for
+    from robot_rl.sim.perturb import PerturbedEnv
+    from robot_rl.sim.robot_adapter import SimRobotAdapter
+
+    _worker_setup()
+    key = f"{block.policy}|{block.device}"
+    if _WORKER_CACHE.get("key") != key:
+        _WORKER_CACHE.clear()
+        _WORKER_CACHE["key"] = key
+        _WORKER_CACHE["policy"] = load_policy(block.policy, device=block.device)
+    policy = _WORKER_CACHE["policy"]
+    obs_mode, image_size = env_settings_for(policy.observation_spec)
+    env = PerturbedEnv(make_env(block.task, obs_mode=obs_mode, image_size=image_size or 64), block.condition,
+                       block.suite_seed)
+    try:
+        adapter = SimRobotAdapter(env)
+        robot = load_robot_config(block.robot)
+        safety = Safety(robot.safety_config(action_dim=policy.action_dim))
+        session = ActorSession(safety, "validate", max_episode_steps=adapter.max_episode_steps,
+                               actor=Actor(policy, deterministic=True))
+        episodes = []
+        frames: dict[int, dict[str, list[np.ndarray]]] = {}
+        for index in range(block.first, block.first + block.count):
+            filmed = index in block.film
+            episodes.append(_run_episode(adapter, env, session, EVAL_SEED_OFFSET + block.suite_seed + index,
+                                         frames.setdefault(index, {}) if filmed else None))
+        return {"condition": block.condition.name, "first": block.first, "episodes": episodes,
+                "frames": {i: {k: np.stack(v) for k, v in f.items()} for i, f in frames.items() if f}}
+    finally:
+        env.close()
+
+
+def _run_episode(adapter, env, session, seed: int, film: dict[str, list[np.ndarray]] | None) -> dict[str, Any]:
+    import mujoco
+
+    start = adapter.reset(seed=seed)
+    base = env.unwrapped
+    model, data = base.model, base.data
+    objects = sorted({int(model.jnt_bodyid[j]) for j in range(model.njnt)
+                      if model.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE})
+    start_positions = data.xpos[objects].copy()
+    moved, lifted = 0.0, 0.0
+    held_before = session.counters["held"]
+    session.start_episode(start.tcp_position, start.tcp_quat, start.gripper)
+    decision = session.step(start.observation)
+    steps, success, unstable = 0, False, False
+    while not decision.episode_over:
+        executed = adapter.execute(decision.command)
+        steps += 1
+        success = success or executed.success
+        unstable = unstable or bool(executed.info.get("physics_unstable", False))
+        if objects:
+            offsets = data.xpos[objects] - start_positions
+            moved = max(moved, float(np.linalg.norm(offsets, axis=1).max()))
+            lifted = max(lifted, float(offsets[:, 2].max()))
+        if film is not None:
+            for camera, frame in base.camera_frames(FILM_SIZE).items():
+                film.setdefault(camera, []).append(frame)
+        decision = session.step(executed.observation, reward=executed.reward, success=executed.success,
+                                episode_key=executed.episode_key)
+    session.outbox.acknowledge(session.next_seq - 1)  # transitions are not kept
+    holds = session.counters["held"] - held_before
+    return {"seed": seed, "success": bool(success), "length": steps, "holds": int(holds),
+            "failure": None if success else failure_mode(unstable, holds, bool(objects), moved, lifted),
+            "perturbation": dict(env.drawn)}
+
+
+def failure_mode(unstable: bool, holds: int, has_objects: bool, moved_m: float, lifted_m: float) -> str:
+    """A failed episode's most telling failure mode, from what the episode did."""
+    if unstable:
+        return "physics unstable"
+    if holds:
+        return "held by the safety layer"
+    if not has_objects:
+        return "task not completed"
+    if moved_m < 0.01:
+        return "object never moved"
+    if lifted_m < 0.01:
+        return "object pushed, never lifted"
+    return "object lifted, task not completed"
+
+
+# ----- results ------------------------------------------------------------------------------------------------------
+
+def condition_summary(condition: Condition, episodes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Success rate with its 95 % Wilson interval, mean length, safety holds and failure modes of one condition."""
+    successes = sum(bool(e["success"]) for e in episodes)
+    low, high = wilson_interval(successes, len(episodes))
+    return {
+        "condition": condition.name, "description": condition.description, "episodes": len(episodes),
+        "successes": successes, "success_rate": successes / len(episodes), "success_ci95": [low, high],
+        "mean_length": float(np.mean([e["length"] for e in episodes])),
+        "safety_holds": int(sum(e["holds"] for e in episodes)),
+        "episodes_with_holds": int(sum(e["holds"] > 0 for e in episodes)),
+        "failure_modes": dict(Counter(e["failure"] for e in episodes if e["failure"]).most_common()),
+        "per_episode": list(episodes),
+    }
+
+
+def verdict(suite: Suite, results: Sequence[Mapping[str, Any]]) -> tuple[bool, list[str]]:
+    """(pass, the reasons it does not): every condition reaches its minimum and loses at most max_drop to nominal."""
+    nominal = results[0]["success_rate"]
+    failures = []
+    for condition, result in zip(suite.conditions, results, strict=True):
+        floor = suite.min_success if condition.min_success is None else condition.min_success
+        rate = result["success_rate"]
+        if rate < floor:
+            failures.append(f"{condition.name}: success {rate:.0%} < {floor:.0%}")
+        elif condition is not suite.nominal and nominal - rate > suite.max_drop + 1e-9:
+            failures.append(f"{condition.name}: success {rate:.0%} is {nominal - rate:.0%} below nominal "
+                            f"({nominal:.0%}; at most {suite.max_drop:.0%})")
+    return not failures, failures
+
+
+def validate(cfg: ValidateConfig, *, on_block: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Run the suite on the policy, write the report, results.json and the validation record; returns the results.
+
+    Bad input (a missing policy, an unknown robot or suite, a task without the policy's observations) raises a
+    ValueError naming it before any episode runs. `on_block(done, total)` reports progress in episodes.
+    """
+    from robot_rl.robot_config import load_robot_config, resolve_robot_path
+    from robot_rl.sim.evaluate import task_of_run
+
+    suite = load_suite(cfg.suite)
+    located = policy_location(cfg.policy)
+    robot_path = resolve_robot_path(cfg.robot)
+    robot = load_robot_config(robot_path)
+    task = cfg.task or task_of_run(located)
+    if task is None:
+        raise ValueError(f"no --task given and no run config.json next to {located} to take it from")
+    episodes = cfg.episodes or suite.episodes
+    seed = suite.seed if cfg.seed is None else cfg.seed
+    _check_policy(located, task, cfg.device, cfg.suite, suite)
+    out = cfg.out or located.parent / "validation" / f"{suite.name}-{robot.name}"
+    out.mkdir(parents=True, exist_ok=True)
+
+    blocks = [Block(str(located), str(robot_path), task, condition, seed, first,
+                    min(BLOCK_EPISODES, episodes - first), cfg.device)
+              for condition in suite.conditions for first in range(0, episodes, BLOCK_EPISODES)]
+    workers = max(1, min(cfg.workers or (os.cpu_count() or 1), len(blocks)))
+    started = time.perf_counter()
+    outputs = _run_blocks(blocks, workers, on_block, episodes * len(suite.conditions))
+    by_condition: dict[str, list[dict]] = {c.name: [] for c in suite.conditions}
+    for output in sorted(outputs, key=lambda o: (o["condition"], o["first"])):
+        by_condition[output["condition"]].extend(output["episodes"])
+    results = [condition_summary(c, by_condition[c.name]) for c in suite.conditions]
+    passed, reasons = verdict(suite, results)
+    for result in results:
+        result["passed"] = not any(reason.startswith(f"{result['condition']}: ") for reason in reasons)
+
+    video = None
+    if cfg.video:
+        firsts = [(c, next((i for i, e in enumerate(by_condition[c.name]) if not e["success"]), None))
+                  for c in suite.conditions]
+        film = [Block(str(located), str(robot_path), task, c, seed, i, 1, cfg.device, (i,))
+                for c, i in firsts if i is not None]
+        if film:
+            filmed = _run_blocks(film, min(workers, len(film)), None, 0)
+            video = write_failure_grid(out / "failures.mp4", filmed, 1.0 / _control_dt())
+    seconds = time.perf_counter() - started
+    summary = {
+        "policy": str(located), "policy_sha256": policy_digest(located), "robot": str(robot_path),
+        "robot_name": robot.name, "robot_sha256": file_digest(robot_path), "task": task, "suite": suite.name,
+        "suite_path": suite.path, "suite_sha256": suite.sha256, "episodes_per_condition": episodes,
+        "seed": seed, "workers": workers, "seconds": round(seconds, 1),
+        "thresholds": {"min_success": suite.min_success, "max_drop": suite.max_drop},
+        "verdict": "pass" if passed else "fail", "verdict_reasons": reasons,
+        "conditions": results, "video": str(video) if video else None,
+        "validated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    (out / "results.json").write_text(json.dumps(summary, indent=2))
+    summary["report"] = str(write_report(out, summary))
+    record = {k: summary[k] for k in ("policy_sha256", "robot", "robot_name", "robot_sha256", "task", "suite",
+                                      "suite_sha256", "seed", "episodes_per_condition", "thresholds", "verdict",
+                                      "verdict_reasons", "validated_at")}
+    record["report"] = summary["report"]
+    record["conditions"] = [{k: r[k] for k in ("condition", "episodes", "successes", "success_rate", "success_ci95",
+                                               "mean_length", "safety_holds", "failure_modes")} for r in results]
+    summary["record"] = str(write_record(located, record))
+    return summary
+
+
+def _control_dt() -> float:
+    from robot_rl.sim.env import PHYSICS_STEPS_PER_ENV_STEP
+    from robot_rl.sim.scene import PhysicsConfig
+
+    return PhysicsConfig().timestep * PHYSICS_STEPS_PER_ENV_STEP
+
+
+def _check_policy(located: Path, task: str, device: str, suite_name: str, suite: Suite) -> None:
+    """ValueError before any episode if the policy cannot run on `task` or a condition names what the task lacks."""
+    from robot_rl.loop import make_env
+    from robot_rl.policies.base import PolicyError
+    from robot_rl.policies.checkpoint import load_policy
+    from robot_rl.sim.evaluate import _check_observations, env_settings_for
+    from robot_rl.sim.perturb import PerturbedEnv
+
+    try:
+        policy = load_policy(located, device=device)
+    except PolicyError as error:
+        raise ValueError(str(error)) from None
+    obs_mode, image_size = env_settings_for(policy.observation_spec)
+    env = make_env(task, obs_mode=obs_mode, image_size=image_size or 64)
+    try:
+        _check_observations(env, policy.observation_spec, policy.action_dim, located, task, obs_mode,
+                            image_size or 64)
+        for condition in suite.conditions:
+            PerturbedEnv(env, condition)  # names resolve against the task's model
+    finally:
+        env.close()
+
+
+def _run_blocks(blocks: Sequence[Block], workers: int, on_block, total: int) -> list[dict[str, Any]]:
+    done = 0
+    if workers == 1:
+        outputs = []
+        for block in blocks:
+            outputs.append(run_block(block))
+            done += block.count
+            if on_block is not None:
+                on_block(done, total)
+        return outputs
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")  # no forked JAX / torch / GL state
+    outputs = []
+    with context.Pool(workers, initializer=_worker_setup) as pool:
+        for output in pool.imap_unordered(run_block, blocks):
+            outputs.append(output)
+            done += len(output["episodes"])
+            if on_block is not None:
+                on_block(done, total)
+    return outputs
+
+
+# ----- report -------------------------------------------------------------------------------------------------------
+
+def write_failure_grid(path: Path, filmed: Sequence[Mapping[str, Any]], fps: float, columns: int = 4) -> Path | None:
+    """One tile per condition (its first failed episode, front and wrist cameras side by side, captioned), tiled
+    `columns` wide; shorter episodes hold their last frame."""
+    import cv2
+
+    from robot_rl.data.video import write_video
+
+    tiles = []
+    for output in sorted(filmed, key=lambda o: o["condition"]):
+        for index, streams in output["frames"].items():
+            frames = np.concatenate([streams[k] for k in sorted(streams)], axis=2)  # (T, H, W * cameras, 3)
+            frames = frames.copy()
+            for t in range(len(frames)):
+                cv2.putText(frames[t], f"{output['condition']} ep {index}", (4, 14), cv2.FONT_HERSHEY_SIMPLEX, 0.4,
+                            (255, 255, 255), 1, cv2.LINE_AA)
+            tiles.append(frames)
+    if not tiles:
+        return None
+    length = max(len(t) for t in tiles)
+    tiles = [np.concatenate([t, np.repeat(t[-1:], length - len(t), axis=0)]) for t in tiles]
+    blank = np.zeros_like(tiles[0])
+    while len(tiles) % columns and len(tiles) > columns:
+        tiles.append(blank)
+    rows = [np.concatenate(tiles[i:i + columns], axis=2) for i in range(0, len(tiles), columns)]
+    write_video(path, [np.concatenate(rows, axis=1)], fps=fps)
+    return path
+
+
+def write_report(out: Path, summary: Mapping[str, Any]) -> Path:
+    """report.md and success.png (success per condition with 95 % intervals, the nominal rate as a line)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    results = summary["conditions"]
+    names = [r["condition"] for r in results]
+    rates = np.array([r["success_rate"] for r in results])
+    low = rates - np.array([r["success_ci95"][0] for r in results])
+    high = np.array([r["success_ci95"][1] for r in results]) - rates
+    figure, axes = plt.subplots(figsize=(max(6.0, 0.9 * len(names)), 3.6))
+    colours = ["tab:blue" if r["passed"] else "tab:red" for r in results[:1]]
+    colours += ["tab:green" if r["passed"] else "tab:red" for r in results[1:]]
+    axes.bar(range(len(names)), 100 * rates, yerr=100 * np.stack([low, high]), color=colours, capsize=3)
+    axes.axhline(100 * rates[0], color="tab:blue", linestyle="--", linewidth=1, label="nominal")
+    axes.axhline(100 * summary["thresholds"]["min_success"], color="grey", linestyle=":", linewidth=1,
+                 label="minimum")
+    axes.set_xticks(range(len(names)), names, rotation=30, ha="right")
+    axes.set_ylabel("success %")
+    axes.set_ylim(0, 105)
+    axes.set_title(f"{summary['task']}: {summary['suite']} suite, {summary['episodes_per_condition']} episodes each")
+    axes.legend(loc="lower left", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(out / "success.png", dpi=100)
+    plt.close(figure)
+
+    lines = [
+        f"# Validation: {summary['task']}, suite {summary['suite']}, robot {summary['robot_name']}",
+        "",
+        f"**Verdict: {summary['verdict'].upper()}** (every condition >= {summary['thresholds']['min_success']:.0%} "
+        f"success and at most {summary['thresholds']['max_drop']:.0%} below nominal)",
+        *[f"- {reason}" for reason in summary["verdict_reasons"]],
+        "",
+        f"Policy `{summary['policy']}` (sha256 {summary['policy_sha256'][:16]}...), robot file `{summary['robot']}` "
+        f"(sha256 {summary['robot_sha256'][:16]}...), suite `{summary['suite_path']}`, seed {summary['seed']}, "
+        f"{summary['workers']} workers, {summary['seconds']:.0f} s.",
+        "",
+        "![success per condition](success.png)",
+        "",
+        "| condition | success | 95 % CI | mean length | safety holds | failure modes |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        modes = ", ".join(f"{mode} ({count})" for mode, count in r["failure_modes"].items()) or "-"
+        lines.append(f"| {r['condition']} | {r['successes']}/{r['episodes']} ({r['success_rate']:.0%}) | "
+                     f"{r['success_ci95'][0]:.0%}-{r['success_ci95'][1]:.0%} | {r['mean_length']:.1f} | "
+                     f"{r['safety_holds']} | {modes} |")
+    if summary.get("video"):
+        lines += ["", f"Failures (the first failed episode of each condition): [{Path(summary['video']).name}]"
+                      f"({Path(summary['video']).name})"]
+    lines += ["", "Conditions:", ""]
+    lines += [f"- **{r['condition']}**: {r['description'] or '-'}" for r in results]
+    path = out / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def format_table(summary: Mapping[str, Any]) -> str:
+    """The per-condition results as aligned text lines (for the terminal)."""
+    rows = [("condition", "success", "95 % CI", "length", "holds", "failure modes")]
+    for r in summary["conditions"]:
+        modes = ", ".join(f"{m} ({c})" for m, c in r["failure_modes"].items()) or "-"
+        rows.append((r["condition"], f"{r['successes']}/{r['episodes']} ({r['success_rate']:.0%})",
+                     f"{r['success_ci95'][0]:.0%}-{r['success_ci95'][1]:.0%}", f"{r['mean_length']:.1f}",
+                     str(r["safety_holds"]), modes))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths, strict=True)) + "  " + row[5]
+                     for row in rows)
+
+
+def run_validate(cfg: ValidateConfig) -> dict[str, Any]:
+    """The `robot-rl validate` job: a progress bar, the table, the verdict and where the report and record are."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("[bold]validating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as progress:
+        bar = progress.add_task("validate", total=None)
+
+        def on_block(done: int, total: int) -> None:
+            progress.update(bar, completed=done, total=total)
+
+        summary = validate(cfg, on_block=on_block)
+    print(format_table(summary))
+    print(f"verdict: {summary['verdict'].upper()}" + (f" ({'; '.join(summary['verdict_reasons'])})"
+                                                       if summary["verdict_reasons"] else ""))
+    print(f"report: {summary['report']}; record: {summary['record']} ({summary['seconds']:.0f} s, "
+          f"{summary['workers']} workers)")
+    return summary
+

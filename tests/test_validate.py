@@ -1,0 +1,271 @@
+"""Validation in the sim mirror: each perturbation changes what it claims (and nothing compounds across episodes),
+suites load or fail with one clear line, intervals and verdicts on known counts, a validation run reproduces with
+any number of workers and writes its report and record."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+os.environ.setdefault("MUJOCO_GL", "egl")  # before mujoco loads (robot_rl sets it too, but mujoco comes first here)
+
+import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from robot_rl.loop import make_env  # noqa: E402
+from robot_rl.sim.perturb import Condition, ConditionError, PerturbedEnv  # noqa: E402
+from robot_rl.validate import (  # noqa: E402
+    Suite, ValidateConfig, condition_summary, load_suite, policy_digest, read_records, record_path,
+    validate, verdict, write_record)
+
+
+def condition(*perturbations, name="test") -> Condition:
+    return Condition.from_dict({"name": name, "perturbations": list(perturbations)}, "test")
+
+
+@pytest.fixture(scope="module")
+def pixel_env():
+    env = make_env("PickCube-v0", obs_mode="pixels", image_size=64)
+    yield env
+    env.close()
+
+
+def perturbed(env, *perturbations, seed=3):
+    wrapped = PerturbedEnv(env, condition(*perturbations))
+    obs, _ = wrapped.reset(seed=seed)
+    return wrapped, obs
+
+
+def test_nominal_changes_nothing_and_camera_jitter_moves_the_rendered_image(pixel_env):
+    nominal, _ = pixel_env.reset(seed=3)
+    _, same = perturbed(pixel_env)
+    np.testing.assert_array_equal(same["images/front"], nominal["images/front"])
+    wrapped, moved = perturbed(pixel_env, {"type": "camera_pose", "cameras": ["front"], "position_m": 0.03,
+                                           "rotation_deg": 3})
+    difference = np.abs(moved["images/front"].astype(int) - nominal["images/front"]).mean()
+    assert difference > 1  # the whole view shifts (3 grey levels per pixel on average here)
+    np.testing.assert_array_equal(moved["images/wrist"], nominal["images/wrist"])  # only the front camera moved
+    drawn = wrapped.drawn["0:camera_pose"]["front"]
+    assert max(map(abs, drawn["offset_m"])) <= 0.03 and 0 < drawn["angle_deg"] <= 3
+    _, again = perturbed(pixel_env)  # the next episode's reset restores the nominal camera
+    np.testing.assert_array_equal(again["images/front"], nominal["images/front"])
+
+
+def test_lighting_and_colour_change_the_image_as_drawn(pixel_env):
+    nominal, _ = pixel_env.reset(seed=3)
+    _, bright = perturbed(pixel_env, {"type": "lighting", "brightness": [1.4, 1.4]})
+    _, dark = perturbed(pixel_env, {"type": "lighting", "brightness": [0.6, 0.6]})
+    assert dark["images/front"].mean() < nominal["images/front"].mean() < bright["images/front"].mean()
+    wrapped, _ = perturbed(pixel_env, {"type": "colour", "geoms": ["table"], "shift": 0.2})
+    table = mujoco.mj_name2id(wrapped.unwrapped.model, mujoco.mjtObj.mjOBJ_GEOM, "table")
+    change = np.abs(wrapped.unwrapped.model.geom_rgba[table, :3] - wrapped._nominal["geom_rgba"][table, :3])
+    assert 0 < change.max() <= 0.2
+    wrapped.reset(seed=3)
+    assert np.abs(wrapped.unwrapped.model.geom_rgba[table, :3] - wrapped._nominal["geom_rgba"][table, :3]).max() > 0
+
+
+def test_object_mass_and_size_change_the_physics_without_compounding():
+    env = make_env("PickCube-v0", obs_mode="state")
+    try:
+        env.reset(seed=3)
+        base = env.unwrapped
+        cube = mujoco.mj_name2id(base.model, mujoco.mjtObj.mjOBJ_BODY, "cube")
+        dof = base.model.jnt_dofadr[base.model.body_jntadr[cube]]
+        nominal_weight = base.data.qfrc_bias[dof + 2]  # gravity on the cube's vertical dof: m g
+        wrapped = PerturbedEnv(env, condition({"type": "object", "bodies": "objects", "mass_scale": [3.0, 3.0],
+                                               "size_scale": [1.25, 1.25]}))
+        for _ in range(2):  # a second reset draws from the nominal model again: no compounding
+            wrapped.reset(seed=3)
+            np.testing.assert_allclose(base.data.qfrc_bias[dof + 2], 3.0 * nominal_weight, rtol=1e-6)
+            np.testing.assert_allclose(base.model.geom_size[base.model.body_geomadr[cube]], 1.25 * 0.02)
+        for _ in range(10):  # the bigger cube settles on the table at its larger half size
+            wrapped.step(np.array([0, 0, 0, -1], np.float32))
+        assert base.data.xpos[cube][2] == pytest.approx(1.25 * 0.02, abs=1e-3)
+    finally:
+        env.close()
+
+
+def test_action_latency_executes_each_command_one_step_late():
+    env = make_env("PickCube-v0", obs_mode="state")
+    try:
+        wrapped, _ = perturbed(env, {"type": "action_latency", "steps": 1})
+        start = wrapped.unwrapped.target_pose()[0]
+        up = np.array([0, 0, 1, -1], np.float32)
+        wrapped.step(up)
+        np.testing.assert_allclose(wrapped.unwrapped.target_pose()[0], start)  # nothing arrived yet: held
+        wrapped.step(np.zeros(4, np.float32))
+        np.testing.assert_allclose(wrapped.unwrapped.target_pose()[0], start + [0, 0, 0.03], atol=1e-9)
+    finally:
+        env.close()
+
+
+def test_sensor_delay_returns_the_previous_observation_and_frame_drops_repeat_frames(pixel_env):
+    actions = [np.array([0.5, 0.2, -0.3, -1], np.float32)] * 3
+    nominal = [pixel_env.reset(seed=3)[0]] + [pixel_env.step(a)[0] for a in actions]
+    wrapped, first = perturbed(pixel_env, {"type": "sensor_delay", "steps": 1})
+    delayed = [first] + [wrapped.step(a)[0] for a in actions]
+    np.testing.assert_array_equal(delayed[0]["state"], nominal[0]["state"])
+    for t in range(1, 4):
+        np.testing.assert_array_equal(delayed[t]["state"], nominal[t - 1]["state"])
+    wrapped, first = perturbed(pixel_env, {"type": "frame_drops", "probability": 0.99})
+    after = wrapped.step(actions[0])[0]
+    np.testing.assert_array_equal(after["images/front"], first["images/front"])  # the camera repeated its frame
+    assert not np.array_equal(after["state"], first["state"])  # proprioception is fresh
+
+
+def test_control_rate_jitter_varies_the_control_period_and_proprio_noise_stays_a_pose():
+    env = make_env("PickCube-v0", obs_mode="state")
+    try:
+        wrapped, _ = perturbed(env, {"type": "control_rate_jitter", "fraction": 0.2})
+        periods = []
+        for _ in range(8):
+            before = wrapped.unwrapped.data.time
+            wrapped.step(np.zeros(4, np.float32) + [0, 0, 0, -1])
+            periods.append(wrapped.unwrapped.data.time - before)
+        assert min(periods) >= 0.08 - 1e-9 and max(periods) <= 0.12 + 1e-9 and np.std(periods) > 0.005
+        true = env.reset(seed=3)[0]["state"]
+        wrapped, noisy = perturbed(env, {"type": "proprio_noise", "position_m": 0.005, "quaternion": 0.01})
+        error = noisy["state"][:3] - true[:3]
+        assert 0 < np.abs(error).max() < 0.03
+        assert np.linalg.norm(noisy["state"][3:7]) == pytest.approx(1.0, abs=1e-6)
+        np.testing.assert_array_equal(noisy["state"][7:], true[7:])  # no velocity or gripper noise was asked for
+    finally:
+        env.close()
+
+
+def test_draws_are_seeded_by_suite_seed_condition_and_episode():
+    env = make_env("PickCube-v0", obs_mode="state")
+    try:
+        spec = {"type": "object", "bodies": "objects", "mass_scale": [0.5, 2.0]}
+        draws = {}
+        for suite_seed, name, episode in ((0, "a", 1), (0, "a", 1), (1, "a", 1), (0, "b", 1), (0, "a", 2)):
+            wrapped = PerturbedEnv(env, condition(spec, name=name), suite_seed)
+            wrapped.reset(seed=episode)
+            draws.setdefault((suite_seed, name, episode), []).append(wrapped.drawn["0:object"]["mass_scale"])
+        first = draws[(0, "a", 1)]
+        assert first[0] == first[1]
+        others = [v[0] for k, v in draws.items() if k != (0, "a", 1)]
+        assert all(v != first[0] for v in others)
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("item, words", [
+    ({"type": "wobble"}, "unknown perturbation type 'wobble'"),
+    ({"type": "lighting", "brightness": [1.5, 0.5]}, "lighting.brightness=[1.5, 0.5] must be [low, high]"),
+    ({"type": "action_latency", "steps": 1.5}, "action_latency.steps=1.5 must be an integer"),
+    ({"type": "lighting", "colour": 1}, "lighting takes brightness; not colour"),
+])
+def test_bad_perturbations_are_named_in_one_line(item, words):
+    with pytest.raises(ConditionError, match=words.replace("[", r"\[").replace("]", r"\]")):
+        condition(item)
+
+
+def test_a_name_the_model_lacks_is_refused_with_the_names_it_has():
+    env = make_env("PickCube-v0", obs_mode="state")
+    try:
+        with pytest.raises(ConditionError, match="names bodie 'mug', which this task's model lacks .*cube"):
+            PerturbedEnv(env, condition({"type": "object", "bodies": ["mug"], "mass_scale": [1, 2]}))
+    finally:
+        env.close()
+
+
+def test_the_shipped_suite_loads_and_bad_suite_files_fail_in_one_line(tmp_path):
+    suite = load_suite("default")
+    assert suite.nominal.name == "nominal" and len(suite.conditions) == 8 and suite.episodes == 50
+    assert len(suite.sha256) == 64
+    with pytest.raises(ConditionError, match="no suite 'nope': give a YAML file or one of default"):
+        load_suite("nope")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("conditions:\n- name: jitter\n  perturbations: [{type: sensor_delay, steps: 1}]\n")
+    with pytest.raises(ConditionError, match="the first condition \\(jitter\\) is the nominal one"):
+        load_suite(bad)
+    bad.write_text("conditions:\n- {name: nominal}\n- {name: nominal}\n")
+    with pytest.raises(ConditionError, match="condition names repeat: nominal"):
+        load_suite(bad)
+
+
+def test_intervals_and_the_verdict_on_known_counts():
+    episodes = lambda n, k: [{"success": i < k, "length": 10, "holds": 0, "failure": None if i < k else "x"}  # noqa
+                             for i in range(n)]
+    half = condition_summary(condition(), episodes(50, 25))
+    assert half["success_ci95"] == pytest.approx([0.3664, 0.6336], abs=1e-4)  # Wilson, z = 1.96
+    none = condition_summary(condition(), episodes(50, 0))
+    assert none["success_ci95"] == pytest.approx([0.0, 0.0713], abs=1e-4) and none["failure_modes"] == {"x": 50}
+    full = condition_summary(condition(), episodes(50, 50))
+    assert full["success_ci95"][0] == pytest.approx(0.9287, abs=1e-4)
+    suite = Suite("s", (Condition("nominal"), Condition("a"), Condition("b", min_success=0.3)), min_success=0.8,
+                  max_drop=0.1)
+    rates = lambda *r: [{"success_rate": x} for x in r]  # noqa: E731
+    assert verdict(suite, rates(0.9, 0.8, 0.85)) == (True, [])  # a drop of exactly max_drop passes
+    ok, reasons = verdict(suite, rates(0.9, 0.8, 0.35))
+    assert not ok and reasons == ["b: success 35% is 55% below nominal (90%; at most 10%)"]
+    ok, reasons = verdict(suite, rates(0.9, 0.7, 0.85))
+    assert not ok and reasons == ["a: success 70% < 80%"]
+    assert verdict(suite, rates(0.9, 0.85, 0.8)) == (True, [])
+    assert verdict(suite, rates(0.7, 0.7, 0.7))[1] == ["nominal: success 70% < 80%", "a: success 70% < 80%"]
+
+
+@pytest.fixture(scope="module")
+def tiny_policy(tmp_path_factory) -> Path:
+    """A (random) SAC policy file on PickCube state, in a run folder whose config names the task."""
+    from robot_rl.agents.sac import SACAgent, SACConfig
+    from robot_rl.policy_file import weights_message, write_policy_file
+
+    env = make_env("PickCube-v0", obs_mode="state")
+    agent = SACAgent.create(1, env.observation_space, 4, SACConfig(actor_hidden_dims=(16,), critic_hidden_dims=(16,)))
+    env.close()
+    run = tmp_path_factory.mktemp("run")
+    (run / "config.json").write_text(json.dumps({"task": "PickCube-v0"}))
+    write_policy_file(run / "policy.msgpack", weights_message(agent, version=1))
+    return run
+
+
+def test_a_validation_reproduces_with_any_number_of_workers_and_writes_report_and_record(tiny_policy, tmp_path):
+    suite = tmp_path / "suite.yaml"
+    suite.write_text("name: small\nepisodes: 3\nseed: 4\nconditions:\n- {name: nominal}\n"
+                     "- name: heavy\n  perturbations: [{type: object, bodies: objects, mass_scale: [0.5, 2]}]\n"
+                     "- name: late\n  perturbations: [{type: action_latency, steps: 2}]\n")
+    one = validate(ValidateConfig(tiny_policy, suite=str(suite), workers=1, out=tmp_path / "one", video=True))
+    two = validate(ValidateConfig(tiny_policy, suite=str(suite), workers=2, out=tmp_path / "two", video=False))
+    assert [c["per_episode"] for c in one["conditions"]] == [c["per_episode"] for c in two["conditions"]]
+    heavy = one["conditions"][1]["per_episode"]
+    assert len({e["perturbation"]["0:object"]["mass_scale"] for e in heavy}) == 3  # one draw per episode
+    assert [e["seed"] for e in heavy] == [1_000_004, 1_000_005, 1_000_006]  # every condition: the same seeds
+    for name in ("report.md", "results.json", "success.png"):
+        assert (tmp_path / "one" / name).is_file()
+    report = (tmp_path / "one" / "report.md").read_text()
+    assert "| heavy |" in report and f"**Verdict: {one['verdict'].upper()}**" in report
+    if any(not e["success"] for c in one["conditions"] for e in c["per_episode"]):
+        assert (tmp_path / "one" / "failures.mp4").stat().st_size > 0
+    records = read_records(tiny_policy)
+    assert len(records) == 1  # the second run for the same robot file and suite replaced the first
+    assert records[0]["policy_sha256"] == policy_digest(tiny_policy) and records[0]["verdict"] == one["verdict"]
+    assert records[0]["robot_name"] == "sim_panda" and records[0]["suite"] == "small"
+
+
+def test_a_record_is_tied_to_the_policy_bytes(tiny_policy, tmp_path):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_policy, copy)
+    record_path(copy).unlink(missing_ok=True)
+    before = policy_digest(copy)
+    write_record(copy, {"robot_sha256": "r", "suite_sha256": "s", "verdict": "pass", "policy_sha256": before})
+    write_record(copy, {"robot_sha256": "r2", "suite_sha256": "s", "verdict": "fail", "policy_sha256": before})
+    assert [r["robot_sha256"] for r in read_records(copy)] == ["r", "r2"]
+    data = bytearray((copy / "policy.msgpack").read_bytes())
+    data[-1] ^= 1
+    (copy / "policy.msgpack").write_bytes(bytes(data))
+    assert policy_digest(copy) != before
+
+
+def test_the_cli_names_a_missing_policy_in_one_line(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "robot_rl.cli", "validate", "--policy", str(tmp_path / "nope"),
+                             "--task", "PickCube-v0"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stderr.strip().count("\n") == 0, result.stderr
+    assert "nope" in result.stderr
