@@ -23,13 +23,15 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
 
 from robot_rl.report import wilson_interval
-from robot_rl.sim.perturb import Condition, ConditionError
+
+if TYPE_CHECKING:
+    from robot_rl.sim.perturb import Condition
 
 RECORD_FORMAT = "robot_rl.validation"
 RECORD_VERSION = 1
@@ -89,6 +91,8 @@ class Suite:
     """Success rate every condition must reach."""
     max_drop: float = 0.2
     """Largest success-rate loss (absolute) against nominal a condition may have."""
+    min_episodes: int = 20
+    """Fewest episodes per condition a passing verdict may rest on."""
     path: str = ""
     sha256: str = ""
 
@@ -99,6 +103,8 @@ class Suite:
 
 def load_suite(name_or_path: str | Path) -> Suite:
     """A shipped suite by name or a suite YAML file; ConditionError (a ValueError) names what is wrong."""
+    from robot_rl.sim.perturb import Condition, ConditionError
+
     path = Path(name_or_path)
     if not path.suffix:
         shipped = resources.files("robot_rl.sim") / "suites" / f"{name_or_path}.yaml"
@@ -133,18 +139,22 @@ def load_suite(name_or_path: str | Path) -> Suite:
         raise ConditionError(f"suite file {where}: the first condition ({names[0]}) is the nominal one: it takes no "
                              "perturbations")
     thresholds = data.get("thresholds") or {}
-    unknown = sorted(set(thresholds) - {"min_success", "max_drop"}) if isinstance(thresholds, Mapping) else ["?"]
+    known = ("min_success", "max_drop", "min_episodes")
+    unknown = sorted(set(thresholds) - set(known)) if isinstance(thresholds, Mapping) else ["?"]
     if unknown:
-        raise ConditionError(f"suite file {where}: thresholds take min_success and max_drop")
+        raise ConditionError(f"suite file {where}: thresholds take {', '.join(known)}")
     values = {k: thresholds.get(k, default) for k, default in (("min_success", 0.8), ("max_drop", 0.2))}
     for key, value in values.items():
         if not (isinstance(value, (int, float)) and 0 <= value <= 1):
             raise ConditionError(f"suite file {where}: thresholds.{key}={value!r} must be in [0, 1]")
+    min_episodes = thresholds.get("min_episodes", 20)
+    if not (isinstance(min_episodes, int) and min_episodes >= 1):
+        raise ConditionError(f"suite file {where}: thresholds.min_episodes={min_episodes!r} must be an integer >= 1")
     episodes, seed = data.get("episodes", 50), data.get("seed", 0)
     if not (isinstance(episodes, int) and episodes >= 1 and isinstance(seed, int) and seed >= 0):
         raise ConditionError(f"suite file {where}: episodes={episodes!r} must be >= 1 and seed={seed!r} >= 0")
     return Suite(str(data.get("name") or Path(where).stem), conditions, episodes, seed, float(values["min_success"]),
-                 float(values["max_drop"]), where, hashlib.sha256(text.encode()).hexdigest())
+                 float(values["max_drop"]), min_episodes, where, hashlib.sha256(text.encode()).hexdigest())
 
 
 # ----- hashes and the record --------------------------------------------------------------------------------------
@@ -211,6 +221,29 @@ def write_record(policy: str | Path, record: Mapping[str, Any]) -> Path:
     tmp.write_text(json.dumps(data, indent=2))
     tmp.replace(path)
     return path
+
+
+def deployment_problem(policy: str | Path, robot: str | Path, task: str | None = None) -> str | None:
+    """The deployment gate: why the policy at `policy` may not drive the real robot of robot file `robot` (no passing
+    validation record for this policy's bytes and this robot file's bytes), or None when it may."""
+    from robot_rl.robot_config import resolve_robot_path
+
+    located = policy_location(policy)
+    robot_path = resolve_robot_path(robot)
+    robot_sha, policy_sha = file_digest(robot_path), policy_digest(located)
+    command = f"robot-rl validate --policy {located} --robot {robot_path}" + (f" --task {task}" if task else "")
+    anyway = "or set allow_unvalidated:=true to run it anyway (logged)"
+    records = [r for r in read_records(located) if r.get("robot_sha256") == robot_sha]
+    current = [r for r in records if r.get("policy_sha256") == policy_sha]
+    if any(r.get("verdict") == "pass" for r in current):
+        return None
+    if current:
+        reasons = "; ".join(current[-1].get("verdict_reasons") or ["failed"])
+        return (f"policy {located} failed its validation for robot file {robot_path} ({reasons}; report "
+                f"{current[-1].get('report')}): retrain it and validate again ({command}), {anyway}")
+    what = "changed since it was validated" if records else "has no validation record"
+    return (f"policy {located} {what} for robot file {robot_path}: validate it in the sim mirror first ({command}), "
+            f"{anyway}")
 
 
 # ----- running episodes ---------------------------------------------------------------------------------------------
@@ -351,9 +384,13 @@ def condition_summary(condition: Condition, episodes: Sequence[Mapping[str, Any]
 
 
 def verdict(suite: Suite, results: Sequence[Mapping[str, Any]]) -> tuple[bool, list[str]]:
-    """(pass, the reasons it does not): every condition reaches its minimum and loses at most max_drop to nominal."""
+    """(pass, the reasons it does not): every condition reaches its minimum and loses at most max_drop to nominal,
+    over at least min_episodes episodes each."""
     nominal = results[0]["success_rate"]
     failures = []
+    fewest = min(r.get("episodes", suite.min_episodes) for r in results)
+    if fewest < suite.min_episodes:
+        failures.append(f"{fewest} episodes per condition: a verdict needs at least {suite.min_episodes}")
     for condition, result in zip(suite.conditions, results, strict=True):
         floor = suite.min_success if condition.min_success is None else condition.min_success
         rate = result["success_rate"]
@@ -416,7 +453,8 @@ def validate(cfg: ValidateConfig, *, on_block: Callable[[int, int], None] | None
         "robot_name": robot.name, "robot_sha256": file_digest(robot_path), "task": task, "suite": suite.name,
         "suite_path": suite.path, "suite_sha256": suite.sha256, "episodes_per_condition": episodes,
         "seed": seed, "workers": workers, "seconds": round(seconds, 1),
-        "thresholds": {"min_success": suite.min_success, "max_drop": suite.max_drop},
+        "thresholds": {"min_success": suite.min_success, "max_drop": suite.max_drop,
+                       "min_episodes": suite.min_episodes},
         "verdict": "pass" if passed else "fail", "verdict_reasons": reasons,
         "conditions": results, "video": str(video) if video else None,
         "validated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -548,7 +586,8 @@ def write_report(out: Path, summary: Mapping[str, Any]) -> Path:
         f"# Validation: {summary['task']}, suite {summary['suite']}, robot {summary['robot_name']}",
         "",
         f"**Verdict: {summary['verdict'].upper()}** (every condition >= {summary['thresholds']['min_success']:.0%} "
-        f"success and at most {summary['thresholds']['max_drop']:.0%} below nominal)",
+        f"success and at most {summary['thresholds']['max_drop']:.0%} below nominal, over at least "
+        f"{summary['thresholds']['min_episodes']} episodes each)",
         *[f"- {reason}" for reason in summary["verdict_reasons"]],
         "",
         f"Policy `{summary['policy']}` (sha256 {summary['policy_sha256'][:16]}...), robot file `{summary['robot']}` "

@@ -778,6 +778,8 @@ def test_a_real_rclpy_node_reads_the_rendered_names_and_parameters(tmp_path):
 
 ROBOT_DRIVERS = {"robot": "sim_panda", "camera_driver": "cam_driver", "robot_driver": "arm_driver",
                  "demo_path": "demos.zarr"}
+ROBOT_RUN = {"robot": "sim_panda", "camera_driver": "cam_driver", "robot_driver": "arm_driver",
+             "policy": "runs/x/policy.msgpack"}
 # Each shipped file with arguments that, together, start every node it can start.
 SHIPPED_VARIANTS = {
     "sim_train.yaml": [{}, {"human": "false"}],
@@ -785,6 +787,7 @@ SHIPPED_VARIANTS = {
     "teleop_record.yaml": [{"out": "demos.zarr", "device": device} for device in ("auto", "gamepad", "scripted",
                                                                                    "none")],
     "robot_train.yaml": [{**ROBOT_DRIVERS, "device": device} for device in ("auto", "spacemouse", "scripted", "none")],
+    "robot_run.yaml": [{**ROBOT_RUN, "device": device} for device in ("auto", "scripted", "none")],
 }
 VARIANTS = [(name, arguments) for name, variants in SHIPPED_VARIANTS.items() for arguments in variants]
 VARIANT_IDS = [f"{name[:-5]}-{'-'.join(a.get('device', a.get('human', 'default')) for a in [args])}"
@@ -906,6 +909,22 @@ def test_robot_train_driver_commands_are_split_like_a_shell():
     assert processes["robot"].argv == ("ros2", "launch", "franka_bringup", "franka.launch.py", "robot_ip:=172.16.0.2")
 
 
+def test_robot_run_acts_with_the_gated_policy_and_no_learner():
+    processes = {p.name: p for p in load_launch_file(LAUNCH_DIR / "robot_run.yaml", {
+        **ROBOT_RUN, "robot": "robots/my arm.yaml", "episodes": "3"}).processes}
+    assert list(processes) == ["cameras", "robot", "doctor", "actor", "teleop"]
+    actor = processes["actor"].argv
+    for param in ("weights_path:=runs/x/policy.msgpack", "allow_unvalidated:=false", "stream_transitions:=false",
+                  "robot:='robots/my arm.yaml'", "episodes:=3", "deterministic:=true"):
+        assert param in actor, actor
+    override = {p.name: p for p in load_launch_file(LAUNCH_DIR / "robot_run.yaml", {
+        **ROBOT_RUN, "allow_unvalidated": "true"}).processes}
+    assert "allow_unvalidated:=true" in override["actor"].argv
+    trained = {p.name: p for p in load_launch_file(LAUNCH_DIR / "robot_train.yaml", {
+        **ROBOT_DRIVERS, "policy": "residual", "base": "runs/dp/policy"}).processes}
+    assert "base:=runs/dp/policy" in trained["learner"].argv and "allow_unvalidated:=false" in trained["actor"].argv
+
+
 def test_sim_train_human_can_be_switched_off():
     with_human = load_launch_file(LAUNCH_DIR / "sim_train.yaml", {})
     without = load_launch_file(LAUNCH_DIR / "sim_train.yaml", {"human": "false"})
@@ -987,6 +1006,14 @@ def test_sim_train_trains_evaluates_and_ends(sim_train_run):
     result = json.loads((run_dir / "result.json").read_text())
     assert result["received"] >= 60 and result["updates"] > 0 and result["final_eval_episodes"] == 1, result
     assert read_policy_file(run_dir / "policy.msgpack").version >= 1
+    # The run ended in the sim: the learner validated its final policy and wrote the record next to it.
+    from robot_rl.validate import policy_digest, read_records
+
+    records = read_records(run_dir / "policy.msgpack")
+    assert len(records) == 1 and records[0]["robot_name"] == "sim_panda" and records[0]["suite"] == "default", records
+    assert records[0]["policy_sha256"] == policy_digest(run_dir / "policy.msgpack")
+    assert [c["episodes"] for c in records[0]["conditions"]] == [1] * 8, records
+    assert result["validation"]["verdict"] == records[0]["verdict"], result
     # The same report as an in-process run: report.md with the final evaluation, both plots and the eval video.
     report = (run_dir / "report.md").read_text()
     assert "over ROS 2" in report and re.search(r"Final eval success: \*\*\d+ % \([01]/1 episodes", report), report

@@ -42,7 +42,9 @@ def bad_starts(work: Path) -> dict[str, list[str]]:
     from robot_rl.policy_file import weights_message, write_policy_file
 
     sac_policy = write_policy_file(work / "sac" / "policy.msgpack", weights_message(untrained_pixel_agent(), version=1))
+    real_robot = [*actor[:-2], "-p", "obs_mode:=pixels", "-p", "robot:=franka_fr3"]
     return {
+        "actor_unvalidated": [*real_robot, "-p", f"weights_path:={sac_policy}"],
         "actor_ddim_steps_of_sac": [*actor, "-p", f"weights_path:={sac_policy}", "-p", "inference_steps:=5"],
         "actor_typo": [*actor, "-p", "episode:=3"],
         "actor_type": [*actor, "-p", "episodes:=abc"],
@@ -56,6 +58,26 @@ def bad_starts(work: Path) -> dict[str, list[str]]:
                                 "-p", f"run_dir:={corrupt.parent.parent}", "-p", "obs_mode:=state"],
         "sim_typo": [sys.executable, "-m", "robot_rl.sim.node", "--mode", "lockstep", "--ros-args", "-p", "sed:=3"],
     }
+
+
+def gated_starts(work: Path) -> dict[str, list[str]]:
+    """Actors on a real robot's file that must start: a policy with a passing validation record, and one without
+    it run with allow_unvalidated."""
+    from test_ros_actor_fuzz import untrained_pixel_agent
+
+    from robot_rl.policy_file import weights_message, write_policy_file
+    from robot_rl.robot_config import resolve_robot_path
+    from robot_rl.validate import file_digest, policy_digest, write_record
+
+    agent = untrained_pixel_agent()
+    validated = write_policy_file(work / "validated" / "policy.msgpack", weights_message(agent, version=1))
+    write_record(validated, {"policy_sha256": policy_digest(validated), "suite_sha256": "s", "verdict": "pass",
+                             "robot_sha256": file_digest(resolve_robot_path("franka_fr3"))})
+    unvalidated = write_policy_file(work / "unvalidated" / "policy.msgpack", weights_message(agent, version=2))
+    actor = [sys.executable, "-m", "robot_rl.ros.actor_node", "--ros-args", "-p", "obs_mode:=pixels",
+             "-p", "robot:=franka_fr3"]
+    return {"validated": [*actor, "-p", f"weights_path:={validated}"],
+            "allowed": [*actor, "-p", f"weights_path:={unvalidated}", "-p", "allow_unvalidated:=true"]}
 
 
 def client() -> dict:
@@ -72,6 +94,10 @@ def client() -> dict:
     work = Path(tempfile.mkdtemp(prefix="ros-node-startup-"))
     starts = {name: subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
               for name, command in bad_starts(work).items()}
+    gated_logs = {name: open(work / f"{name}.log", "w+") for name in ("validated", "allowed")}
+    gated = {name: subprocess.Popen(command, stdout=gated_logs[name], stderr=subprocess.STDOUT, text=True,
+                                    start_new_session=True)
+             for name, command in gated_starts(work).items()}
 
     # Learners whose agent cannot be built yet: their demo dataset's metadata is a pipe nobody writes to.
     demos = work / "demos.zarr"
@@ -161,6 +187,22 @@ def client() -> dict:
                 process.kill()
                 output, _ = process.communicate()
             summary["bad_starts"][name] = {"exit": process.returncode, "output": output[-3000:]}
+        summary["gated"] = {}
+        for name, process in gated.items():  # up by now (the learners took longer); stopped like a user would
+            deadline = time.monotonic() + 60.0
+            while "actor up" not in (work / f"{name}.log").read_text() and time.monotonic() < deadline \
+                    and process.poll() is None:
+                time.sleep(0.2)
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            gated_logs[name].seek(0)
+            summary["gated"][name] = {"exit": process.returncode, "output": gated_logs[name].read()[-4000:]}
+            gated_logs[name].close()
         summary["never_made"] = not (work / "never").exists()
         shutil.rmtree(work, ignore_errors=True)
     return summary
@@ -180,6 +222,9 @@ def error_lines(output: str) -> list[str]:
 
 
 @pytest.mark.parametrize("case, words", [
+    ("actor_unvalidated", ["weights_path: policy ", "sac/policy.msgpack has no validation record for robot file ",
+                           "robots/franka_fr3.yaml: validate it in the sim mirror first (robot-rl validate --policy ",
+                           "allow_unvalidated:=true"]),
     ("actor_typo", ["unknown parameter 'episode' for node actor (did you mean 'episodes'?); known: ", "actor_id"]),
     ("actor_type", ["parameter 'episodes' of node actor must be an integer (default 0), got 'abc'"]),
     ("actor_checkpoint", ["weights_path:", "checkpoint/agent.msgpack is a learner checkpoint, not a policy file; "
@@ -229,3 +274,12 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["client"]:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
         print("RESULT " + json.dumps(client()))
+
+
+def test_a_real_robot_runs_a_validated_policy_and_an_unvalidated_one_only_when_allowed_loudly(summary):
+    validated, allowed = summary["gated"]["validated"], summary["gated"]["allowed"]
+    assert "actor up" in validated["output"] and validated["exit"] == 0, validated["output"]
+    assert "[ERROR]" not in validated["output"], validated["output"]
+    assert "actor up" in allowed["output"] and allowed["exit"] == 0, allowed["output"]
+    loud = [line for line in error_lines(allowed["output"]) if "UNVALIDATED POLICY ON A REAL ROBOT (franka_fr3)" in line]
+    assert len(loud) == 1 and "has no validation record" in loud[0], allowed["output"]

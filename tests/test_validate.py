@@ -208,6 +208,8 @@ def test_intervals_and_the_verdict_on_known_counts():
     assert not ok and reasons == ["a: success 70% < 80%"]
     assert verdict(suite, rates(0.9, 0.85, 0.8)) == (True, [])
     assert verdict(suite, rates(0.7, 0.7, 0.7))[1] == ["nominal: success 70% < 80%", "a: success 70% < 80%"]
+    few = [{"success_rate": 1.0, "episodes": 5}] * 3  # too little evidence for a pass
+    assert verdict(suite, few) == (False, ["5 episodes per condition: a verdict needs at least 20"])
 
 
 @pytest.fixture(scope="module")
@@ -262,6 +264,37 @@ def test_a_record_is_tied_to_the_policy_bytes(tiny_policy, tmp_path):
     data[-1] ^= 1
     (copy / "policy.msgpack").write_bytes(bytes(data))
     assert policy_digest(copy) != before
+
+
+def test_the_deployment_gate_refuses_and_accepts_as_specified(tiny_policy, tmp_path):
+    import shutil
+
+    from robot_rl.robot_config import resolve_robot_path
+    from robot_rl.validate import deployment_problem, file_digest
+
+    policy = tmp_path / "run"
+    shutil.copytree(tiny_policy, policy)
+    record_path(policy).unlink(missing_ok=True)
+    franka = resolve_robot_path("franka_fr3")
+    problem = deployment_problem(policy, "franka_fr3", "PickCube-v0")
+    assert "has no validation record for robot file" in problem and str(franka) in problem
+    assert f"robot-rl validate --policy {policy / 'policy.msgpack'} --robot {franka} --task PickCube-v0" in problem
+    assert "allow_unvalidated:=true" in problem and "\n" not in problem
+    record = {"policy_sha256": policy_digest(policy), "robot_sha256": file_digest(franka), "suite_sha256": "s",
+              "verdict": "fail", "verdict_reasons": ["lighting_colour: success 30% < 80%"], "report": "r.md"}
+    write_record(policy, record)
+    problem = deployment_problem(policy, "franka_fr3")
+    assert "failed its validation" in problem and "lighting_colour: success 30% < 80%" in problem
+    write_record(policy, {**record, "verdict": "pass", "verdict_reasons": []})  # re-validated: replaces the record
+    assert deployment_problem(policy, "franka_fr3") is None
+    assert "no validation record" in deployment_problem(policy, "ur5e_ros2_control")  # a record is per robot file
+    other_robot = tmp_path / "franka.yaml"  # the same robot file edited (a limit changed): not validated
+    other_robot.write_text(franka.read_text().replace("max_translation: 0.02 ", "max_translation: 0.03 "))
+    assert "no validation record" in deployment_problem(policy, other_robot)
+    data = bytearray((policy / "policy.msgpack").read_bytes())
+    data[-1] ^= 1  # the policy changed since
+    (policy / "policy.msgpack").write_bytes(bytes(data))
+    assert "changed since it was validated" in deployment_problem(policy, "franka_fr3")
 
 
 def test_the_cli_names_a_missing_policy_in_one_line(tmp_path):

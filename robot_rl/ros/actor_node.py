@@ -49,6 +49,13 @@ Weights: from the learner (``/learner/weights``), or from a policy file with ``w
 that is missing or is not a policy file is one error line and exit status 2, as is any invalid parameter (unknown
 names included).
 
+The deployment gate: on a real robot (a robot file without ``sim: true``) a saved policy (``weights_path``), or the
+frozen base a learner's residual / noise head names, must have a passing validation record for this robot file
+(``robot-rl validate``, robot_rl.validate): without one the node exits with status 2 and a line saying how to validate
+it (learner weights naming such a base are refused, logged). ``allow_unvalidated:=true`` runs it anyway, logged as an
+error at start-up and at every episode (and in the status file's ``unvalidated``). A plain SAC policy trained online by
+the learner changes with every update: no record applies to it (the safety layer and the human supervise).
+
 Modes: ``lockstep`` steps once per new sensor frame (the sim node in lock-step advances once per pose command);
 ``realtime`` steps on a timer at ``control_period`` with the newest readings. A stale or missing sensor (older than
 ``max_sensor_age``) holds the robot and is logged (throttled); a malformed message is dropped with a log line. Every
@@ -123,6 +130,8 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
     ("frame_timeout_s", 10.0, "no sensor frame this long after a reset (lockstep: after a command): the sim or "
                               "driver is gone; the episode is given up and the reset called again"),
     ("stats_path", "", "write a JSON status file here every second"),
+    ("allow_unvalidated", False, "real robot: run a policy (weights_path, or the base of a learner's head) that has "
+                                 "no passing validation record for this robot file (logged at every episode)"),
 )
 """The node's ROS parameters (name, default, description)."""
 
@@ -345,8 +354,13 @@ class ActorNode:
         self._episode_steps: list[tuple] = []
         self._last_stats = 0.0
 
+        self.allow_unvalidated = bool(param("allow_unvalidated"))
+        self.unvalidated: str | None = None  # why the policy acting on this real robot is not validated, if it is not
         self.weights_path = str(param("weights_path"))
         if self.weights_path:
+            problem = self._deployment_problem(self.weights_path)
+            if problem:
+                raise NodeStartupError(f"weights_path: {problem}")
             self._load_policy_file(self.weights_path)
         # Real time steps on this timer; lock-step steps on each frame, the timer only polls waiting phases.
         node.create_timer(self.control_dt if self.mode == "realtime" else 0.002, self._on_timer)
@@ -678,10 +692,35 @@ class ActorNode:
         if problem:
             self._log.error(f"rejected weights from {origin}: {problem}", throttle_duration_sec=5.0)
 
+    def _deployment_problem(self, policy: str) -> str | None:
+        """The deployment gate for `policy` on this robot: why it may not run (None: it may, or it runs anyway with
+        allow_unvalidated, logged)."""
+        if self.robot.sim:
+            return None
+        from robot_rl.policies.base import PolicyError
+        from robot_rl.policy_file import PolicyFileError
+        from robot_rl.validate import deployment_problem
+
+        try:
+            problem = deployment_problem(policy, self.robot.path or self.robot.name, self.task)
+        except (PolicyError, PolicyFileError, OSError) as error:
+            return str(error)
+        if problem and self.allow_unvalidated:
+            self.unvalidated = problem
+            self._log.error(f"UNVALIDATED POLICY ON A REAL ROBOT ({self.robot.name}), allow_unvalidated is set: "
+                            f"{problem}")
+            return None
+        return problem
+
     def _use_weights(self, weights, origin: str) -> str | None:
         """Act with `weights` from now on; returns why they cannot be used, or None."""
         from robot_rl.policy_file import actor_from_weights
 
+        base = (weights.policy_config or {}).get("base")
+        if base and self.session.actor is None:  # a head on a frozen base: the base must pass the gate
+            problem = self._deployment_problem(str(base))
+            if problem:
+                return f"its base: {problem}"
         try:
             if self.session.actor is None:
                 if weights.policy_kind == "gaussian":  # checked before building (a head on a base loads its base)
@@ -818,6 +857,9 @@ class ActorNode:
             position, quat = self.sensors.tcp_pose()
             episode = self.session.start_episode(position, quat)
             self._episode_pub.publish(self._UInt32(data=episode % (2**32)))
+            if self.unvalidated:
+                self._log.error(f"episode {episode} on {self.robot.name} with an UNVALIDATED policy "
+                                "(allow_unvalidated)")
             self._task_events.clear()
             self._episode_key = None
             self._episode_steps = []
@@ -1246,6 +1288,7 @@ class ActorNode:
             "episodes_given_up": self.reset_counters["episodes_given_up"], "robot": self.robot.name,
             "waits_s": {reason: round(seconds, 3) for reason, seconds in self.waits.items()},
             "holds": dict(self.holds), "incompatible_qos": dict(self.incompatible_qos), "time": time.time(),
+            "unvalidated": self.unvalidated,
         }
 
     def write_stats(self) -> None:

@@ -67,6 +67,9 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
     ("checkpoint_every", 500, "received transitions between checkpoints"),
     ("abandon_after_s", 120.0, "close an actor's open episode (as truncated) after this long without a step of it"),
     ("final_eval_episodes", 0, "after `steps`: evaluate the final policy in-process in the sim"),
+    ("validate_suite", "default", "after the final evaluation of a sim run: validate the final policy with this suite "
+                                  "(final_eval_episodes episodes per condition) and write its validation record next "
+                                  "to the policy file for the robot file ('': no validation)"),
     ("jax_cache_dir", "", "JAX persistent compilation cache (empty: <run_dir>/jax_cache), for a fast respawn"),
     ("seed", 0, "seed"),
     ("policy", "plain", "what the SAC action means: plain (the robot action) | residual | noise (on `base`)"),
@@ -195,9 +198,16 @@ class LearnerNode:
         try:  # a bad robot file is one line before anything is written (the file is small YAML: fast)
             from robot_rl.robot_config import RobotConfigError, load_robot_config
 
-            load_robot_config(str(self.settings["robot"]))
+            self.robot = load_robot_config(str(self.settings["robot"]))
         except RobotConfigError as error:
             raise NodeStartupError(f"robot: {error}") from None
+        if self.settings["validate_suite"]:
+            from robot_rl.validate import load_suite
+
+            try:
+                load_suite(str(self.settings["validate_suite"]))
+            except ValueError as error:
+                raise NodeStartupError(f"validate_suite: {error}") from None
         self.server = LearnerServer(None, self.run_dir,
                                     updates_per_transition=float(self.settings["updates_per_transition"]),
                                     weights_every=int(self.settings["weights_every"]), budget=self.budget,
@@ -477,11 +487,30 @@ class LearnerNode:
             evals, video = [evaluation.report_row(self.server.received)], evaluation.video
             result.update(final_eval_success=evaluation.success_rate, final_eval_episodes=len(evaluation),
                           final_eval_ci95=list(evaluation.success_interval))
+            suite = str(self.settings["validate_suite"])
+            if suite and self.robot.sim:
+                result["validation"] = self.validate(suite)
         (self.run_dir / "result.json").write_text(json.dumps(result))
         report = self.write_report(evals, video)
         self._log.info(f"training budget reached: {json.dumps(result)}; report: {report}")
         self._write_status()
         self.done = True
+
+    def validate(self, suite: str) -> dict:
+        """Validate the final policy in the sim (the run's robot file, final_eval_episodes per condition, in this
+        process) and write its record next to the policy file: what a real robot's actor checks before running it."""
+        from robot_rl.learner_server import POLICY_FILE
+        from robot_rl.validate import ValidateConfig, validate
+
+        summary = validate(ValidateConfig(self.run_dir / POLICY_FILE, robot=str(self.settings["robot"]),
+                                          task=self.cfg.task, suite=suite, episodes=self.final_eval_episodes,
+                                          workers=1, out=self.run_dir / "validation", video=False))
+        self._log.info(f"validation ({suite} suite, {self.final_eval_episodes} episodes per condition): "
+                       f"{summary['verdict'].upper()}"
+                       + (f" ({'; '.join(summary['verdict_reasons'])})" if summary["verdict_reasons"] else "")
+                       + f"; record {summary['record']}")
+        return {"suite": suite, "verdict": summary["verdict"], "record": summary["record"],
+                "success": {c["condition"]: c["success_rate"] for c in summary["conditions"]}}
 
     @property
     def finished(self) -> bool:
