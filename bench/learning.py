@@ -75,6 +75,8 @@ class Args:
     """DSRL-NA (with --policy noise): an action critic on executed chunks, trained on demos and interventions too."""
     actor_delay: int | None = None
     """Critic-only gradient steps before the actor moves (default: the SAC config's)."""
+    target_entropy: float | None = None
+    """Override the SAC target entropy (default: -action_dim; DSRL uses 0 over its noise)."""
 
 
 def main(args: Args) -> dict:
@@ -95,7 +97,8 @@ def main(args: Args) -> dict:
     demos = args.demos if args.demos is not None else suite.get("demos", 20)
     bc_weight = args.bc_weight if args.bc_weight is not None else suite.get("bc_weight")
     sac_overrides = {k: v for k, v in (("critic_ensemble_size", args.critics), ("bc_weight", bc_weight),
-                                       ("discount", args.discount), ("actor_delay", args.actor_delay))
+                                       ("discount", args.discount), ("actor_delay", args.actor_delay),
+                                       ("target_entropy", args.target_entropy))
                      if v is not None}
     learner_cfg = dataclasses.replace(base.learner, **learner_overrides)
     sac_cfg = dataclasses.replace(base.sac, **sac_overrides)
@@ -143,6 +146,7 @@ def main(args: Args) -> dict:
         "noise_aliasing": args.noise_aliasing if args.policy == "noise" else None,
         "warmup_transitions": learner_cfg.warmup_transitions,
         "actor_delay": sac_cfg.actor_delay,
+        "target_entropy": sac_cfg.target_entropy,
         "tag": args.tag,
         "backend": jax.default_backend(),
         "seeds": list(seeds),

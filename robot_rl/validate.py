@@ -18,6 +18,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -277,6 +278,14 @@ def _worker_setup() -> None:
         pass
 
 
+def _pool_worker_init() -> None:
+    """A worker process leaves Ctrl-C to the parent, which stops the pool (no traceback from every worker)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _worker_setup()
+
+
 def run_block(block: Block) -> dict[str, Any]:
     """Run one block of episodes; returns per-episode results (and frames of the filmed ones)."""
     from robot_rl.actor import Actor, ActorSession
@@ -420,10 +429,21 @@ def validate(cfg: ValidateConfig, *, on_block: Callable[[int, int], None] | None
         raise ValueError(f"no --task given and no run config.json next to {located} to take it from")
     episodes = cfg.episodes or suite.episodes
     seed = suite.seed if cfg.seed is None else cfg.seed
-    _check_policy(located, task, cfg.device, cfg.suite, suite)
+    _check_policy(located, task, cfg.device, suite)
     out = cfg.out or located.parent / "validation" / f"{suite.name}-{robot.name}"
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        return _validate(cfg, suite, located, robot, robot_path, task, episodes, seed, out, on_block)
+    except BaseException:
+        if created:  # stopped (Ctrl-C) or failed: no half-made report folder, and no record
+            shutil.rmtree(out, ignore_errors=True)
+        raise
 
+
+def _validate(cfg: ValidateConfig, suite: Suite, located: Path, robot, robot_path: Path, task: str, episodes: int,
+              seed: int, out: Path, on_block) -> dict[str, Any]:
+    """`validate` once its inputs are checked and `out` exists."""
     blocks = [Block(str(located), str(robot_path), task, condition, seed, first,
                     min(BLOCK_EPISODES, episodes - first), cfg.device)
               for condition in suite.conditions for first in range(0, episodes, BLOCK_EPISODES)]
@@ -478,7 +498,7 @@ def _control_dt() -> float:
     return PhysicsConfig().timestep * PHYSICS_STEPS_PER_ENV_STEP
 
 
-def _check_policy(located: Path, task: str, device: str, suite_name: str, suite: Suite) -> None:
+def _check_policy(located: Path, task: str, device: str, suite: Suite) -> None:
     """ValueError before any episode if the policy cannot run on `task` or a condition names what the task lacks."""
     from robot_rl.loop import make_env
     from robot_rl.policies.base import PolicyError
@@ -512,15 +532,26 @@ def _run_blocks(blocks: Sequence[Block], workers: int, on_block, total: int) -> 
                 on_block(done, total)
         return outputs
     import multiprocessing
+    import multiprocessing.util
 
     context = multiprocessing.get_context("spawn")  # no forked JAX / torch / GL state
     outputs = []
-    with context.Pool(workers, initializer=_worker_setup) as pool:
+    pool = context.Pool(workers, initializer=_pool_worker_init)
+    try:
         for output in pool.imap_unordered(run_block, blocks):
             outputs.append(output)
             done += len(output["episodes"])
             if on_block is not None:
                 on_block(done, total)
+    except BaseException:
+        pool.terminate()
+        pool.join()
+        # A CLI stopped here leaves with os._exit (JAX threads), which skips multiprocessing's exit-time finalisers:
+        # run them now, so the pool's semaphores are released (else the resource tracker warns of leaked ones).
+        multiprocessing.util._run_finalizers(0)
+        raise
+    pool.close()
+    pool.join()
     return outputs
 
 

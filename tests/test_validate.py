@@ -250,6 +250,29 @@ def test_a_validation_reproduces_with_any_number_of_workers_and_writes_report_an
     assert records[0]["robot_name"] == "sim_panda" and records[0]["suite"] == "small"
 
 
+def test_a_stopped_validation_leaves_no_report_folder_and_no_record(tiny_policy, tmp_path, monkeypatch):
+    import shutil
+
+    import robot_rl.validate as validate_module
+
+    policy = tmp_path / "run"
+    shutil.copytree(tiny_policy, policy)
+    record_path(policy).unlink(missing_ok=True)
+    done = []
+
+    def run_block(block):  # the user presses Ctrl-C during the second block
+        if done:
+            raise KeyboardInterrupt
+        done.append(block)
+        return original(block)
+
+    original = validate_module.run_block
+    monkeypatch.setattr(validate_module, "run_block", run_block)
+    with pytest.raises(KeyboardInterrupt):
+        validate(ValidateConfig(policy, episodes=2, workers=1, out=tmp_path / "out"))
+    assert len(done) == 1 and not (tmp_path / "out").exists() and read_records(policy) == []
+
+
 def test_a_record_is_tied_to_the_policy_bytes(tiny_policy, tmp_path):
     import shutil
 
