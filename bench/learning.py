@@ -59,6 +59,9 @@ class Args:
     """Override the learner batch size (default: 256)."""
     intervene: bool = False
     """Train with the simulated human taking over when the policy is stuck (HIL-SERL); evals never intervene."""
+    stuck_distance: float | None = None
+    """With --intervene: TCP travel [m] over the human's stuck window below which it takes over (default 0.01; larger:
+    a more demanding human who takes over more often)."""
     tag: str = ""
     """Suffix of the run names and the PNG (keeps parallel runs apart)."""
     policy: Literal["plain", "residual", "noise"] = "plain"
@@ -101,6 +104,8 @@ def main(args: Args) -> dict:
                                        ("target_entropy", args.target_entropy))
                      if v is not None}
     learner_cfg = dataclasses.replace(base.learner, **learner_overrides)
+    human_cfg = base.human if args.stuck_distance is None else dataclasses.replace(
+        base.human, stuck_distance=args.stuck_distance)
     sac_cfg = dataclasses.replace(base.sac, **sac_overrides)
     name = f"{args.suite}-{stamp}{'-' + args.tag if args.tag else ''}"
     for seed in seeds:
@@ -108,8 +113,9 @@ def main(args: Args) -> dict:
             task=suite["task"], obs_mode=suite["obs_mode"], demos=demos, steps=steps, seed=seed,
             eval_every=args.eval_every, eval_episodes=args.eval_episodes, final_eval_episodes=args.final_eval_episodes,
             checkpoint_every=steps, video=False, run_dir=args.out / f"{name}-seed{seed}",
-            learner=learner_cfg, sac=sac_cfg, intervene=args.intervene, policy=args.policy, base=args.base,
-            residual_scale=args.residual_scale, noise_bound=args.noise_bound, noise_aliasing=args.noise_aliasing,
+            learner=learner_cfg, sac=sac_cfg, intervene=args.intervene, human=human_cfg, policy=args.policy,
+            base=args.base, residual_scale=args.residual_scale, noise_bound=args.noise_bound,
+            noise_aliasing=args.noise_aliasing,
         )
         start = time.perf_counter()
         run_dir = train(cfg)
@@ -138,6 +144,7 @@ def main(args: Args) -> dict:
         "bc_weight": sac_cfg.bc_weight,
         "discount": sac_cfg.discount,
         "intervene": args.intervene,
+        "stuck_distance": human_cfg.stuck_distance if args.intervene else None,
         "intervention_rate": {str(seed): rates for seed, rates in intervention.items()} if args.intervene else None,
         "policy": args.policy,
         "base": str(args.base) if args.base else None,
