@@ -1057,7 +1057,7 @@ def test_sim_train_trains_a_noise_aliasing_head_on_a_diffusion_base(tmp_path):
     base = DiffusionPolicy.create(tiny, spec, 4, Normalizer().fit(data), seed=0).save(tmp_path / "base")
     run = LaunchRun("sim_train.yaml", {"steps": 60, "demos": 2, "eval_episodes": 0, "policy": "noise",
                                        "noise_aliasing": "true", "base": base, "run_dir": tmp_path / "run"},
-                    domain_id=86, log=tmp_path / "launch.log")
+                    domain_id=87, log=tmp_path / "launch.log")
     status = run.wait(timeout=300)
     out = run.output()
     assert status == 0, out[-4000:]
@@ -1172,6 +1172,31 @@ print("robot driver stand-in up", flush=True)
 while True:
     signal.pause()
 """
+
+
+def test_robot_run_acts_with_a_saved_policy_on_stand_in_drivers(tmp_path):
+    """robot_run.yaml with the sim node (real time, cameras) standing in for the drivers and no teleop device: the
+    doctor passes the drivers, the actor acts with the saved policy for the episodes asked, and the launch ends."""
+    _wheels_or_skip()
+    from test_ros_actor_fuzz import untrained_pixel_agent
+
+    from robot_rl.policy_file import weights_message, write_policy_file
+
+    policy = write_policy_file(tmp_path / "run" / "policy.msgpack", weights_message(untrained_pixel_agent(), version=1))
+    python = shlex.quote(sys.executable)
+    idle = tmp_path / "idle_driver.py"
+    idle.write_text(IDLE_DRIVER)
+    run = LaunchRun("robot_run.yaml", {
+        "robot": "sim_panda", "policy": policy, "episodes": 1, "device": "none",
+        "camera_driver": f"{python} -m robot_rl.sim.node --task PickCube-v0 --obs-mode pixels --image-size 64 "
+                         "--mode realtime --seed 0",
+        "robot_driver": f"{python} {shlex.quote(str(idle))}",
+    }, domain_id=88, log=tmp_path / "launch.log")
+    status = run.wait(timeout=240)
+    out = run.output()
+    assert status == 0, out[-4000:]
+    assert any(line.startswith("[actor] ") and "episode 0: success=" in line for line in out.splitlines()), out
+    assert "[launch] launch finished: actor exited with code 0 (exit status 0)" in out, out[-4000:]
 
 
 def test_robot_train_with_stand_in_drivers(recorded_demos, tmp_path):
