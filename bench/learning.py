@@ -74,6 +74,8 @@ class Args:
     """Override the learner's warm-up (env steps before the first update; default: 0 with demos, 4 x batch without)."""
     noise_bound: float = 1.5
     """Initial-noise bound (with --policy noise)."""
+    noise_repeat: bool = False
+    """With --policy noise: one control step's noise, repeated over the chunk (robot_rl.train.TrainConfig)."""
     noise_aliasing: bool = False
     """DSRL-NA (with --policy noise): an action critic on executed chunks, trained on demos and interventions too."""
     actor_delay: int | None = None
@@ -115,7 +117,7 @@ def main(args: Args) -> dict:
             checkpoint_every=steps, video=False, run_dir=args.out / f"{name}-seed{seed}",
             learner=learner_cfg, sac=sac_cfg, intervene=args.intervene, human=human_cfg, policy=args.policy,
             base=args.base, residual_scale=args.residual_scale, noise_bound=args.noise_bound,
-            noise_aliasing=args.noise_aliasing,
+            noise_aliasing=args.noise_aliasing, noise_repeat=args.noise_repeat,
         )
         start = time.perf_counter()
         run_dir = train(cfg)
@@ -151,6 +153,7 @@ def main(args: Args) -> dict:
         "residual_scale": args.residual_scale if args.policy == "residual" else None,
         "noise_bound": args.noise_bound if args.policy == "noise" else None,
         "noise_aliasing": args.noise_aliasing if args.policy == "noise" else None,
+        "noise_repeat": args.noise_repeat if args.policy == "noise" else None,
         "warmup_transitions": learner_cfg.warmup_transitions,
         "actor_delay": sac_cfg.actor_delay,
         "target_entropy": sac_cfg.target_entropy,

@@ -34,13 +34,14 @@ ALIAS_CHUNKS_KEY = "alias_chunks"
 """Per-step info of a noise-aliasing head: (samples, execute x action_dim) the executed chunks those w give."""
 
 
-def noise_dim(base: Policy) -> int:
-    """Size of the noise a head steers `base` with; PolicyError for a base that is not a diffusion policy."""
+def noise_dim(base: Policy, repeat: bool = False) -> int:
+    """Size of the noise a head steers `base` with (`repeat`: one step's, repeated over the chunk); PolicyError for a
+    base that is not a diffusion policy."""
     shape = getattr(base, "noise_shape", None)
     if shape is None or not hasattr(base, "chunk_from_noise"):
         raise PolicyError(f"a noise-space head needs a diffusion or one-step base; a {base.kind} policy has no "
                           "initial noise to steer")
-    return int(np.prod(shape))
+    return int(shape[-1]) if repeat else int(np.prod(shape))
 
 
 class NoisePolicy(HeadOnFrozenBase):
@@ -49,19 +50,23 @@ class NoisePolicy(HeadOnFrozenBase):
     kind = KIND
 
     def __init__(self, base: Policy, head, bound: float = 1.5, *, execute: int | None = None,
-                 path: str | None = None, seed: int = 0):
+                 path: str | None = None, seed: int = 0, repeat: bool = False):
         from robot_rl.policies.gaussian import GaussianPolicy
         from robot_rl.types import ObservationSpec
 
         if not (np.isfinite(bound) and bound > 0):
             raise PolicyError(f"noise bound={bound} must be > 0")
-        dim = noise_dim(base)
+        self.repeat = bool(repeat)
+        """The head's action is one step's noise (action_dim), repeated over the chunk (DSRL-pi0's low-dimensional
+        noise); else the whole prediction_horizon x action_dim noise."""
+        dim = noise_dim(base, self.repeat)
         self.base = base
         self.base_path = path
         self.head = head if isinstance(head, GaussianPolicy) else GaussianPolicy(head)
         if self.head.action_dim != dim:
             raise PolicyError(f"the noise head acts in {self.head.action_dim} dims; the base's noise has {dim} "
-                              f"({' x '.join(map(str, base.noise_shape))})")
+                              + ("(one step's, repeated)" if self.repeat
+                                 else f"({' x '.join(map(str, base.noise_shape))})"))
         self.bound = float(bound)
         self.chunk_length = base.chunk_length if execute is None else int(execute)
         if not 1 <= self.chunk_length <= base.chunk_length:
@@ -88,7 +93,10 @@ class NoisePolicy(HeadOnFrozenBase):
 
     def noise_of(self, learner_action: np.ndarray) -> np.ndarray:
         """The initial noise (noise_shape) a head action in [-1, 1] stands for."""
-        return self.bound * np.asarray(learner_action, np.float32).reshape(self.base.noise_shape)
+        w = np.asarray(learner_action, np.float32)
+        if self.repeat:
+            return self.bound * np.broadcast_to(w.reshape(1, -1), self.base.noise_shape).copy()
+        return self.bound * w.reshape(self.base.noise_shape)
 
     def act_chunk(self, history: Sequence[Observation], *, deterministic: bool = True) -> ActionChunk:
         if not history:
@@ -98,9 +106,9 @@ class NoisePolicy(HeadOnFrozenBase):
         n = self.chunk_length
         info = {CHUNK_STEP_KEY: np.arange(n, dtype=np.int32)}
         if self.aliasing_samples and not deterministic:  # evaluation feeds no learner
-            noise = self._rng.standard_normal((self.aliasing_samples, *self.base.noise_shape)).astype(np.float32)
+            noise = self._rng.standard_normal((self.aliasing_samples, self.head.action_dim)).astype(np.float32)
             aliases = np.clip(noise / self.bound, -1.0, 1.0)
-            chunks = self.base.chunks_from_noises(history, self.bound * aliases)[:, :n]
+            chunks = self.base.chunks_from_noises(history, np.stack([self.noise_of(a) for a in aliases]))[:, :n]
             info[ALIAS_NOISE_KEY] = np.repeat(aliases.reshape(1, self.aliasing_samples, -1), n, axis=0)
             info[ALIAS_CHUNKS_KEY] = np.repeat(chunks.reshape(1, self.aliasing_samples, -1), n, axis=0)
         return ActionChunk(chunk.actions[:n], np.repeat(w[None], n, axis=0), info)
@@ -112,11 +120,12 @@ class NoisePolicy(HeadOnFrozenBase):
         from robot_rl.train import config_to_json
 
         return {"sac": config_to_json(self.head.agent.config), "bound": self.bound, "base": self.base_path,
-                "execute": self.chunk_length}
+                "execute": self.chunk_length, "repeat": self.repeat}
 
     @classmethod
     def _from_parts(cls, base: Policy, head, config: Mapping[str, Any], base_path: str) -> NoisePolicy:
-        return cls(base, head, float(config["bound"]), execute=config.get("execute"), path=base_path)
+        return cls(base, head, float(config["bound"]), execute=config.get("execute"), path=base_path,
+                   repeat=bool(config.get("repeat", False)))
 
 
 def load_noise_base(path: str | Path, *, device: str = "auto") -> tuple[Policy, str]:

@@ -84,6 +84,9 @@ class TrainConfig:
     for --policy residual / noise. The run's --obs-mode must give the entries it reads."""
     noise_bound: float = 1.5
     """With --policy noise: the SAC action w in [-1, 1] is the noise bound * w (DSRL's action magnitude)."""
+    noise_repeat: bool = False
+    """With --policy noise: the head picks one control step's noise (action_dim numbers), repeated over the chunk
+    (DSRL-pi0's low-dimensional noise space), instead of the whole prediction_horizon x action_dim noise."""
     noise_aliasing: bool = False
     """With --policy noise: DSRL-NA. An action critic learns by TD on executed chunks (so demos and human
     interventions, whose noise is unknown, train it), a noise critic regresses it on (noise, chunk) pairs the actor
@@ -134,8 +137,9 @@ class TrainConfig:
                             f"{self.sac.residual_scale:g}")
         if self.sac.aliased_chunk_dim is not None:
             problems.append("sac.aliased_chunk_dim is set by the run: use --policy noise --noise-aliasing")
-        if self.noise_aliasing and self.policy != "noise":
-            problems.append("--noise-aliasing is a --policy noise option")
+        for flag in ("noise_aliasing", "noise_repeat"):
+            if getattr(self, flag) and self.policy != "noise":
+                problems.append(f"--{flag.replace('_', '-')} is a --policy noise option")
         if not (np.isfinite(self.noise_bound) and self.noise_bound > 0):
             problems.append(f"noise_bound={self.noise_bound!r} must be > 0")
         if not (np.isfinite(self.residual_scale) and self.residual_scale > 0):
@@ -676,9 +680,10 @@ def policy_kind(cfg: TrainConfig, observation_spec, action_dim: int) -> PolicyKi
 
         def make_noise_policy(agent, seed: int = 0) -> NoisePolicy:
             return NoisePolicy(base_policy, GaussianPolicy(agent, seed=seed), cfg.noise_bound, execute=execute,
-                               path=base_path, seed=seed)
+                               path=base_path, seed=seed, repeat=cfg.noise_repeat)
 
-        return PolicyKind(make_noise_policy, provided, noise_dim(base_policy), sac, chunk_decisions=True,
+        return PolicyKind(make_noise_policy, provided, noise_dim(base_policy, cfg.noise_repeat), sac,
+                          chunk_decisions=True,
                           robot_action_dim=action_dim)
 
     sac = dataclasses.replace(cfg.sac, residual_scale=cfg.residual_scale, actor_zero_init_last=True)

@@ -89,6 +89,24 @@ def test_the_head_action_is_bounded_noise_and_every_step_of_a_chunk_carries_it()
         noise_policy(base, bound=0.0)
 
 
+def test_a_repeated_noise_head_picks_one_step_of_noise_for_the_whole_chunk():
+    base = tiny_base()
+    assert noise_dim(base, repeat=True) == 3
+    agent = SACAgent.create(0, SPEC, 3, SMALL)
+    params = jax.tree.map(lambda x: x, agent.actor.params)
+    params["mean"]["bias"] = np.arctanh(np.array([0.5, -0.2, 0.1], np.float32))
+    policy = NoisePolicy(base, agent.replace(actor=agent.actor.replace(params=params)), 1.2, repeat=True)
+    obs = history()
+    chunk = policy.act_chunk(obs)
+    noise = policy.noise_of(chunk.learner_actions[0])
+    assert noise.shape == (8, 3)
+    np.testing.assert_allclose(noise, np.tile(1.2 * np.array([0.5, -0.2, 0.1]), (8, 1)), atol=1e-5)
+    np.testing.assert_array_equal(chunk.actions, base.chunk_from_noise(obs, noise).actions)
+    assert policy.policy_config()["repeat"] is True
+    with pytest.raises(PolicyError, match="acts in 24 dims; the base's noise has 3 \\(one step's, repeated\\)"):
+        NoisePolicy(base, SACAgent.create(0, SPEC, 24, SMALL), repeat=True)
+
+
 def test_a_noise_head_needs_a_diffusion_base():
     from robot_rl.policies.gaussian import GaussianPolicy
 

@@ -76,6 +76,7 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
     ("base", "", "frozen base policy (folder or file) of a residual / noise head; the actors load it by this path"),
     ("residual_scale", 0.1, "residual head: executed = base + residual_scale * SAC action"),
     ("noise_bound", 1.5, "noise head: initial noise = noise_bound * SAC action"),
+    ("noise_repeat", False, "noise head: one control step's noise, repeated over the chunk (low-dimensional)"),
     ("noise_aliasing", False, "noise head: DSRL-NA (an action critic on executed chunks; learns from demos and "
      "interventions too)"),
 )
@@ -137,7 +138,7 @@ def _train_config(settings):
     return TrainConfig(
         policy=str(settings["policy"]), base=Path(base_path).resolve() if base_path else None,
         residual_scale=float(settings["residual_scale"]), noise_bound=float(settings["noise_bound"]),
-        noise_aliasing=bool(settings["noise_aliasing"]),
+        noise_aliasing=bool(settings["noise_aliasing"]), noise_repeat=bool(settings["noise_repeat"]),
         task=str(settings["task"]), obs_mode=str(settings["obs_mode"]), image_size=int(settings["image_size"]),
         demos=int(settings["demos"]), demo_path=Path(demo_path) if demo_path else None,
         steps=max(int(settings["steps"]), 1), weights_every=int(settings["weights_every"]),
