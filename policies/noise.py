@@ -12,6 +12,10 @@ those steps, cutting the chunk they interrupt. Noise aliasing (DSRL-NA, a head w
 `aliased_chunk_dim`) keeps them: its action critic scores executed chunks, and at each decision this policy also
 denoises `aliasing_samples` noises drawn from the base's own N(0, I) (w = clip(noise / bound, -1, 1)) in one
 batched call, recorded as per-step info `alias_noise` / `alias_chunks` for the noise critic to regress on.
+
+`repeat=True` makes the head's action one control step's noise (action_dim numbers) repeated over the chunk: a
+low-dimensional noise space (DSRL's pi0 variant repeats a small noise vector over its chunk), far easier for SAC to
+search than prediction_horizon x action_dim numbers.
 """
 
 from __future__ import annotations
