@@ -85,8 +85,9 @@ class TrainConfig:
     noise_bound: float = 1.5
     """With --policy noise: the SAC action w in [-1, 1] is the noise bound * w (DSRL's action magnitude)."""
     noise_repeat: bool = False
-    """With --policy noise: the head picks one control step's noise (action_dim numbers), repeated over the chunk
-    (DSRL-pi0's low-dimensional noise space), instead of the whole prediction_horizon x action_dim noise."""
+    """With --policy noise: the head picks one control step's noise, action_dim numbers repeated over the chunk (a
+    low-dimensional noise space, as DSRL's pi0 variant uses), instead of the whole prediction_horizon x action_dim
+    noise."""
     noise_aliasing: bool = False
     """With --policy noise: DSRL-NA. An action critic learns by TD on executed chunks (so demos and human
     interventions, whose noise is unknown, train it), a noise critic regresses it on (noise, chunk) pairs the actor

@@ -326,7 +326,8 @@ def test_an_output_path_below_a_file_is_one_line_exit_2(tmp_path, capsys):
     assert file.read_text() == "mine" and sorted(p.name for p in tmp_path.iterdir()) == ["demos.zarr", "notes.txt"]
 
 
-@pytest.mark.parametrize("command", ["train", "eval", "record", "info", "replay", "export", "import", "launch", "train-bc", "distill"])
+@pytest.mark.parametrize("command", ["train", "eval", "record", "info", "replay", "export", "import", "launch", "train-bc", "distill",
+                                     "validate", "replay-in-sim"])
 def test_help_texts_break_lines_only_where_the_terminal_is_full(command, capsys, monkeypatch):
     """tyro keeps a docstring's line breaks unless handled: at 80 columns a sentence must not stop mid-line."""
     monkeypatch.setenv("COLUMNS", "80")
