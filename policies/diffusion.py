@@ -472,8 +472,7 @@ class DiffusionPolicy:
     def executed_chunk(self, predicted: torch.Tensor) -> ActionChunk:
         """The executed part of a predicted (1, prediction_horizon, action_dim) chunk: from the newest observation's
         step on, action_horizon actions."""
-        start = self.obs_horizon - 1
-        actions = predicted[0, start:start + self.chunk_length].cpu().numpy()
+        actions = executed_steps(self, predicted)[0].cpu().numpy()
         return ActionChunk(actions, learner_actions=actions, info={})
 
     def learner_action_of(self, executed: np.ndarray, info: Mapping[str, np.ndarray]) -> np.ndarray | None:
@@ -552,11 +551,17 @@ def _first(names: Sequence[str], count: int = 4) -> str:
     return f"[{', '.join(names[:count])}{more}]"
 
 
+def executed_steps(policy, predicted: torch.Tensor) -> torch.Tensor:
+    """The executed part of predicted chunks (B, prediction_horizon, action_dim): from the newest observation's step
+    on, `policy.chunk_length` actions."""
+    start = policy.obs_horizon - 1
+    return predicted[:, start:start + policy.chunk_length]
+
+
 def executed_chunks(policy, history: Mapping[str, torch.Tensor], noises: np.ndarray) -> np.ndarray:
     """`policy.sample` of K noises at one history (a batch of one, as `history_tensors` gives it), cut to the
-    executed steps (from the newest observation on, chunk_length actions): (K, chunk_length, action_dim)."""
+    executed steps: (K, chunk_length, action_dim)."""
     noises = np.asarray(noises, dtype=np.float32)
     noise = torch.from_numpy(noises.reshape(len(noises), *policy._chunk_shape))
     batch = {key: value.expand(len(noises), *value.shape[1:]) for key, value in history.items()}
-    start = policy.obs_horizon - 1
-    return policy.sample(batch, noise)[:, start:start + policy.chunk_length].cpu().numpy()
+    return executed_steps(policy, policy.sample(batch, noise)).cpu().numpy()

@@ -34,11 +34,11 @@ import tyro
 
 from robot_rl.data.episodes import DatasetError, DatasetReader
 from robot_rl.safety import ACTION_DIMS, SafeCommand, Safety, SafetyConfig
+from robot_rl.sim.env import STATE_SIZE
 
 REPLAY_JSON = "replay.json"
 DISCREPANCY_PLOT = "discrepancy.png"
 STATE_KEY = "state"
-STATE_SIZE = 14  # robot_rl.sim.env.STATE_LAYOUT (the sim is imported only once a replay starts)
 ERROR_KEYS = ("position_error_m", "orientation_error_deg", "gripper_error_m")
 UNITS = {"position_error_m": "m", "orientation_error_deg": "deg", "gripper_error_m": "m"}
 # The dataset robot name of `robot-rl record --source sim` (EpisodeWriter's default): the sim_panda limits.

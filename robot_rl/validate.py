@@ -268,6 +268,21 @@ class Block:
 _WORKER_CACHE: dict[str, Any] = {}
 
 
+def _cached_policy(path: str | Path, device: str):
+    """The policy at `path`, loaded once per process (and again only when its bytes change)."""
+    from robot_rl.policies.checkpoint import load_policy
+
+    try:
+        key = f"{policy_digest(path)}|{device}"
+    except OSError:  # missing or unreadable: load_policy says what is wrong
+        key = None
+    if key is None or _WORKER_CACHE.get("key") != key:
+        _WORKER_CACHE.clear()
+        _WORKER_CACHE["policy"] = load_policy(path, device=device)
+        _WORKER_CACHE["key"] = key
+    return _WORKER_CACHE["policy"]
+
+
 def _worker_setup() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
@@ -290,7 +305,6 @@ def run_block(block: Block) -> dict[str, Any]:
     """Run one block of episodes; returns per-episode results (and frames of the filmed ones)."""
     from robot_rl.actor import Actor, ActorSession
     from robot_rl.loop import make_env
-    from robot_rl.policies.checkpoint import load_policy
     from robot_rl.robot_config import load_robot_config
     from robot_rl.safety import Safety
     from robot_rl.sim.evaluate import env_settings_for
@@ -298,12 +312,7 @@ def run_block(block: Block) -> dict[str, Any]:
     from robot_rl.sim.robot_adapter import SimRobotAdapter
 
     _worker_setup()
-    key = f"{block.policy}|{block.device}"
-    if _WORKER_CACHE.get("key") != key:
-        _WORKER_CACHE.clear()
-        _WORKER_CACHE["key"] = key
-        _WORKER_CACHE["policy"] = load_policy(block.policy, device=block.device)
-    policy = _WORKER_CACHE["policy"]
+    policy = _cached_policy(block.policy, block.device)
     obs_mode, image_size = env_settings_for(policy.observation_spec)
     env = PerturbedEnv(make_env(block.task, obs_mode=obs_mode, image_size=image_size or 64), block.condition,
                        block.suite_seed)
@@ -320,19 +329,19 @@ def run_block(block: Block) -> dict[str, Any]:
             episodes.append(_run_episode(adapter, env, session, EVAL_SEED_OFFSET + block.suite_seed + index,
                                          frames.setdefault(index, {}) if filmed else None))
         return {"condition": block.condition.name, "first": block.first, "episodes": episodes,
-                "frames": {i: {k: np.stack(v) for k, v in f.items()} for i, f in frames.items() if f}}
+                "frames": {i: {k: np.stack(v) for k, v in f.items()} for i, f in frames.items() if f},
+                "fps": 1.0 / env.unwrapped.control_dt}
     finally:
         env.close()
 
 
 def _run_episode(adapter, env, session, seed: int, film: dict[str, list[np.ndarray]] | None) -> dict[str, Any]:
-    import mujoco
+    from robot_rl.sim.perturb import free_bodies
 
     start = adapter.reset(seed=seed)
     base = env.unwrapped
-    model, data = base.model, base.data
-    objects = sorted({int(model.jnt_bodyid[j]) for j in range(model.njnt)
-                      if model.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE})
+    data = base.data
+    objects = free_bodies(base.model)
     start_positions = data.xpos[objects].copy()
     moved, lifted = 0.0, 0.0
     held_before = session.counters["held"]
@@ -466,7 +475,7 @@ def _validate(cfg: ValidateConfig, suite: Suite, located: Path, robot, robot_pat
                 for c, i in firsts if i is not None]
         if film:
             filmed = _run_blocks(film, min(workers, len(film)), None, 0)
-            video = write_failure_grid(out / "failures.mp4", filmed, 1.0 / _control_dt())
+            video = write_failure_grid(out / "failures.mp4", filmed, filmed[0]["fps"])
     seconds = time.perf_counter() - started
     summary = {
         "policy": str(located), "policy_sha256": policy_digest(located), "robot": str(robot_path),
@@ -491,23 +500,15 @@ def _validate(cfg: ValidateConfig, suite: Suite, located: Path, robot, robot_pat
     return summary
 
 
-def _control_dt() -> float:
-    from robot_rl.sim.env import PHYSICS_STEPS_PER_ENV_STEP
-    from robot_rl.sim.scene import PhysicsConfig
-
-    return PhysicsConfig().timestep * PHYSICS_STEPS_PER_ENV_STEP
-
-
 def _check_policy(located: Path, task: str, device: str, suite: Suite) -> None:
     """ValueError before any episode if the policy cannot run on `task` or a condition names what the task lacks."""
     from robot_rl.loop import make_env
     from robot_rl.policies.base import PolicyError
-    from robot_rl.policies.checkpoint import load_policy
     from robot_rl.sim.evaluate import _check_observations, env_settings_for
     from robot_rl.sim.perturb import PerturbedEnv
 
     try:
-        policy = load_policy(located, device=device)
+        policy = _cached_policy(located, device)  # workers=1 runs its episodes with this one
     except PolicyError as error:
         raise ValueError(str(error)) from None
     obs_mode, image_size = env_settings_for(policy.observation_spec)
@@ -523,6 +524,8 @@ def _check_policy(located: Path, task: str, device: str, suite: Suite) -> None:
 
 def _run_blocks(blocks: Sequence[Block], workers: int, on_block, total: int) -> list[dict[str, Any]]:
     done = 0
+    if on_block is not None:
+        on_block(done, total)
     if workers == 1:
         outputs = []
         for block in blocks:
@@ -662,13 +665,22 @@ def run_validate(cfg: ValidateConfig) -> dict[str, Any]:
     """The `robot-rl validate` job: a progress bar, the table, the verdict and where the report and record are."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("[bold]validating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as progress:
-        bar = progress.add_task("validate", total=None)
+    # The bar appears once episodes run: a bad input is one error line, not a bar and then the error.
+    progress = Progress(TextColumn("[bold]validating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    bar = None
 
-        def on_block(done: int, total: int) -> None:
-            progress.update(bar, completed=done, total=total)
+    def on_block(done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:
+            progress.start()
+            bar = progress.add_task("validate", total=total)
+        progress.update(bar, completed=done, total=total)
 
+    try:
         summary = validate(cfg, on_block=on_block)
+    finally:
+        if bar is not None:
+            progress.stop()
     print(format_table(summary))
     print(f"verdict: {summary['verdict'].upper()}" + (f" ({'; '.join(summary['verdict_reasons'])})"
                                                        if summary["verdict_reasons"] else ""))

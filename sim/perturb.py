@@ -138,6 +138,12 @@ class Condition:
         return np.random.SeedSequence([int(suite_seed), zlib.crc32(self.name.encode()), int(episode)])
 
 
+def free_bodies(model: mujoco.MjModel) -> list[int]:
+    """Ids of the bodies with a free joint: a task's manipulated objects."""
+    return sorted({int(model.jnt_bodyid[j]) for j in range(model.njnt)
+                   if model.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE})
+
+
 class PerturbedEnv(gym.Wrapper):
     """A sim env under one condition: `reset(seed=s, options={"episode": k})` draws and applies the episode's
     perturbations (episode k of the suite seed), `step` applies the per-step ones."""
@@ -154,6 +160,15 @@ class PerturbedEnv(gym.Wrapper):
                                    (self._model.vis.headlight.ambient.copy(), self._model.vis.headlight.diffuse.copy()))
         self._nominal, self._nominal_headlight = base._nominal_model
         self._resolved = [(p, self._resolve(p)) for p in condition.perturbations]
+        # the per-step effects' parameters, looked up once (the first perturbation of a type counts)
+        self._step_params: dict[str, Mapping[str, Any]] = {}
+        for p in reversed(condition.perturbations):
+            self._step_params[p.type] = p.params
+        self._latency = int(self._step_params.get("action_latency", {}).get("steps", 0))
+        self._jitter = float(self._step_params.get("control_rate_jitter", {}).get("fraction", 0.0))
+        self._drops = float(self._step_params.get("frame_drops", {}).get("probability", 0.0))
+        self._delay = int(self._step_params.get("sensor_delay", {}).get("steps", 0))
+        self._noise = self._step_params.get("proprio_noise")
         self.drawn: dict[str, Any] = {}
         """What the last reset drew, per perturbation (for the record and for tests)."""
         self._rng = np.random.default_rng(0)
@@ -164,14 +179,13 @@ class PerturbedEnv(gym.Wrapper):
     # ----- names -> model ids, checked once -------------------------------------------------------------------------
     def _resolve(self, p: Perturbation) -> dict[str, np.ndarray]:
         model = self._model
-        free_bodies = sorted({int(model.jnt_bodyid[j]) for j in range(model.njnt)
-                              if model.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE})
+        objects = free_bodies(model)
 
         def ids(kind: str, names: Any, obj: mujoco.mjtObj, count: int) -> np.ndarray:
             if names == OBJECTS:
                 if kind == "bodies":
-                    return np.array(free_bodies, int)
-                return np.array([g for g in range(model.ngeom) if int(model.geom_bodyid[g]) in free_bodies], int)
+                    return np.array(objects, int)
+                return np.array([g for g in range(model.ngeom) if int(model.geom_bodyid[g]) in objects], int)
             found = []
             for name in names:
                 index = mujoco.mj_name2id(model, obj, name)
@@ -214,28 +228,20 @@ class PerturbedEnv(gym.Wrapper):
 
     def step(self, action):
         action = np.asarray(action, np.float32)
-        latency = self._param("action_latency", "steps", 0)
-        if latency:
+        if self._latency:
             self._pending_actions.append(action)
-            if len(self._pending_actions) > latency:
+            if len(self._pending_actions) > self._latency:
                 action = self._pending_actions.popleft()
             else:  # nothing has arrived yet: hold the target and the gripper
                 action = np.zeros_like(action)
                 action[-1] = self.env.unwrapped.gripper_command
-        jitter = self._param("control_rate_jitter", "fraction", 0.0)
-        if jitter:
-            scale = 1.0 + self._rng.uniform(-jitter, jitter)
+        if self._jitter:
+            scale = 1.0 + self._rng.uniform(-self._jitter, self._jitter)
             self.env.unwrapped.physics_steps_per_env_step = max(1, round(PHYSICS_STEPS_PER_ENV_STEP * scale))
         obs, reward, terminated, truncated, info = self.env.step(action)
         return self._observe(obs), reward, terminated, truncated, info
 
     # ----- helpers -------------------------------------------------------------------------------------------------
-    def _param(self, kind: str, key: str, default):
-        for p in self.condition.perturbations:
-            if p.type == kind:
-                return p.params.get(key, default)
-        return default
-
     def _restore_nominal(self) -> None:
         for name, value in self._nominal.items():
             getattr(self._model, name)[:] = value
@@ -244,18 +250,15 @@ class PerturbedEnv(gym.Wrapper):
 
     def _observe(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         obs = dict(obs)
-        drops = self._param("frame_drops", "probability", 0.0)
         for key in [k for k in obs if k.startswith("images/")]:
-            if drops and key in self._last_frames and self._rng.random() < drops:
+            if self._drops and key in self._last_frames and self._rng.random() < self._drops:
                 obs[key] = self._last_frames[key]
             self._last_frames[key] = obs[key]
-        noise = next((p.params for p in self.condition.perturbations if p.type == "proprio_noise"), None)
-        if noise is not None and "state" in obs:
-            obs["state"] = _noisy_state(obs["state"], noise, self._rng)
-        delay = self._param("sensor_delay", "steps", 0)
-        if delay:
+        if self._noise is not None and "state" in obs:
+            obs["state"] = _noisy_state(obs["state"], self._noise, self._rng)
+        if self._delay:
             self._observations.append(obs)
-            while len(self._observations) > delay + 1:
+            while len(self._observations) > self._delay + 1:
                 self._observations.popleft()
             return self._observations[0]
         return obs
