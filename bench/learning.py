@@ -62,6 +62,9 @@ class Args:
     stuck_distance: float | None = None
     """With --intervene: TCP travel [m] over the human's stuck window below which it takes over (default 0.01; larger:
     a more demanding human who takes over more often)."""
+    disagreement: float | None = None
+    """With --intervene: the human also takes over when the policy's translation command lies farther than this from
+    the expert's (robot_rl.sim.human.InterventionConfig.disagreement; default: off)."""
     tag: str = ""
     """Suffix of the run names and the PNG (keeps parallel runs apart)."""
     policy: Literal["plain", "residual", "noise"] = "plain"
@@ -106,8 +109,9 @@ def main(args: Args) -> dict:
                                        ("target_entropy", args.target_entropy))
                      if v is not None}
     learner_cfg = dataclasses.replace(base.learner, **learner_overrides)
-    human_cfg = base.human if args.stuck_distance is None else dataclasses.replace(
-        base.human, stuck_distance=args.stuck_distance)
+    human_cfg = dataclasses.replace(base.human, **{k: v for k, v in (("stuck_distance", args.stuck_distance),
+                                                                     ("disagreement", args.disagreement))
+                                                   if v is not None})
     sac_cfg = dataclasses.replace(base.sac, **sac_overrides)
     name = f"{args.suite}-{stamp}{'-' + args.tag if args.tag else ''}"
     for seed in seeds:
@@ -147,6 +151,7 @@ def main(args: Args) -> dict:
         "discount": sac_cfg.discount,
         "intervene": args.intervene,
         "stuck_distance": human_cfg.stuck_distance if args.intervene else None,
+        "disagreement": human_cfg.disagreement if args.intervene else None,
         "intervention_rate": {str(seed): rates for seed, rates in intervention.items()} if args.intervene else None,
         "policy": args.policy,
         "base": str(args.base) if args.base else None,

@@ -1,4 +1,5 @@
-"""A simulated human supervisor: the scripted expert takes over when the policy is stuck or pushing out of bounds.
+"""A simulated human supervisor: the scripted expert takes over when the policy is stuck, pushing out of bounds or
+(optionally) heading where the expert would not.
 
 :class:`InterventionRule` holds the when-and-how-long logic without any env access (fed the TCP position, the
 commanded target and the policy's push direction each step), so the in-process :class:`SimulatedHuman` and the
@@ -33,14 +34,23 @@ class InterventionConfig:
     """Distance in metres from a workspace face within which a target counts as at the boundary."""
     boundary_steps: int = 3
     """Consecutive steps with the target at the boundary and the action pushing further out before a takeover."""
+    disagreement: float | None = None
+    """Take over when the policy's translation command (first three action entries, in [-1, 1]) lies farther than
+    this from the expert's, disagreement_steps steps in a row: a human who watches the motion and steps in when the
+    robot heads somewhere they would not (None: off)."""
+    disagreement_steps: int = 3
+    """Consecutive disagreeing steps before a takeover (with disagreement set)."""
 
     def __post_init__(self) -> None:
         problems = [f"{name}={getattr(self, name)!r} must be >= {low}"
                     for name, low in (("takeover_steps", 1), ("episode_budget", 0), ("stuck_window", 2),
-                                      ("boundary_steps", 1), ("stuck_distance", 0.0), ("boundary_margin", 0.0))
+                                      ("boundary_steps", 1), ("stuck_distance", 0.0), ("boundary_margin", 0.0),
+                                      ("disagreement_steps", 1))
                     if not getattr(self, name) >= low]
         if self.total_budget is not None and self.total_budget < 0:
             problems.append(f"total_budget={self.total_budget!r} must be >= 0 or None (no limit)")
+        if self.disagreement is not None and not (np.isfinite(self.disagreement) and self.disagreement > 0):
+            problems.append(f"disagreement={self.disagreement!r} must be a finite distance > 0 or None (off)")
         if problems:
             raise ValueError(f"invalid {type(self).__name__}: {'; '.join(problems)}")
 
@@ -61,6 +71,7 @@ class SimulatedHumanConfig(InterventionConfig):
 TRIGGER_STUCK = "stuck"
 TRIGGER_PUSHING_OUT = "pushing_out"
 TRIGGER_NON_FINITE = "non_finite_action"
+TRIGGER_DISAGREES = "disagrees_with_expert"
 
 
 class InterventionRule:
@@ -68,7 +79,8 @@ class InterventionRule:
 
     Triggers (only when no takeover is running and budget is left): the TCP moved less than ``stuck_distance`` over
     the last ``stuck_window`` steps; the commanded target was within ``boundary_margin`` of a workspace face with the
-    push direction beyond 0.5 towards that face ``boundary_steps`` steps in a row; a non-finite policy action. A
+    push direction beyond 0.5 towards that face ``boundary_steps`` steps in a row; a non-finite policy action; with
+    ``disagreement`` set, the push lying farther than that from the expert's ``disagreement_steps`` steps in a row. A
     takeover lasts ``takeover_steps`` steps, cut short when the episode or total budget runs out.
     """
 
@@ -87,6 +99,7 @@ class InterventionRule:
         self._remaining = 0
         self._positions: collections.deque = collections.deque(maxlen=self.config.stuck_window)
         self._pushing_out = 0
+        self._disagreeing = 0
 
     @property
     def remaining(self) -> int:
@@ -112,15 +125,23 @@ class InterventionRule:
             return False
         return float(np.linalg.norm(self._positions[-1] - self._positions[0])) < self.config.stuck_distance
 
-    def step(self, tcp_position, target_position, push) -> bool:
+    def _disagrees(self, push, expert_action) -> bool:
+        if self.config.disagreement is None or expert_action is None:
+            return False
+        gap = np.asarray(push, dtype=np.float64)[:3] - np.asarray(expert_action, dtype=np.float64)[:3]
+        return not np.all(np.isfinite(gap)) or float(np.linalg.norm(gap)) > self.config.disagreement
+
+    def step(self, tcp_position, target_position, push, expert_action=None) -> bool:
         """Feed one control step; True if the supervisor acts at this step (counted against the budgets).
 
         `tcp_position`: measured TCP (3,) [m]; `target_position`: the commanded target (3,) [m] or None if unknown;
-        `push`: the policy's action (its first three entries are the translation direction in [-1, 1]).
+        `push`: the policy's action (its first three entries are the translation direction in [-1, 1]);
+        `expert_action`: what the expert would command now (for the disagreement trigger; None: unknown).
         """
         config = self.config
         self._positions.append(np.array(tcp_position, dtype=np.float64).reshape(3))
         self._pushing_out = self._pushing_out + 1 if self._pushes_out(target_position, push) else 0
+        self._disagreeing = self._disagreeing + 1 if self._disagrees(push, expert_action) else 0
         if self._remaining == 0 and self.budget_left():
             trigger = None
             if self._stuck():
@@ -129,11 +150,14 @@ class InterventionRule:
                 trigger = TRIGGER_PUSHING_OUT
             elif not np.all(np.isfinite(push)):
                 trigger = TRIGGER_NON_FINITE
+            elif self._disagreeing >= config.disagreement_steps:
+                trigger = TRIGGER_DISAGREES
             if trigger is not None:
                 self.last_trigger = trigger
                 self._remaining = config.takeover_steps
                 self._positions.clear()
                 self._pushing_out = 0
+                self._disagreeing = 0
         if self._remaining == 0 or not self.budget_left():
             self._remaining = 0
             return False
@@ -171,6 +195,7 @@ class SimulatedHuman:
 
     def act(self, obs, policy_action: np.ndarray) -> np.ndarray | None:
         """The expert's action while intervening, else None (the policy acts)."""
-        if not self.rule.step(self.env.tcp_pose()[0], self.env.target_pose()[0], policy_action):
+        watched = self.expert.act(obs) if self.config.disagreement is not None else None
+        if not self.rule.step(self.env.tcp_pose()[0], self.env.target_pose()[0], policy_action, watched):
             return None
-        return self.expert.act(obs)
+        return watched if watched is not None else self.expert.act(obs)

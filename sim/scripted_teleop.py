@@ -71,6 +71,10 @@ class ScriptedTeleopConfig:
     stuck_distance: float = InterventionConfig.stuck_distance
     boundary_margin: float = InterventionConfig.boundary_margin
     boundary_steps: int = InterventionConfig.boundary_steps
+    disagreement: float = 0.0
+    """Take over when the inferred push lies farther than this from the expert action, disagreement_steps steps in a
+    row (0: off); see robot_rl.sim.human.InterventionConfig."""
+    disagreement_steps: int = InterventionConfig.disagreement_steps
     max_translation: float = 0.03
     """[m] per control step at action 1 (the env's max_translation)."""
     max_rotation: float = 0.15
@@ -92,7 +96,8 @@ class ScriptedTeleopConfig:
             takeover_steps=self.takeover_steps, episode_budget=self.episode_budget,
             total_budget=None if self.total_budget == -1 else self.total_budget, stuck_window=self.stuck_window,
             stuck_distance=self.stuck_distance, boundary_margin=self.boundary_margin,
-            boundary_steps=self.boundary_steps)
+            boundary_steps=self.boundary_steps, disagreement=self.disagreement or None,
+            disagreement_steps=self.disagreement_steps)
 
 
 def inferred_push(previous_target, target, workspace_low, workspace_high, max_translation: float,
@@ -149,7 +154,7 @@ class ScriptedSupervisor:
             push = inferred_push(self._target_at_last_step, target, self.workspace_low, self.workspace_high,
                                  self.config.max_translation)
         self._target_at_last_step = self._target
-        self.engaged = self.rule.step(tcp_position, target, push)
+        self.engaged = self.rule.step(tcp_position, target, push, self.expert_action)
         return self.engaged
 
     def command(self) -> tuple[np.ndarray, np.ndarray, float | None]:
@@ -190,6 +195,9 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
     ("boundary_margin", _DEFAULTS.boundary_margin,
      "pushing out: target within this margin [m] of a workspace face..."),
     ("boundary_steps", _DEFAULTS.boundary_steps, "...while pushing further out this many steps in a row"),
+    ("disagreement", _DEFAULTS.disagreement,
+     "disagreeing: push farther than this from sim/expert_action (action units, translation; 0: off)..."),
+    ("disagreement_steps", _DEFAULTS.disagreement_steps, "...this many steps in a row"),
     ("max_translation", ENV_DEFAULT, "[m] per control step at action 1 (0: the task env's)"),
     ("max_rotation", ENV_DEFAULT, "[rad] per control step at action 1 (0: the task env's)"),
     ("control_dt", ENV_DEFAULT, "[s] control period (0: the task env's)"),

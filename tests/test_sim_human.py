@@ -84,6 +84,20 @@ def test_total_budget_and_no_takeover_of_a_moving_policy(env):
         obs = env.step(action)[0]
 
 
+def test_a_watching_human_takes_over_a_policy_heading_away_and_leaves_the_expert_alone(env):
+    config = SimulatedHumanConfig(takeover_steps=3, stuck_window=50, disagreement=0.6, disagreement_steps=2)
+    flags = interventions_over_episode(env, SimulatedHuman(env, config), ConstantPolicy([-1, -1, 1, -1]))
+    assert flags[1:4].all() and flags.sum() == config.episode_budget  # heads up and away from the cube at once
+    human = SimulatedHuman(env, config)
+    expert = SimulatedHuman(env, SimulatedHumanConfig()).expert
+    obs, _ = env.reset(seed=0)
+    human.reset()
+    for _ in range(30):
+        action = expert.act(obs)
+        assert human.act(obs, action) is None  # the expert's own motion never disagrees with itself
+        obs = env.step(action)[0]
+
+
 def test_actor_with_simulated_human_succeeds_and_flags_its_steps(env):
     from robot_rl.agents.sac import SACAgent
 

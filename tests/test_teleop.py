@@ -18,7 +18,7 @@ from robot_rl.drivers.teleop import (
     action_to_twist, apply_deadzone, find_spacemice, open_device, parse_js_events, parse_spacemouse_report,
     terminal_keys, twist_to_action)
 from robot_rl.sim.human import (
-    TRIGGER_NON_FINITE, TRIGGER_PUSHING_OUT, TRIGGER_STUCK, InterventionConfig, InterventionRule)
+    TRIGGER_DISAGREES, TRIGGER_NON_FINITE, TRIGGER_PUSHING_OUT, TRIGGER_STUCK, InterventionConfig, InterventionRule)
 from robot_rl.sim.scripted_teleop import ScriptedSupervisor, ScriptedTeleopConfig, inferred_push
 
 SCALE = {"control_dt": 0.1, "max_translation": 0.03, "max_rotation": 0.15}
@@ -365,6 +365,29 @@ def test_rule_triggers_on_pushing_out_of_the_workspace():
     assert rule.last_trigger == TRIGGER_NON_FINITE
 
 
+def test_rule_triggers_when_the_policy_heads_where_the_expert_would_not():
+    config = InterventionConfig(takeover_steps=2, stuck_window=50, disagreement=0.5, disagreement_steps=3)
+    moving = lambda t: np.array([0.4, -0.2 + 0.01 * t, 0.2])  # noqa: E731 - never stuck
+    expert = np.array([0.0, 1.0, 0.0, -1.0])
+    rule = InterventionRule(config, LOW, HIGH)
+    close = [rule.step(moving(t), None, np.array([0.2, 0.8, 0.1, 1.0]), expert) for t in range(10)]
+    assert not any(close)  # within 0.5 of the expert's translation (the gripper entry is not compared)
+    unknown = [rule.step(moving(t), None, np.array([0.0, -1.0, 0.0, -1.0]), None) for t in range(10)]
+    assert not any(unknown)  # no expert action: no evidence
+    flags = [rule.step(moving(t), None, np.array([0.0, -1.0, 0.0, -1.0]), expert) for t in range(7)]
+    # 3 disagreeing steps in a row (0-2), 2 steps of takeover; the count restarts at the trigger: again at step 5.
+    assert np.flatnonzero(flags).tolist() == [2, 3, 5, 6] and rule.last_trigger == TRIGGER_DISAGREES
+    rule.reset()
+    alternating = [rule.step(moving(t), None, np.array([0.0, -1.0 if t % 2 else 1.0, 0.0, 0.0]), expert)
+                   for t in range(10)]
+    assert not any(alternating)  # never 3 in a row
+    off = InterventionRule(InterventionConfig(stuck_window=50), LOW, HIGH)
+    assert not any(off.step(moving(t), None, np.array([0.0, -1.0, 0.0, 0.0]), expert) for t in range(10))
+    with pytest.raises(ValueError, match="disagreement"):
+        InterventionConfig(disagreement=0.0)
+    assert ScriptedTeleopConfig(disagreement=0.0).intervention_config().disagreement is None  # 0: off over ROS
+
+
 def test_inferred_push_from_commanded_targets():
     np.testing.assert_allclose(inferred_push(None, [0.5, 0.0, 0.2], LOW, HIGH, 0.03), 0.0)
     np.testing.assert_allclose(inferred_push([0.5, 0.0, 0.2], [0.515, -0.03, 0.2], LOW, HIGH, 0.03), [0.5, -1, 0])
@@ -397,6 +420,24 @@ def test_scripted_supervisor_engages_with_the_expert_action():
     assert supervisor.rule.last_trigger == TRIGGER_PUSHING_OUT
     with pytest.raises(ValueError, match="4 or 7"):
         supervisor.on_expert_action([1.0, 2.0])
+
+
+def test_scripted_supervisor_takes_over_when_the_commanded_motion_disagrees_with_the_expert():
+    config = ScriptedTeleopConfig(takeover_steps=2, stuck_window=50, disagreement=0.5, disagreement_steps=2)
+    supervisor = ScriptedSupervisor(config, LOW, HIGH)
+    supervisor.on_expert_action([0.0, 1.0, 0.0, -1.0])  # the expert would move +y at full speed
+    engaged = []
+    for t in range(5):  # the actor's targets step -y by 15 mm (push -0.5): 1.5 away from the expert's
+        supervisor.on_target([0.5, -0.015 * t, 0.2])
+        engaged.append(supervisor.step(np.array([0.5, -0.015 * t, 0.2])))
+    # Step 0 reads as no push (1.0 away), step 1 as -0.5: two disagreeing steps trigger a takeover of two steps (1,
+    # 2); the evidence restarts at the trigger, and steps 2 and 3 disagree again.
+    assert engaged == [False, True, True, True, True] and supervisor.rule.last_trigger == TRIGGER_DISAGREES
+    supervisor.reset()
+    supervisor.on_expert_action([0.0, -0.4, 0.0, -1.0])  # now the expert agrees with the actor's motion
+    for t in range(5):
+        supervisor.on_target([0.5, -0.015 * t, 0.2])
+        assert not supervisor.step(np.array([0.5, -0.015 * t, 0.2]))
 
 
 def test_node_parameter_tables_match_the_configs():
