@@ -98,7 +98,7 @@ def main(args: Args) -> dict:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     curves = {}
     wall = {}
-    intervention = {}  # mean per-episode intervention rate over the first and last quarter of training episodes
+    intervention = {}  # per seed: mean per-episode intervention rate (and training success) by quarter of episodes
     base = TrainConfig()
     learner_overrides = {k: v for k, v in (("utd", args.utd), ("n_step", args.n_step), ("batch_size", args.batch_size),
                                            ("warmup_transitions", args.warmup_transitions)) if v is not None}
@@ -126,12 +126,17 @@ def main(args: Args) -> dict:
         start = time.perf_counter()
         run_dir = train(cfg)
         wall[seed] = time.perf_counter() - start
-        state = json.loads((run_dir / "checkpoint" / "learner.json").read_text())["extra"]
+        learner_state = json.loads((run_dir / "checkpoint" / "learner.json").read_text())
+        state = learner_state["extra"]
         curves[seed] = [(row["env_step"], row["success_rate"]) for row in state["evals"]]
-        rates = [e["intervention_rate"] for e in state["episodes_log"]]
-        quarter = max(len(rates) // 4, 1)
-        intervention[seed] = {"first_quarter": round(float(np.mean(rates[:quarter])), 3),
-                              "last_quarter": round(float(np.mean(rates[-quarter:])), 3), "episodes": len(rates)}
+        log = state["episodes_log"]
+        quarters = [part for part in np.array_split(np.arange(len(log)), 4) if len(part)]
+        intervention[seed] = {
+            "by_quarter": [round(float(np.mean([log[i]["intervention_rate"] for i in part])), 3) for part in quarters],
+            "training_success_by_quarter": [round(float(np.mean([log[i]["success"] for i in part])), 3)
+                                            for part in quarters],
+            "human_steps": learner_state["interventions"],
+            "episodes": len(log)}
     finals = [curve[-1][1] for curve in curves.values()]
     first_hit = [next((step for step, rate in curve if rate >= suite["target"]), None) for curve in curves.values()]
     png = args.out / f"{name}.png"
