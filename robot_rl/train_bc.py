@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -200,6 +201,12 @@ def train_bc(cfg: TrainBCConfig, *, on_progress=None, should_stop=None) -> dict[
     datasets = [EpisodeDataset(path) for path in cfg.dataset]
     first = datasets[0]
     keys = cfg.observation_keys or default_observation_keys(first.observation_spec)
+    available = dict(first.observation_spec.items())
+    unread = [k for k in available if k not in keys]
+    if not cfg.observation_keys and not any(available[k].is_image for k in keys) and unread:
+        print(f"note: no camera in the dataset; the policy reads only {', '.join(keys)} and not "
+              f"{', '.join(unread)} (privileged sim state: name it with --observation-keys to use it)",
+              file=sys.stderr)
     config = cfg.diffusion
     windows = SequenceWindows(datasets, keys, obs_horizon=config.obs_horizon,
                               prediction_horizon=config.prediction_horizon, action_horizon=config.action_horizon)

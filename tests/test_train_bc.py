@@ -47,6 +47,8 @@ def test_train_bc_writes_a_policy_that_eval_loads(demos, tmp_path, capsys):
     assert sorted(p.name for p in (out / "policy").iterdir()) == ["model.safetensors", "policy.json"]  # no pickle
     description = json.loads((out / "policy" / "policy.json").read_text())
     assert description["kind"] == "diffusion" and list(description["observation_spec"]) == ["state"]
+    # A state-only dataset: the one line says the policy is blind to the object and how to give it the sim's state.
+    assert "no camera in the dataset" in err and "not object_state" in err and "--observation-keys" in err
     assert description["trained"]["steps"] == 10 and description["trained"]["task"] == "PickCube-v0"
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [5, 10] and all(m["validation_loss"] is not None for m in metrics)
