@@ -96,11 +96,12 @@ class NoisePolicy(HeadOnFrozenBase):
         self.base.reset()
 
     def noise_of(self, learner_action: np.ndarray) -> np.ndarray:
-        """The initial noise (noise_shape) a head action in [-1, 1] stands for."""
+        """The initial noise (noise_shape) a head action in [-1, 1] stands for; (K, head dim) gives (K, *noise_shape)."""
         w = np.asarray(learner_action, np.float32)
+        batch = w.shape[:-1]
         if self.repeat:
-            return self.bound * np.broadcast_to(w.reshape(1, -1), self.base.noise_shape).copy()
-        return self.bound * w.reshape(self.base.noise_shape)
+            w = np.broadcast_to(w[..., None, :], (*batch, *self.base.noise_shape))
+        return self.bound * w.reshape(*batch, *self.base.noise_shape)
 
     def act_chunk(self, history: Sequence[Observation], *, deterministic: bool = True) -> ActionChunk:
         if not history:
@@ -112,7 +113,7 @@ class NoisePolicy(HeadOnFrozenBase):
         if self.aliasing_samples and not deterministic:  # evaluation feeds no learner
             noise = self._rng.standard_normal((self.aliasing_samples, self.head.action_dim)).astype(np.float32)
             aliases = np.clip(noise / self.bound, -1.0, 1.0)
-            chunks = self.base.chunks_from_noises(history, np.stack([self.noise_of(a) for a in aliases]))[:, :n]
+            chunks = self.base.chunks_from_noises(history, self.noise_of(aliases))[:, :n]
             info[ALIAS_NOISE_KEY] = np.repeat(aliases.reshape(1, self.aliasing_samples, -1), n, axis=0)
             info[ALIAS_CHUNKS_KEY] = np.repeat(chunks.reshape(1, self.aliasing_samples, -1), n, axis=0)
         return ActionChunk(chunk.actions[:n], np.repeat(w[None], n, axis=0), info)

@@ -684,8 +684,7 @@ def policy_kind(cfg: TrainConfig, observation_spec, action_dim: int) -> PolicyKi
                                path=base_path, seed=seed, repeat=cfg.noise_repeat)
 
         return PolicyKind(make_noise_policy, provided, noise_dim(base_policy, cfg.noise_repeat), sac,
-                          chunk_decisions=True,
-                          robot_action_dim=action_dim)
+                          chunk_decisions=True, robot_action_dim=action_dim)
 
     sac = dataclasses.replace(cfg.sac, residual_scale=cfg.residual_scale, actor_zero_init_last=True)
 
