@@ -725,7 +725,8 @@ def main(argv: list[str] | None = None) -> None:
                 case ValidateConfig():
                     from robot_rl.validate import run_validate
 
-                    run_validate(cfg)
+                    if run_validate(cfg)["verdict"] != "pass":
+                        raise SystemExit(1)  # a script or CI gates on the verdict
                 case ReplayInSimConfig():
                     from robot_rl.replay_in_sim import run_replay_in_sim
 

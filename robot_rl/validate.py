@@ -44,7 +44,8 @@ FILM_SIZE = 128
 @dataclasses.dataclass(frozen=True)
 class ValidateConfig:
     """Validate a policy in the sim mirror under a suite of real-world conditions; writes a report and a validation
-    record next to the policy (what a real robot's actor checks before it runs the policy)."""
+    record next to the policy (what a real robot's actor checks before it runs the policy). Exit status: 0 the
+    verdict is PASS, 1 it is FAIL, 2 bad input, 130 / 143 stopped (SIGINT / SIGTERM)."""
 
     policy: Path
     """Policy to validate: a policy folder, a policy.msgpack, or a run folder holding one."""
@@ -160,15 +161,14 @@ def load_suite(name_or_path: str | Path) -> Suite:
 
 # ----- hashes and the record --------------------------------------------------------------------------------------
 
-def file_digest(path: str | Path) -> str:
-    """sha256 of a file, or of a folder's files (names and contents, sorted)."""
+def file_digest(path: str | Path, names: Sequence[str] = ()) -> str:
+    """sha256 of a file, or of the files `names` in a folder (each name and its contents)."""
     path = Path(path)
     digest = hashlib.sha256()
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for file in files:
-        if path.is_dir():
-            digest.update(str(file.relative_to(path)).encode() + b"\0")
-        digest.update(file.read_bytes())
+    if not path.is_dir():
+        digest.update(path.read_bytes())
+    for name in sorted(names):
+        digest.update(name.encode() + b"\0" + (path / name).read_bytes())
     return digest.hexdigest()
 
 
@@ -183,15 +183,20 @@ def policy_location(path: str | Path) -> Path:
 
 
 def policy_digest(path: str | Path) -> str:
-    """sha256 of what the policy at `path` acts with: its file or folder, plus a head's frozen base."""
-    located = policy_location(path)
-    digest = file_digest(located)
-    if located.is_file():
-        from robot_rl.policy_file import read_policy_file
+    """sha256 of what the policy at `path` acts with, plus a head's frozen base. A policy folder counts only the
+    files its loader reads: what the validation record (and anything else kept beside them) attests is not part
+    of what it attests."""
+    from robot_rl.policies.checkpoint import POLICY_CONFIG, POLICY_WEIGHTS
 
-        base = (read_policy_file(located).policy_config or {}).get("base")
-        if base:
-            digest = hashlib.sha256((digest + file_digest(policy_location(base))).encode()).hexdigest()
+    located = policy_location(path)
+    if located.is_dir():
+        return file_digest(located, (POLICY_CONFIG, POLICY_WEIGHTS))
+    digest = file_digest(located)
+    from robot_rl.policy_file import read_policy_file
+
+    base = (read_policy_file(located).policy_config or {}).get("base")
+    if base:
+        digest = hashlib.sha256((digest + policy_digest(base)).encode()).hexdigest()
     return digest
 
 

@@ -74,10 +74,42 @@ def gated_starts(work: Path) -> dict[str, list[str]]:
     write_record(validated, {"policy_sha256": policy_digest(validated), "suite_sha256": "s", "verdict": "pass",
                              "robot_sha256": file_digest(resolve_robot_path("franka_fr3"))})
     unvalidated = write_policy_file(work / "unvalidated" / "policy.msgpack", weights_message(agent, version=2))
+    head = validated_head_on_a_folder_base(work)
     actor = [sys.executable, "-m", "robot_rl.ros.actor_node", "--ros-args", "-p", "obs_mode:=pixels",
              "-p", "robot:=franka_fr3"]
     return {"validated": [*actor, "-p", f"weights_path:={validated}"],
-            "allowed": [*actor, "-p", f"weights_path:={unvalidated}", "-p", "allow_unvalidated:=true"]}
+            "allowed": [*actor, "-p", f"weights_path:={unvalidated}", "-p", "allow_unvalidated:=true"],
+            "validated_head": [*actor, "-p", f"weights_path:={head}"]}
+
+
+def validated_head_on_a_folder_base(work: Path) -> Path:
+    """A residual head file on a diffusion policy folder, with a passing record for the head (covering its base's
+    bytes) and none for the base: what `robot-rl validate` leaves after validating the head."""
+    from robot_rl.agents.sac import SACAgent, SACConfig
+    from robot_rl.policies.diffusion import DiffusionConfig, DiffusionPolicy
+    from robot_rl.policies.normalizer import Normalizer
+    from robot_rl.policies.residual import FrozenBase, ResidualPolicy, residual_observation_spec
+    from robot_rl.policy_file import write_policy_file
+    from robot_rl.robot_config import resolve_robot_path
+    from robot_rl.ros.learner_node import robot_task_spaces
+    from robot_rl.validate import file_digest, policy_digest, write_record
+
+    spec, action_dim = robot_task_spaces("franka_fr3", "pixels", 64)
+    tiny = DiffusionConfig(obs_horizon=2, prediction_horizon=8, action_horizon=4, down_dims=(16, 32), groups=4,
+                           step_embedding_dim=16, image_channels=(8, 8), image_features=16, state_features=16,
+                           train_timesteps=20, inference_steps=3)
+    rng = np.random.default_rng(0)
+    data = {key: rng.normal(size=(20, int(np.prod(spec[key].shape)))) for key in spec.vector_keys}
+    data["action"] = rng.uniform(-1, 1, (20, action_dim))
+    diffusion = DiffusionPolicy.create(tiny, spec, action_dim, Normalizer().fit(data), seed=0)
+    base = diffusion.save(work / "dp" / "policy")
+    head = SACAgent.create(0, residual_observation_spec(diffusion), action_dim,
+                           SACConfig(actor_hidden_dims=(16,), critic_hidden_dims=(16,), actor_zero_init_last=True))
+    path = write_policy_file(work / "head" / "policy.msgpack", ResidualPolicy(
+        FrozenBase(diffusion, path=str(base.resolve())), head, 0.1).weights_message(version=1))
+    write_record(path, {"policy_sha256": policy_digest(path), "suite_sha256": "s", "verdict": "pass",
+                        "robot_sha256": file_digest(resolve_robot_path("franka_fr3"))})
+    return path
 
 
 def client() -> dict:
@@ -94,7 +126,7 @@ def client() -> dict:
     work = Path(tempfile.mkdtemp(prefix="ros-node-startup-"))
     starts = {name: subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
               for name, command in bad_starts(work).items()}
-    gated_logs = {name: open(work / f"{name}.log", "w+") for name in ("validated", "allowed")}
+    gated_logs = {name: open(work / f"{name}.log", "w+") for name in ("validated", "allowed", "validated_head")}
     gated = {name: subprocess.Popen(command, stdout=gated_logs[name], stderr=subprocess.STDOUT, text=True,
                                     start_new_session=True)
              for name, command in gated_starts(work).items()}
@@ -278,8 +310,9 @@ if __name__ == "__main__":
 
 def test_a_real_robot_runs_a_validated_policy_and_an_unvalidated_one_only_when_allowed_loudly(summary):
     validated, allowed = summary["gated"]["validated"], summary["gated"]["allowed"]
-    assert "actor up" in validated["output"] and validated["exit"] == 0, validated["output"]
-    assert "[ERROR]" not in validated["output"], validated["output"]
+    for started in (validated, summary["gated"]["validated_head"]):  # a head on a folder base: its record covers both
+        assert "actor up" in started["output"] and started["exit"] == 0, started["output"]
+        assert "[ERROR]" not in started["output"], started["output"]
     assert "actor up" in allowed["output"] and allowed["exit"] == 0, allowed["output"]
     loud = [line for line in error_lines(allowed["output"]) if "UNVALIDATED POLICY ON A REAL ROBOT (franka_fr3)" in line]
     assert len(loud) == 1 and "has no validation record" in loud[0], allowed["output"]

@@ -717,7 +717,9 @@ class ActorNode:
         from robot_rl.policy_file import actor_from_weights
 
         base = (weights.policy_config or {}).get("base")
-        if base and self.session.actor is None:  # a head on a frozen base: the base must pass the gate
+        # A learner's head on a frozen base: the base must pass the gate (a head from weights_path passed it whole,
+        # its record covering the base's bytes too).
+        if base and self.session.actor is None and origin == "learner":
             problem = self._deployment_problem(str(base))
             if problem:
                 return f"its base: {problem}"
