@@ -113,8 +113,9 @@ WEIGHT_KINDS: dict[str, str] = {
 }
 
 
-def policy_from_weights(message, *, seed: int = 0) -> Policy:
-    """The policy a learner's `WeightsMessage` describes (its kind, spec and config), holding those weights."""
+def policy_from_weights(message, *, seed: int = 0, device: str = "auto") -> Policy:
+    """The policy a learner's `WeightsMessage` describes (its kind, spec and config), holding those weights;
+    `device` is where a torch base runs (a JAX head or SAC policy runs on JAX's device)."""
     kind = message.policy_kind
     if kind not in WEIGHT_KINDS:
         raise PolicyError(f"weights of unknown policy kind {kind!r}; this actor builds {', '.join(sorted(WEIGHT_KINDS))}")
@@ -122,7 +123,7 @@ def policy_from_weights(message, *, seed: int = 0) -> Policy:
     target: Any = importlib.import_module(module)
     for name in qualified.split("."):
         target = getattr(target, name)
-    return target(message, seed=seed)
+    return target(message, seed=seed, device=device)
 
 
 def builder(kind: str) -> Callable[..., Policy]:
@@ -145,7 +146,7 @@ def load_policy(path: str | Path, *, device: str = "auto", seed: int = 0) -> Pol
     from robot_rl.policy_file import PolicyFileError, read_policy_file
 
     try:
-        return policy_from_weights(read_policy_file(path), seed=seed)
+        return policy_from_weights(read_policy_file(path), seed=seed, device=device)
     except PolicyFileError as error:
         if not path.exists():
             raise PolicyError(f"policy {path} does not exist") from None

@@ -29,10 +29,17 @@ class GaussianPolicy:
         self._key = jax.random.PRNGKey(seed)
 
     @classmethod
-    def from_message(cls, message, *, seed: int = 0) -> GaussianPolicy:
-        """Built from scratch from a `WeightsMessage` (a policy file or the learner's broadcast)."""
+    def from_message(cls, message, *, seed: int = 0, device: str = "auto") -> GaussianPolicy:
+        """Built from scratch from a `WeightsMessage` (a policy file or the learner's broadcast); it runs on JAX's
+        default device, so a GPU `device` JAX does not see is refused rather than ignored."""
+        import jax
+
         from robot_rl.agents.sac import SACAgent, SACConfig
         from robot_rl.train import config_from_json
+
+        if device.startswith("cuda") and jax.default_backend() != "gpu":
+            raise PolicyError(f"--device {device}: a SAC policy runs in JAX, which sees no GPU here (its devices: "
+                              f"{', '.join(sorted({d.platform for d in jax.devices()}))}); use cpu or auto")
 
         agent = SACAgent.create(seed, message.observation_spec, message.action_dim,
                                 config_from_json(SACConfig, message.policy_config))

@@ -41,8 +41,9 @@ DISCREPANCY_PLOT = "discrepancy.png"
 STATE_KEY = "state"
 ERROR_KEYS = ("position_error_m", "orientation_error_deg", "gripper_error_m")
 UNITS = {"position_error_m": "m", "orientation_error_deg": "deg", "gripper_error_m": "m"}
-# The dataset robot name of `robot-rl record --source sim` (EpisodeWriter's default): the sim_panda limits.
-SIM_RECORDING_ROBOT = "robot_rl_panda_sim"
+# Dataset robot names of `robot-rl record --source sim` (EpisodeWriter's default; the second from older datasets):
+# the sim_panda limits.
+SIM_RECORDING_ROBOTS = ("sim_panda", "robot_rl_panda_sim")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,7 +238,7 @@ def replay_dataset(cfg: ReplayInSimConfig,
 
     dataset_robot = reader.attrs.get("robot")
     notes = []
-    if dataset_robot not in (robot.name, SIM_RECORDING_ROBOT, None):
+    if dataset_robot not in (robot.name, *SIM_RECORDING_ROBOTS, None):
         notes.append(f"the dataset was recorded by robot {dataset_robot!r}; its actions were replayed with the limits "
                      f"of {robot.name!r} (--robot)")
     if any(not result.objects_modelled for result in results):

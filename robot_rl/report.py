@@ -93,7 +93,7 @@ def plot_learning_curve(path: Path, evals: Sequence[Mapping[str, Any]], episodes
                         title: str) -> Path:
     """Eval success (with its 95 % interval) and the running training success / intervention rate vs env step."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    fig, ax = plt.subplots(figsize=(8.5, 4), dpi=120)
     steps = [r["env_step"] for r in evals]
     bounds = np.array([wilson_interval(_successes(r), r["episodes"]) for r in evals]).reshape(-1, 2)
     ax.fill_between(steps, bounds[:, 0], bounds[:, 1], alpha=0.2, label="eval 95 % interval")
@@ -109,7 +109,7 @@ def plot_learning_curve(path: Path, evals: Sequence[Mapping[str, Any]], episodes
             ax.plot(episode_steps[window - 1 :], interventions, alpha=0.6, label="intervention rate")
     ax.set(xlabel="environment steps", ylabel="rate", ylim=(-0.02, 1.02), title=title)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # beside the axes: it hides no point
     return _save(fig, path)
 
 
@@ -150,7 +150,7 @@ def _save(fig, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, bbox_inches="tight")  # keeps a legend placed beside the axes
     plt.close(fig)
     return path
 

@@ -769,6 +769,8 @@ def save_atomically(classifier: RewardClassifier, out: str | Path, metrics: Mapp
         if out.exists():
             out.rmdir()  # empty (checked above)
         os.rename(staging, out)
+    except OSError as exc:  # name the folder the user gave, not the staging folder beside it
+        raise RewardClassifierError(f"--out {out}: cannot write the classifier there: {exc.strerror or exc}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out

@@ -66,8 +66,8 @@ class ValidateConfig:
     """Report folder (default: validation/<suite>-<robot> next to the policy)."""
     video: bool = True
     """Film the first failed episode of each condition into a grid video."""
-    device: str = "cpu"
-    """Torch device of a torch policy."""
+    device: str = "auto"
+    """Torch device of a torch policy: auto (cuda when there is one), cpu, cuda or cuda:N (as `robot-rl eval`)."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -616,7 +616,7 @@ def write_report(out: Path, summary: Mapping[str, Any]) -> Path:
     axes.set_ylabel("success %")
     axes.set_ylim(0, 105)
     axes.set_title(f"{summary['task']}: {summary['suite']} suite, {summary['episodes_per_condition']} episodes each")
-    axes.legend(loc="lower left", fontsize=8)
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # beside the bars: it hides none
     figure.tight_layout()
     figure.savefig(out / "success.png", dpi=100)
     plt.close(figure)

@@ -172,12 +172,13 @@ class SimRobot:
         self._expert = make_expert(self.env)
 
     # ----- episode ---------------------------------------------------------------------------------------------
-    def reset(self, seed: int | None = None) -> None:
+    def reset(self, seed: int | None = None, *, episode: int | None = None) -> None:
+        """A new episode (numbered `episode`, default the next one)."""
         self.obs, info = self.env.reset(seed=seed)
         self._gripper_action = float(self.base.gripper_command)
         self.reward, self.success = 0.0, bool(info.get("success", False))
         self.terminated = self.truncated = False
-        self.episode += 1
+        self.episode = self.episode + 1 if episode is None else int(episode)
         self.step_index = 0
 
     def step(self) -> None:
@@ -577,6 +578,7 @@ class SimNode:
         self._last_stamp = 0.0
         self._reported_episode_end = False
 
+        self._resets_served = 0
         self._reset_episode()
         self._publish(with_task=False)
         if realtime:
@@ -649,7 +651,7 @@ class SimNode:
 
     def _on_reset(self, request, response):
         try:
-            seed = self._reset_episode()
+            seed = self._reset_episode(requested=True)
             self._publish(with_task=False)
         except Exception as error:  # noqa: BLE001 - a failed reset is reported to the caller, not a crash
             self._log.error(f"reset failed: {error!r}")
@@ -660,12 +662,15 @@ class SimNode:
         return response
 
     # ----- internals -------------------------------------------------------------------------------------------
-    def _reset_episode(self) -> int | None:
+    def _reset_episode(self, requested: bool = False) -> int | None:
+        """Reset the scene: at start-up, or for the next episode when a client asked (the first asked is episode 0,
+        as the actor counts them)."""
         seed = int(self.node.get_parameter("seed").value)
         use = seed if seed >= 0 and seed != self._used_seed else None
         if seed >= 0:
             self._used_seed = seed
-        self.robot.reset(seed=use)
+        self.robot.reset(seed=use, episode=self._resets_served)
+        self._resets_served += requested
         self._reported_episode_end = False
         return use
 

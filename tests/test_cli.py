@@ -208,11 +208,18 @@ def test_record_refuses_bad_numbers_in_one_line_and_makes_nothing(tmp_path, caps
     assert list(tmp_path.iterdir()) == []
 
 
+def test_record_to_a_place_that_cannot_hold_a_dataset_names_that_place(capsys):
+    code, _, stderr = run_cli(["record", "--episodes", "1", "--obs-mode", "state", "--out", "/proc/rec.zarr"], capsys)
+    assert code == 2 and stderr.strip().splitlines() == [
+        "error: /proc/rec.zarr: cannot create the dataset there: No such file or directory"], stderr
+
+
 def test_info_finds_missing_chunks_and_verify_finds_altered_values(tmp_path, capsys):
     import zarr
 
     out = tmp_path / "demos.zarr"
     run_cli(["record", "--episodes", "3", "--obs-mode", "pixels", "--out", out], capsys)
+    assert zarr.open_group(str(out)).attrs["robot"] == "sim_panda"  # the robot file the sim mirrors, as over ROS
     code, stdout, _ = run_cli(["info", out, "--verify"], capsys)
     assert code == 0 and "verified: every value of all 3 episodes" in stdout and "seeds 0..2" in stdout
 

@@ -121,3 +121,18 @@ def test_validate_exits_1_on_a_fail_verdict_and_0_on_a_pass(validated, tmp_path,
     main([*common, "--suite", str(lenient), "--out", str(tmp_path / "lenient")])  # returns: exit status 0
     assert "verdict: PASS" in capsys.readouterr().out
     assert json.loads((tmp_path / "strict" / "results.json").read_text())["verdict"] == "fail"
+
+
+def test_eval_refuses_a_gpu_a_sac_policy_cannot_use_instead_of_ignoring_it(validated, capsys):
+    import jax
+
+    from robot_rl.cli import main
+
+    if jax.default_backend() == "gpu":
+        pytest.skip("JAX sees a GPU here")
+    with pytest.raises(SystemExit) as failed:
+        main(["eval", "--policy", str(validated[0]["sac"]), "--task", "PickCube-v0", "--episodes", "1",
+              "--device", "cuda"])
+    error = capsys.readouterr().err.strip().splitlines()
+    assert failed.value.code == 2 and error == [
+        "error: --device cuda: a SAC policy runs in JAX, which sees no GPU here (its devices: cpu); use cpu or auto"]

@@ -437,7 +437,7 @@ def test_sim_node_publishes_and_accepts_like_a_real_driver():
     assert summary["lockstep_idle_messages"] == 0 and summary["lockstep_steps"] == 3, context
     assert summary["lockstep_errors"][-1] < 0.5 * summary["lockstep_errors"][0], context
     # reset service
-    assert summary["reset"]["success"] and summary["reset"]["message"].startswith("episode 2 reset"), context
+    assert summary["reset"]["success"] and summary["reset"]["message"].startswith("episode 0 reset"), context
     assert summary["after_reset_error"] > 0.01, context
     assert summary["exit_codes"] == {"realtime": 0, "lockstep": 0}, context
     assert returncode == 0, stderr[-4000:]

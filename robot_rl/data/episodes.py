@@ -173,7 +173,7 @@ class EpisodeWriter:
         *,
         fps: float,
         task: str,
-        robot: str = "robot_rl_panda_sim",
+        robot: str = "sim_panda",
         attrs: Mapping[str, Any] | None = None,
     ):
         self.path = Path(path)
@@ -284,6 +284,8 @@ class EpisodeWriter:
             except OSError as exc:
                 self.close()
                 raise DatasetError(f"{self.path}: cannot create the dataset there: {exc.strerror}") from None
+        except OSError as exc:  # the staging folder beside it could not be made: name the path the user gave
+            raise DatasetError(f"{self.path}: cannot create the dataset there: {exc.strerror or exc}") from None
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         self.root = zarr.open_group(str(self.path), mode="r+")

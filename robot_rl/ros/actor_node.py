@@ -366,7 +366,9 @@ class ActorNode:
         node.create_timer(self.control_dt if self.mode == "realtime" else 0.002, self._on_timer)
         node.create_timer(0.05, self._flush_outbox)
         self._log.info(
-            f"actor up: source={self.source} mode={self.mode} policy={self.policy_kind} keys={list(self.observation_keys)} "
+            f"actor up: source={self.source} mode={self.mode} "
+            f"policy={'saved ' + self.weights_path if self.weights_path else self.policy_kind} "
+            f"keys={list(self.observation_keys)} "
             f"sensors={list(self.required)} max_episode_steps={max_steps} namespace={node.get_namespace()}")
 
     # ----- clock / sensors ---------------------------------------------------------------------------------------

@@ -94,7 +94,8 @@ def run_node(build: Callable[[], object], argv: list[str], name: str) -> int:
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
-    logging.basicConfig(level=logging.INFO)
+    logging.basicConfig(level=logging.WARNING)  # libraries' INFO lines (JAX's backend probing, OpenGL) are noise
+    logging.getLogger("robot_rl").setLevel(logging.INFO)
     flag = StopFlag()
     restore = install_stop_signals(flag)
     rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
