@@ -9,7 +9,8 @@ What is measured (seconds, wall clock, on this machine):
 
 1. Per shipped launch file (``files.<name>``), run as ``robot-rl launch`` in a private network namespace:
    ``start_s``: launcher start -> every node has logged that it is up (its ``... up`` line); ``stop_s``: SIGINT to the
-   launcher -> the launcher has exited, every node stopped; ``exit_status`` (0 expected) and ``escalated`` (whether
+   launcher -> the launcher has exited, every node stopped; ``exit_status`` (130 expected: stopped by SIGINT; 0 for
+   ``sim_train``, which ends on its own) and ``escalated`` (whether
    any node needed SIGTERM / SIGKILL after the grace period: false expected). The files run in the order the data
    needs. ``teleop_record`` (scripted human) records one episode for ``robot_train`` (``one_episode_run_s``), then
    runs again until SIGINT for its figures. ``robot_train`` trains on those demos with the sim node standing in for

@@ -40,7 +40,7 @@ import time
 from robot_rl.drivers.teleop import DEVICES, DeviceNotFound, TeleopCommand, TeleopConfig, TeleopDeviceError, \
     open_device
 from robot_rl.ros import qos
-from robot_rl.ros.node_util import declare_parameters, topic_publisher
+from robot_rl.ros.node_util import NodeStartupError, declare_parameters, topic_publisher
 
 NODE_NAME = "teleop"
 BASE_FRAME = "base"
@@ -82,9 +82,14 @@ class TeleopNode:
         self.node = rclpy.create_node(node_name, context=context, cli_args=cli_args)
         node = self.node
         param = declare_parameters(node, PARAMETERS)
-        self.config = TeleopConfig(
-            max_linear_speed=float(param("max_linear_speed")), max_angular_speed=float(param("max_angular_speed")),
-            deadzone=float(param("deadzone")), rate_hz=float(param("rate_hz")), key_hold_s=float(param("key_hold_s")))
+        try:  # the parameters' twin checks them (TeleopConfig, as for an in-process device)
+            self.config = TeleopConfig(
+                max_linear_speed=float(param("max_linear_speed")), max_angular_speed=float(param("max_angular_speed")),
+                deadzone=float(param("deadzone")), rate_hz=float(param("rate_hz")),
+                key_hold_s=float(param("key_hold_s")))
+        except ValueError as error:
+            node.destroy_node()
+            raise NodeStartupError(str(error)) from None
         self._log = node.get_logger()
         self.exit_status: int | None = None
         """Set when the node wants to stop by itself (quit key, lost device)."""

@@ -6,15 +6,14 @@ import contextlib
 import dataclasses
 import errno
 import json
-import os
 import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Annotated, Literal
 
 import tyro
 
+from robot_rl import interrupts
 from robot_rl.distill import DistillConfig
 from robot_rl.reward_classifier import RewardClassifierConfig
 from robot_rl.train import EVAL_SEED_OFFSET, TrainConfig
@@ -215,13 +214,31 @@ class Doctor:
 
 
 @dataclasses.dataclass(frozen=True)
+class Status:
+    """Show what a ROS training graph is doing, from the status files its nodes write every second in its run_dir:
+    nodes (status file age, stale ones marked), their rates and holds, the learner's progress (transitions, updates,
+    weights version, last evaluation), and per robot the success and intervention rate so far."""
+
+    run_dir: tyro.conf.Positional[Path]
+    """The launch's run_dir (e.g. runs/ros-sim-train)."""
+    json: bool = False
+    """Print one JSON object (one per refresh with --watch)."""
+    watch: float | None = None
+    """Print it again every this many seconds until Ctrl-C."""
+
+    def __post_init__(self) -> None:
+        if self.watch is not None and not self.watch > 0:
+            raise ValueError(f"invalid status options: watch={self.watch!r} must be > 0 seconds")
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainReward:
     """Train a success classifier (the reward on a real robot) on camera frames of recorded datasets: the last
     frames of successful episodes and human-labelled frames are success, failed episodes and earlier frames are
     not. Writes the model, config.json and metrics.json (held-out precision / recall / F1) to --out."""
 
-    dataset: Annotated[tuple[Path, ...], tyro.conf.UseAppendAction]
-    """Dataset directory; repeat --dataset for several."""
+    dataset: tuple[Path, ...]
+    """Dataset directories: --dataset A B (or --dataset A --dataset B), as train-bc."""
     out: Path
     """Folder to write the classifier to (created; it must not exist or be empty)."""
     config: Annotated[RewardClassifierConfig, tyro.conf.arg(name="")] = RewardClassifierConfig()
@@ -262,6 +279,7 @@ Command = (
     | Annotated[Import, tyro.conf.subcommand("import")]
     | Annotated[Launch, tyro.conf.subcommand("launch")]
     | Annotated[Doctor, tyro.conf.subcommand("doctor")]
+    | Annotated[Status, tyro.conf.subcommand("status")]
     | Annotated[TrainReward, tyro.conf.subcommand("train-reward")]
     | Annotated[Label, tyro.conf.subcommand("label")]
     | Annotated[TrainBCConfig, tyro.conf.subcommand("train-bc")]
@@ -281,6 +299,7 @@ def run_record_ros(cfg: Record) -> None:
         "-p", f"task:={cfg.task}", "-p", f"obs_mode:={obs_mode}", "-p", f"mode:={cfg.mode}", "-p", "policy:=none",
         "-p", f"robot:={cfg.robot}", "-p", f"image_size:={cfg.image_size}",
         "-p", "stream_transitions:=false", "-p", f"record_path:={cfg.out}", "-p", f"episodes:={cfg.episodes}"])
+    interrupts.check()  # stopped by SIGINT / SIGTERM: the finished episodes are kept, and the exit status is 130 / 143
     if status:
         raise SystemExit(status)
 
@@ -308,6 +327,7 @@ def run_record(cfg: Record) -> None:
             bar = progress.add_task("record", total=cfg.episodes, status="")
 
             def on_episode(result, keep):
+                interrupts.check()  # a stop request eaten on the way (robot_rl.interrupts) ends it here
                 if keep:
                     results.append(result)
                     successes = sum(r.success for r in results)
@@ -558,17 +578,71 @@ def run_eval(cfg: Eval) -> None:
     print(json.dumps(summary))
 
 
-def _fit_with_progress(label: str, steps: int, validation_label: str, fit, evaluation_fields, what: str) -> None:
+class _StopOnceTraining:
+    """`should_stop` of train-bc / distill: until its first call (the first step) a stop request raises at once
+    (loading data and building the model stop promptly, and nothing has been made that a stop would leave
+    behind); from then on it only sets the flag the optimisation loop checks (robot_rl.train.StopSignals)."""
+
+    def __init__(self) -> None:
+        self.stop = None
+
+    def __call__(self) -> bool:
+        if self.stop is None:
+            from robot_rl.train import StopSignals
+
+            self.stop = StopSignals().__enter__()
+        return self.stop()
+
+    @property
+    def signum(self) -> int | None:
+        return self.stop.signum if self.stop is not None else interrupts.requested()
+
+    def close(self) -> None:
+        if self.stop is not None:
+            self.stop.__exit__(None, None, None)
+
+
+def _fit_with_progress(label: str, steps: int, validation_label: str, fit, evaluation_fields, what: str,
+                       out: Path) -> None:
     """Run `fit(on_progress=..., should_stop=...)` (train_bc or distill) under a progress bar and Ctrl-C / SIGTERM
     handling, then print its summary as JSON (with `evaluation_fields(evaluation)`) and its report and policy
-    paths; raise TrainingInterrupted when a stop request ended it."""
+    paths; raise TrainingInterrupted when a stop request ended it after its first step. Stopped before that, the
+    run never got going: its `out` folder is removed (it was new or empty) and the interrupt raised."""
+    import shutil
+
+    from robot_rl.train import TrainingInterrupted
+
+    made = interrupts.first_missing(out)
+    was_empty = made is None and out.is_dir() and not any(out.iterdir())
+    stop = _StopOnceTraining()
+    try:
+        _fit_and_report(label, steps, validation_label, fit, evaluation_fields, what, stop)
+    except TrainingInterrupted:  # stopped after its first step: the policy trained so far and the report are kept
+        raise
+    except BaseException as error:
+        if isinstance(error, KeyboardInterrupt) or interrupts.requested() is not None:
+            if made is not None:
+                shutil.rmtree(made, ignore_errors=True)
+            elif was_empty:
+                shutil.rmtree(out, ignore_errors=True)
+                out.mkdir()
+        raise
+    finally:
+        stop.close()
+
+
+def _fit_and_report(label: str, steps: int, validation_label: str, fit, evaluation_fields, what: str,
+                    stop: _StopOnceTraining) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from robot_rl.train import StopSignals, TrainingInterrupted
+    from robot_rl.progress import ProgressLines
+    from robot_rl.report import json_safe
+    from robot_rl.train import TrainingInterrupted
 
     console = Console(stderr=True)
-    with StopSignals() as stop, Progress(
+    lines = ProgressLines(label, steps, enabled=not console.is_terminal)  # tee / nohup / a log file: plain lines
+    with Progress(
             TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("{task.fields[loss]}"), console=console, transient=True,
             disable=not console.is_terminal) as progress:
@@ -577,11 +651,14 @@ def _fit_with_progress(label: str, steps: int, validation_label: str, fit, evalu
         def on_progress(step: int, loss: float, validation: float | None) -> None:
             text = f"loss {loss:.4f}" + ("" if validation is None else f"  {validation_label} {validation:.4f}")
             progress.update(bar, completed=step, loss=text)
+            lines.update(step, text)
 
         summary = fit(on_progress=on_progress, should_stop=stop)
+    if summary["stopped"] and not summary["steps"]:
+        raise interrupts.interrupt_for(stop.signum)  # never got going: _fit_with_progress removes the folder
     evaluation = summary["evaluation"]
-    print(json.dumps({k: v for k, v in summary.items() if k != "evaluation"}
-                     | (evaluation_fields(evaluation) if evaluation else {})))
+    print(json.dumps(json_safe({k: v for k, v in summary.items() if k != "evaluation"}
+                               | (evaluation_fields(evaluation) if evaluation else {})), allow_nan=False))
     print(f"report: {Path(summary['out']) / 'report.md'}  policy: {summary['policy']}", file=sys.stderr)
     if summary["stopped"]:
         raise TrainingInterrupted(stop.signum or signal.SIGINT, summary["steps"], steps, Path(summary["out"]),
@@ -594,7 +671,7 @@ def run_train_bc(cfg: TrainBCConfig) -> None:
 
     _fit_with_progress("train-bc", cfg.steps, "validation", lambda **callbacks: train_bc(cfg, **callbacks),
                        lambda evaluation: {"success_rate": evaluation["success_rate"],
-                                           "eval_episodes": evaluation["episodes"]}, "policy")
+                                           "eval_episodes": evaluation["episodes"]}, "policy", Path(cfg.out))
 
 
 def run_distill(cfg: DistillConfig) -> None:
@@ -603,29 +680,12 @@ def run_distill(cfg: DistillConfig) -> None:
     _fit_with_progress("distill", cfg.steps, "gap to teacher", lambda **callbacks: distill(cfg, **callbacks),
                        lambda evaluation: {"student_success_rate": evaluation["student"]["success_rate"],
                                            "teacher_success_rate": evaluation["teacher"]["success_rate"],
-                                           "eval_episodes": evaluation["student"]["episodes"]}, "student")
+                                           "eval_episodes": evaluation["student"]["episodes"]}, "student",
+                       Path(cfg.out))
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM raised as an interrupt, so a job cleans up as on Ctrl-C (no staging folder or partial file left)."""
-
-
-@contextlib.contextmanager
-def sigterm_raises():
-    """While active, SIGTERM raises Terminated (Python's default ends the process without running any cleanup);
-    the previous handler comes back on exit. Only the main thread can install handlers; elsewhere it does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def raise_terminated(signum, frame) -> None:
-        raise Terminated
-
-    previous = signal.signal(signal.SIGTERM, raise_terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+# SIGTERM raised as an interrupt (robot_rl.interrupts: every command takes over SIGINT and SIGTERM at start).
+Terminated = interrupts.Terminated
 
 
 # OSError numbers that mean the path given on the command line cannot be used (usage errors, exit status 2).
@@ -661,10 +721,80 @@ def _join_docstring_lines() -> None:
     _strings.remove_single_line_breaks = remove_single_line_breaks
 
 
+def _unrecognized_args_error(prog: str, unrecognized_args_and_progs, subparser_frontier, args, parser_spec,
+                             **_ignored):
+    """Replaces tyro's box for input it does not know (tyro 1.0.x's `unrecognized_args_error`): a ValueError of one
+    line, naming the first unknown command or option and the closest known one (robot_rl.suggest)."""
+    from tyro._backends._tyro_help_formatting import recursive_arg_search
+
+    from robot_rl.suggest import closest
+
+    token, where = unrecognized_args_and_progs[0]
+    commands = [name for spec in subparser_frontier.values() for name in spec.parser_from_name]
+    if commands:  # no command chosen yet: the first word should have been one
+        if token.startswith("-"):
+            raise ValueError(f"{token}: give a command first ({prog} COMMAND [OPTIONS]); commands: "
+                             f"{', '.join(commands)}")
+        close = closest(token, commands)
+        hint = f" (did you mean {close!r}?)" if close else ""
+        raise ValueError(f"unknown command {token!r}{hint}; commands: {', '.join(commands)}")
+    options = [(t, p) for t, p in unrecognized_args_and_progs if t.startswith("-")]
+    if not options:
+        raise ValueError(f"unexpected argument {token!r}; see {where} --help")
+    (option, where), name = options[0], options[0][0].partition("=")[0]
+    known, _, _ = recursive_arg_search(args=args, parser_spec=parser_spec, prog=prog.partition(" ")[0],
+                                       unrecognized_arguments=set())
+    best = max((a.subcommand_match_score for a in known), default=0)  # the options of the command given
+    close = closest(name, [flag for a in known if a.subcommand_match_score == best for flag in a.option_strings])
+    hint = f" (did you mean {close}?)" if close else ""
+    raise ValueError(f"unrecognized option {name}{hint}; see {where} --help")
+
+
+@contextlib.contextmanager
+def _one_line_unrecognized_args():
+    """While active, tyro reports an unknown command or option with `_unrecognized_args_error`."""
+    from tyro._backends import _tyro_help_formatting
+
+    original = _tyro_help_formatting.unrecognized_args_error
+    _tyro_help_formatting.unrecognized_args_error = _unrecognized_args_error
+    try:
+        yield
+    finally:
+        _tyro_help_formatting.unrecognized_args_error = original
+
+
+MULTI_VALUE_OPTIONS = ("--dataset",)
+"""Options taking several values that may also be repeated (argparse alone would keep only the last one)."""
+
+
+def merge_repeated_options(args: list[str], options=MULTI_VALUE_OPTIONS) -> list[str]:
+    """`--dataset A --dataset B C` -> `--dataset A B C` (at the first occurrence) for each of `options`."""
+    merged: list = []
+    values: dict[str, list[str]] = {}
+    current = None  # a multi-value option whose values are being read
+    for token in args:
+        if token.startswith("-") and not token.lstrip("-").replace(".", "", 1).isdigit():
+            current = token if token in options else None
+            if current is None:
+                merged.append(token)
+            elif current not in values:
+                values[current] = []
+                merged += [current, values[current]]
+        elif current is not None:
+            values[current].append(token)
+        else:
+            merged.append(token)
+    return [item for token in merged for item in (token if isinstance(token, list) else [token])]
+
+
 def parse_args(cls, args: list[str], **kwargs):
-    """`tyro.cli`, except that a value a config rejects (a ValueError in `__post_init__`, a bad number or choice)
-    raises a ValueError naming it (main prints it as one `error:` line) instead of tyro's multi-line box."""
-    from tyro._errors import InstantiationFailure, InvalidChoice, on_parse_error
+    """`tyro.cli`, except that a value a config rejects (a ValueError in `__post_init__`, a bad number or choice),
+    an unknown command or an unknown option raises a ValueError naming it, with the closest known name for a typo
+    (main prints it as one `error:` line), instead of tyro's multi-line box; a repeated multi-value option
+    (`--dataset A --dataset B`) keeps all its values."""
+    from tyro._errors import InstantiationFailure, InvalidChoice, MissingArgs, on_parse_error
+
+    from robot_rl.suggest import closest
 
     def one_line(event) -> None:
         option = getattr(event, "argument", None)
@@ -673,10 +803,20 @@ def parse_args(cls, args: list[str], **kwargs):
             raise ValueError(f"{option}: {event.message}" if option else event.message)
         if isinstance(event, InvalidChoice):
             raise ValueError(f"{option}: {event.value!r} is not one of {', '.join(event.choices)}")
+        if isinstance(event, MissingArgs) and event.missing_arguments:
+            missing = [a.arg.lowered.name_or_flags[0] if a.arg.lowered.name_or_flags[0].startswith("-")
+                       else str(a.arg.lowered.metavar) for a in event.missing_arguments]  # a positional: its metavar
+            where = f"{event.prog} {event.missing_arguments[0].local_root_parser.prog_suffix}".strip()
+            given = [token.partition("=")[0] for token in args if token.startswith("--")]
+            for flag in missing:  # a required option mistyped: name the typo, not only what is missing
+                typo = closest(flag, [token for token in given if token not in missing])
+                if typo is not None:
+                    raise ValueError(f"unrecognized option {typo} (did you mean {flag}?); see {where} --help")
+            raise ValueError(f"missing {', '.join(missing)}; see {where} --help")
 
     _join_docstring_lines()
-    with on_parse_error(one_line):
-        return tyro.cli(cls, args=args, **kwargs)
+    with on_parse_error(one_line), _one_line_unrecognized_args():
+        return tyro.cli(cls, args=merge_repeated_options(args), **kwargs)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -685,16 +825,14 @@ def main(argv: list[str] | None = None) -> None:
     Exit status: 0 done, 1 a job failed, 2 bad input (one `error: ...` line on stderr, nothing half-made),
     130 / 143 stopped by SIGINT / SIGTERM.
     """
-    from robot_rl.data.episodes import DatasetError
     from robot_rl.train import TrainingInterrupted
 
     args = sys.argv[1:] if argv is None else list(argv)
     try:
         cfg = parse_args(Command, args, prog="robot-rl", description="robot_rl: real-robot RL with a MuJoCo mirror.")
-        # train, launch and the ROS recorder handle SIGTERM themselves; the other jobs clean up as on Ctrl-C
-        own_handler = (isinstance(cfg, (Train, Launch, TrainBCConfig, DistillConfig))
-                       or (isinstance(cfg, Record) and cfg.source == "ros"))
-        with contextlib.nullcontext() if own_handler else sigterm_raises():
+        # SIGINT / SIGTERM raise an interrupt (train, train-bc, distill, the launcher and the ROS recorder defer it
+        # to their loops' safe points); one eaten on the way is raised again (robot_rl.interrupts)
+        with interrupts.handling():
             match cfg:
                 case Train():
                     run_train(cfg, args)
@@ -714,6 +852,10 @@ def main(argv: list[str] | None = None) -> None:
                     run_launch(cfg)
                 case Doctor():
                     run_doctor(cfg)
+                case Status():
+                    from robot_rl.run_status import watch
+
+                    watch(cfg.run_dir, cfg.watch, cfg.json, clear=cfg.watch is not None and sys.stdout.isatty())
                 case TrainReward():
                     run_train_reward(cfg)
                 case Label():
@@ -732,20 +874,29 @@ def main(argv: list[str] | None = None) -> None:
 
                     run_replay_in_sim(cfg)
     except TrainingInterrupted as exc:  # checkpointed and reported: one line saying how to resume
+        interrupts.report_once()
         print(exc, file=sys.stderr)
         raise SystemExit(exc.exit_status) from None
     except KeyboardInterrupt as exc:
-        terminated = isinstance(exc, Terminated)
-        print("terminated" if terminated else "interrupted", file=sys.stderr)
-        if "jax" in sys.modules:  # an XLA thread may still be compiling: tearing the interpreter down under it aborts
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(143 if terminated else 130)
-        raise SystemExit(143 if terminated else 130) from None
-    except (DatasetError, ValueError, IndexError) as exc:  # bad input: a clear one-line error, not a traceback
+        interrupts.exit_stopped(exc)  # one line, 130 / 143
+    except Exception as exc:
+        if interrupts.requested() is not None:  # whatever a stopped command ended with (a converted interrupt)
+            interrupts.exit_stopped(exc)
+        _exit_on_error(exc)
+        raise
+    if interrupts.requested() is not None:  # stopped, and the interrupt eaten on the way: still a stopped command
+        interrupts.exit_stopped()
+
+
+def _exit_on_error(exc: Exception) -> None:
+    """Bad input (and a path that cannot be used): one `error:` line and exit status 2; other OSErrors: status 1;
+    anything else returns (a bug: its traceback follows)."""
+    from robot_rl.data.episodes import DatasetError
+
+    if isinstance(exc, (DatasetError, ValueError, IndexError)):  # bad input: a clear one-line error, not a traceback
         print(f"error: {exc}", file=sys.stderr)
         raise UsageError(f"error: {exc}") from None
-    except OSError as exc:  # e.g. an output path below a file: one line; exit 2 when the path given is the problem
+    if isinstance(exc, OSError):  # e.g. an output path below a file: one line; exit 2 when the path given is the problem
         where = ": ".join(str(name) for name in (exc.filename, exc.filename2) if name is not None)
         message = f"error: {where + ': ' if where else ''}{exc.strerror or exc}"
         print(message, file=sys.stderr)
@@ -755,4 +906,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    interrupts.install_for_process()
+    try:
+        main()
+    finally:
+        interrupts.record_only()

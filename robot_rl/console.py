@@ -1,16 +1,29 @@
-"""The `robot-rl` console script. Importing the commands takes a couple of seconds (JAX, MuJoCo): a Ctrl-C in that
-time ends the program with status 130 and one line, like a Ctrl-C later on, not with an import traceback."""
+"""The `robot-rl` console script. Its first act is to take over SIGINT and SIGTERM (robot_rl.interrupts): importing
+the commands takes a couple of seconds (JAX, MuJoCo), and a Ctrl-C or SIGTERM at any moment from then on ends the
+program with status 130 / 143 and one line, `interrupted` / `terminated`, not with a traceback or, worse, not at
+all."""
 
 from __future__ import annotations
 
 import sys
 
+from robot_rl import interrupts
+
 
 def main() -> None:
     """Entry point of the `robot-rl` console script (robot_rl.cli.main once it is imported)."""
+    interrupts.install_for_process()
     try:
-        from robot_rl.cli import main as cli_main
-    except KeyboardInterrupt:
-        print("interrupted while starting", file=sys.stderr)
-        raise SystemExit(130) from None
-    cli_main()
+        try:
+            from robot_rl.cli import main as cli_main
+        except BaseException as exc:  # an interrupt, or what an import turned it into
+            if isinstance(exc, KeyboardInterrupt) or interrupts.requested() is not None:
+                interrupts.exit_stopped(exc)
+            raise
+        cli_main()
+    finally:
+        interrupts.record_only()  # the command is done: a late signal only sets the exit status (at exit)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

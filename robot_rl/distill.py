@@ -161,6 +161,7 @@ def distill(cfg: DistillConfig, *, on_progress=None, should_stop=None) -> dict[s
     from robot_rl.policies.checkpoint import read_policy_files
     from robot_rl.policies.diffusion import ACTION_KEY, policy_from_files
     from robot_rl.policies.one_step import OneStepPolicy
+    from robot_rl.report import json_safe
     from robot_rl.train import config_to_json
     from robot_rl.train_bc import fit, sim_task_of
 
@@ -279,34 +280,32 @@ def distill(cfg: DistillConfig, *, on_progress=None, should_stop=None) -> dict[s
                                        seed=cfg.seed, name="student"),
             "teacher": evaluate_policy(teacher, task, cfg.eval_episodes, out=out / "eval_teacher", video=False,
                                        seed=cfg.seed, name="teacher")}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    summary = json_safe(summary)  # null, not NaN: JSON has no NaN
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
     write_distill_report(out, summary, metrics, settings)
     return summary
 
 
 def write_distill_report(out: Path, summary: dict[str, Any], metrics: list[dict[str, Any]],
                          settings: dict[str, Any]) -> Path:
-    """report.md and loss_curves.png of a distillation run."""
-    from robot_rl.report import _pyplot, _save, format_duration, git_commit, success_text
+    """report.md and loss_curves.png (none before the first logged loss) of a distillation run."""
+    from robot_rl.report import format_duration, git_commit, interrupted_text, loss_value_text, plot_losses, \
+        success_text
 
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
-    ax.plot([m["step"] for m in metrics], [m["train_loss"] for m in metrics], ".-", label="train (distillation loss)")
     validation = [(0, summary["initial_validation_mse"])] if summary["initial_validation_mse"] is not None else []
-    validation += [(m["step"], m["validation_mse"]) for m in metrics if m["validation_mse"] is not None]
-    ax.plot([s for s, _ in validation], [v for _, v in validation], ".-",
-            label="validation student-teacher MSE" + (" (EMA weights)" if settings["ema"] else ""))
-    ax.set(xlabel="gradient steps", ylabel="MSE (normalised actions)", yscale="log", title="one-step distillation")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    _save(fig, out / LOSS_CURVES)
+    validation += [(m["step"], m["validation_mse"]) for m in metrics if m.get("validation_mse") is not None]
+    plotted = plot_losses(out / LOSS_CURVES, {
+        "train (distillation loss)": [(m["step"], m["train_loss"]) for m in metrics
+                                      if m.get("train_loss") is not None],
+        "validation student-teacher MSE" + (" (EMA weights)" if settings["ema"] else ""): validation},
+        ylabel="MSE (normalised actions)", title="one-step distillation")
 
     latency = summary["latency"]
     steps = summary["teacher_inference_steps"]
     lines = ["# Distillation report: one-step student of a DDIM diffusion policy", ""]
     if summary["stopped"]:
-        lines += [f"**Stopped at step {summary['steps']}/{settings['steps']}: the student saved is the one trained so "
-                  "far; no evaluation.**", ""]
+        lines += [f"**{interrupted_text(summary['steps'], settings['steps'])}: the student saved is the one trained "
+                  "so far; no evaluation.**", ""]
     lines += ["| | student (1 denoiser call) | teacher (DDIM-%d) |" % steps, "|---|---|---|"]
     evaluation = summary["evaluation"]
     if evaluation:
@@ -321,18 +320,22 @@ def write_distill_report(out: Path, summary: dict[str, Any], metrics: list[dict[
     if evaluation:
         lines.append(f"- Both evaluated on the same {evaluation['student']['episodes']} held-out seeds from "
                      f"{evaluation['student']['first_seed']}.")
+    elif summary["stopped"]:
+        lines.append(f"- No evaluation: {interrupted_text(summary['steps'], settings['steps']).lower()}.")
     else:
-        lines.append("- No evaluation (no sim task, --eval-episodes 0, or stopped).")
+        lines.append("- No evaluation (no sim task, or --eval-episodes 0).")
     initial, final = summary["initial_validation_mse"], summary["final_validation_mse"]
-    gap = "n/a (no held-out episodes)" if final is None else f"{initial:.4g} undistilled -> {final:.4g}"
+    gap = ("n/a (no held-out episodes)" if final is None
+           else f"{loss_value_text(initial, '.4g')} undistilled -> {loss_value_text(final, '.4g')}")
     lines += [
         f"- Validation student-teacher MSE (normalised actions, held-out episodes, fixed noise): {gap}.",
         f"- Teacher: `{summary['teacher']}`.",
         f"- {summary['parameters'] / 1e6:.2f} M parameters on {summary['device']}; {summary['steps']} gradient steps "
         f"in {format_duration(summary['training_seconds'])}; {summary['episodes']} episodes, "
         f"{summary['train_windows']} training and {summary['validation_windows']} validation windows.",
-        f"- Git commit: `{git_commit()}`; written {time.strftime('%Y-%m-%d %H:%M:%S')}.",
-        "", f"![loss curves]({LOSS_CURVES})", ""]
+        f"- Git commit: `{git_commit()}`; written {time.strftime('%Y-%m-%d %H:%M:%S')}.", ""]
+    lines += ([f"![loss curves]({LOSS_CURVES})", ""] if plotted
+              else ["No loss curve: no finite loss was logged (stopped before its first step?).", ""])
     if evaluation and evaluation["student"].get("video"):
         video = Path(evaluation["student"]["video"])
         lines += [f"Student eval video: [{video.parent.name}/{video.name}]({video.parent.name}/{video.name})", ""]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -99,14 +100,31 @@ def compile_learner_step(learner: Learner) -> None:
     next(iter(info.values())).block_until_ready()
 
 
+def settings_problems(updates_per_transition: float, weights_every: int, abandon_after_s: float,
+                      budget: int = 0) -> list[str]:
+    """What is wrong with a `LearnerServer`'s settings (empty: nothing); the learner node checks its parameters
+    with it before it makes anything."""
+    problems = []
+    if not (math.isfinite(updates_per_transition) and updates_per_transition >= 0):
+        problems.append(f"updates_per_transition={updates_per_transition!r} must be >= 0")
+    if weights_every < 1:
+        problems.append(f"weights_every={weights_every!r} must be >= 1")
+    if not (math.isfinite(abandon_after_s) and abandon_after_s > 0):
+        problems.append(f"abandon_after_s={abandon_after_s!r} must be > 0")
+    if budget < 0:
+        problems.append(f"budget={budget!r} must be >= 0")
+    return problems
+
+
 class LearnerServer:
     """Serves one `Learner` to any number of actors (sources); see the module doc."""
 
     def __init__(self, learner: Learner | None, run_dir: str | Path, *, updates_per_transition: float = 1.0,
                  weights_every: int = 5, budget: int = 0, abandon_after_s: float = ABANDON_AFTER_S,
                  clock: Callable[[], float] = time.monotonic):
-        if updates_per_transition < 0 or weights_every < 1 or abandon_after_s <= 0:
-            raise ValueError("updates_per_transition must be >= 0, weights_every >= 1 and abandon_after_s > 0")
+        problems = settings_problems(updates_per_transition, weights_every, abandon_after_s, budget)
+        if problems:
+            raise ValueError(f"invalid LearnerServer settings: {'; '.join(problems)}")
         self.learner = learner  # None until attach() when the learner is built while transitions already arrive
         self.make_policy: Callable | None = None
         """agent -> the Policy whose `weights_message` is broadcast and saved (None: a plain SAC Gaussian); the
@@ -132,6 +150,7 @@ class LearnerServer:
         self.abandoned = 0  # episodes closed without their last step
         self.episode_log: list[dict[str, Any]] = []  # one row per inserted episode (robot_rl.report's episode rows)
         self.metrics: list[dict[str, Any]] = []  # training metrics over time, added by the node (report rows)
+        self.evals: list[dict[str, Any]] = []  # evaluation rows (robot_rl.report's), added by the node
         self.run_started_at = time.time()  # unix time the run began (its first learner start)
         self.rejections: list[str] = []  # reasons of dropped transitions, for the node to log
         self.opened = False
@@ -167,6 +186,7 @@ class LearnerServer:
             self.episodes, self.successes = int(state.get("episodes", 0)), int(state.get("successes", 0))
             self.rejected, self.abandoned = int(state.get("rejected", 0)), int(state.get("abandoned", 0))
             self.episode_log, self.metrics = list(state.get("episode_log", [])), list(state.get("metrics", []))
+            self.evals = list(state.get("evals", []))
             self.run_started_at = float(state.get("run_started_at", self.run_started_at))
             self._closed = {(source, int(episode)) for source, episode in state.get("closed", [])}
             self._sources = set(state.get("sources", self.inbox.trackers))
@@ -430,7 +450,8 @@ class LearnerServer:
             "steps": self.steps, "weights_version": self.weights_version, "episodes": self.episodes,
             "successes": self.successes, "staged": staged, "rejected": self.rejected, "abandoned": self.abandoned,
             "closed": sorted([source, episode] for source, episode in self._closed), "sources": sorted(self._sources),
-            "episode_log": self.episode_log, "metrics": self.metrics, "run_started_at": self.run_started_at,
+            "episode_log": self.episode_log, "metrics": self.metrics, "evals": self.evals,
+            "run_started_at": self.run_started_at,
             "observation_spec": {key: entry.to_json() for key, entry in learner.observation_spec.entries},
             "action_dim": learner.action_dim,
         }

@@ -97,6 +97,10 @@ def first_seed(writer: EpisodeWriter, seed: int | None, attempts: int) -> int:
     return seed
 
 
+class _Stop(Exception):
+    """`record_episodes`' should_stop said stop, in the middle of an episode."""
+
+
 def record_episodes(
     env: gym.Env,
     policy: Policy,
@@ -107,10 +111,13 @@ def record_episodes(
     only_successes: bool = False,
     max_attempts: int | None = None,
     on_episode: Callable[[EpisodeResult, bool], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> list[EpisodeResult]:
     """Record `episodes` episodes to `writer` (optionally keeping only successful ones).
 
     Attempt k is reset with seed `seed + k`, stored with the episode; `seed=None` continues after the stored seeds.
+    `should_stop()` is checked after every env step: when it returns True the episode under way is discarded and
+    the episodes recorded so far are returned.
     """
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
@@ -124,8 +131,14 @@ def record_episodes(
 
         def on_step(obs, action, reward, terminated, truncated, info):
             writer.add_step(obs, action, reward, terminated, truncated)
+            if should_stop is not None and should_stop():
+                raise _Stop
 
-        result, final_obs = run_episode(env, policy, seed=episode_seed, on_step=on_step)
+        try:
+            result, final_obs = run_episode(env, policy, seed=episode_seed, on_step=on_step)
+        except _Stop:
+            writer.discard_episode()
+            break
         keep = result.success or not only_successes
         if keep:
             writer.end_episode(final_obs, success=result.success, seed=episode_seed)

@@ -38,6 +38,18 @@ def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def json_safe(value: Any) -> Any:
+    """`value` with every NaN or infinite float (numpy's too) replaced by None, in nested dicts, lists and tuples:
+    what `json.dumps(..., allow_nan=False)` accepts (JSON has no NaN; Python would write an invalid `NaN`)."""
+    if isinstance(value, Mapping):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item) for item in value]
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    return value
+
+
 def success_text(successes: int, trials: int) -> str:
     """E.g. "95 % (19/20 episodes, 95 % CI 76-99 %)"."""
     low, high = wilson_interval(successes, trials)
@@ -135,6 +147,37 @@ def plot_training_curves(path: Path, metrics: Sequence[Mapping[str, Any]], title
         ax.set_xlabel("environment steps")
     fig.suptitle(title)
     return _save(fig, path)
+
+
+def plot_losses(path: Path, curves: Mapping[str, Sequence[tuple[int, float]]], *, ylabel: str, title: str) -> bool:
+    """Loss curves (label -> (gradient step, value) points; log scale when every value is > 0) to `path`; returns
+    False, writing nothing, when there is no finite point to draw (a run stopped before its first logged loss)."""
+    curves = {label: [(s, v) for s, v in points if v is not None and math.isfinite(v)]
+              for label, points in curves.items()}
+    if not any(curves.values()):
+        return False
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    for label, points in curves.items():
+        if points:
+            ax.plot([s for s, _ in points], [v for _, v in points], ".-" if len(points) <= 30 else "-", label=label,
+                    markersize=4)
+    positive = all(v > 0 for points in curves.values() for _, v in points)
+    ax.set(xlabel="gradient steps", ylabel=ylabel, yscale="log" if positive else "linear", title=title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    _save(fig, path)
+    return True
+
+
+def interrupted_text(step: int, total: int) -> str:
+    """E.g. "Interrupted at step 3/300"."""
+    return f"Interrupted at step {step}/{total}"
+
+
+def loss_value_text(value: float | None, spec: str = ".4f") -> str:
+    """A loss for a report line: "n/a" where there is none (no step, no validation, not finite)."""
+    return "n/a" if value is None or not math.isfinite(value) else format(value, spec)
 
 
 def _pyplot():

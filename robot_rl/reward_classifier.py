@@ -419,7 +419,7 @@ def resolve_transforms(readers: Sequence[DatasetReader], keys: Iterable[str]) ->
 def load_frames(datasets: Sequence[str | Path], config: RewardClassifierConfig) -> FrameSet:
     """Every training frame (success or failure, see the module doc) of the datasets, verified, in RAM."""
     if not datasets:
-        raise RewardClassifierError("no dataset given: pass --dataset PATH (several times for several)")
+        raise RewardClassifierError("no dataset given: pass --dataset PATH [PATH ...]")
     readers = [DatasetReader(path) for path in datasets]
     for reader in readers:
         reader.raise_for(reader.missing_chunks())

@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from robot_rl import interrupts
 from robot_rl.agents.sac import ImageEncoderConfig, SACConfig
 from robot_rl.learner import Learner, LearnerConfig
 from robot_rl.sim.evaluate import EVAL_SEED_OFFSET, Evaluation, StopRequested, evaluate
@@ -129,7 +130,12 @@ class TrainConfig:
                     if getattr(self, name) < low]
         if self.final_eval_episodes is not None and self.final_eval_episodes < 1:
             problems.append(f"final_eval_episodes={self.final_eval_episodes!r} must be >= 1 or None (eval_episodes)")
-        if self.policy != "plain" and self.base is None:
+        hints = typing.get_type_hints(TrainConfig)
+        for name in ("obs_mode", "policy"):  # the command line checks its choices; a node or a file does not
+            choices = typing.get_args(hints[name])
+            if getattr(self, name) not in choices:
+                problems.append(f"{name}={getattr(self, name)!r} must be one of {', '.join(map(repr, choices))}")
+        if self.policy != "plain" and self.base is None and self.policy in typing.get_args(hints["policy"]):
             problems.append(f"policy={self.policy!r} needs --base (the frozen base policy's folder or file)")
         if self.policy == "plain" and self.base is not None:
             problems.append(f"--base {self.base} is only used with --policy residual or noise")
@@ -171,32 +177,48 @@ class TrainingInterrupted(Exception):
 class StopSignals:
     """While active, SIGINT and SIGTERM only set a flag that the training loop checks between env steps (a
     KeyboardInterrupt raised inside JAX, zarr or rich could leave state half-written). Calling it says whether a
-    signal came; the first signal's number is kept. The previous handlers come back on exit. Only the main thread
-    can install handlers; elsewhere it never fires."""
+    signal came; the first signal's number is kept. Under the `robot-rl` command's handling (robot_rl.interrupts)
+    it defers that handling, and a stop request that came before is seen too; otherwise it installs its own
+    handlers, and the previous ones come back on exit. Only the main thread can install handlers; elsewhere it never
+    fires."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self) -> None:
-        self.signum: int | None = None
+        self._signum: int | None = None
         self._previous: dict[int, Any] = {}
+        self._deferred = None
+
+    @property
+    def signum(self) -> int | None:
+        return interrupts.requested() if self._deferred is not None else self._signum
 
     def __enter__(self) -> StopSignals:
-        if threading.current_thread() is threading.main_thread():
+        if interrupts.active():
+            self._deferred = interrupts.deferred()
+            self._deferred.__enter__()
+        elif threading.current_thread() is threading.main_thread():
             for signum in self.SIGNALS:
                 self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
     def __exit__(self, *exc) -> None:
+        if self._deferred is not None:
+            self._deferred.__exit__(None, None, None)
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous.clear()
 
     def _handle(self, signum: int, frame) -> None:
-        if self.signum is None:
-            self.signum = signum
+        if self._signum is None:
+            self._signum = signum
 
     def __call__(self) -> bool:
         return self.signum is not None
+
+    def interrupt(self) -> KeyboardInterrupt:
+        """The interrupt to raise for the stop request (KeyboardInterrupt, or Terminated for SIGTERM)."""
+        return interrupts.interrupt_for(self.signum or signal.SIGINT)
 
 
 def config_to_json(config: Any) -> dict[str, Any]:
@@ -305,8 +327,11 @@ def default_run_dir(cfg: TrainConfig) -> Path:
     return Path("runs") / f"{cfg.task}-{cfg.obs_mode.replace('+', '_')}-{stamp}"
 
 
-def record_demos(cfg: TrainConfig, run_dir: Path):
-    """Scripted, successful demos in the run folder (or the given dataset); returns the dataset."""
+def record_demos(cfg: TrainConfig, run_dir: Path, *, should_stop=None, on_episode=None):
+    """Scripted, successful demos in the run folder (or the given dataset); returns the dataset.
+
+    `on_episode(kept, wanted)` after every recorded episode; `should_stop()` is checked after every env step: when
+    it returns True nothing is kept (the partial dataset is removed) and StopRequested is raised."""
     from robot_rl.data.episodes import EpisodeDataset
     from robot_rl.loop import make_env, record_episodes, writer_for_env
     from robot_rl.sim.expert import make_expert
@@ -319,19 +344,69 @@ def record_demos(cfg: TrainConfig, run_dir: Path):
         # its demos again rather than training on a partial set.
         partial = run_dir / "demos.partial.zarr"
         shutil.rmtree(partial, ignore_errors=True)
-        env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size)
+        kept = 0
+
+        def episode_done(result, keep: bool) -> None:
+            nonlocal kept
+            kept += keep
+            if on_episode is not None:
+                on_episode(kept, cfg.demos)
+
         try:
-            with writer_for_env(env, partial, cfg.task, attrs={"policy": "scripted"}) as writer:
-                record_episodes(
-                    env, make_expert(env, seed=cfg.seed), writer, cfg.demos, seed=cfg.seed + DEMO_SEED_OFFSET,
-                    only_successes=True,
-                )
-        finally:
-            env.close()
+            env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size)
+            try:
+                with writer_for_env(env, partial, cfg.task, attrs={"policy": "scripted"}) as writer:
+                    record_episodes(
+                        env, make_expert(env, seed=cfg.seed), writer, cfg.demos, seed=cfg.seed + DEMO_SEED_OFFSET,
+                        only_successes=True, on_episode=episode_done, should_stop=should_stop,
+                    )
+            finally:
+                env.close()
+            if should_stop is not None and should_stop():
+                raise StopRequested
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
         if (partial / "zarr.json").exists():
             shutil.rmtree(path, ignore_errors=True)
             partial.rename(path)
     return EpisodeDataset(path) if (path / "zarr.json").exists() else None
+
+
+class DemoProgress:
+    """The demo-recording phase's progress: a rich bar on a terminal (like the training bar), otherwise a line
+    every `every_s` seconds. Use as a context manager; call it with (kept, wanted) after every episode."""
+
+    def __init__(self, wanted: int, every_s: float = 5.0):
+        from rich.console import Console
+
+        self.wanted, self.every_s = wanted, every_s
+        self.console = Console()
+        self._progress = None
+        self._started = self._last = time.perf_counter()
+
+    def __enter__(self) -> DemoProgress:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        if self.console.is_terminal:
+            self._progress = Progress(TextColumn("[bold]recording demos"), BarColumn(), MofNCompleteColumn(),
+                                      TimeElapsedColumn(), console=self.console, transient=True)
+            self._bar = self._progress.add_task("demos", total=self.wanted)
+            self._progress.start()
+        return self
+
+    def __call__(self, kept: int, wanted: int) -> None:
+        if self._progress is not None:
+            self._progress.update(self._bar, completed=kept)
+            return
+        now = time.perf_counter()
+        if now - self._last >= self.every_s:
+            self._last = now
+            print(f"recording demos: {kept}/{wanted} ({now - self._started:.0f} s)", flush=True)
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._progress.stop()
 
 
 def load_run(run_dir: Path) -> tuple[TrainConfig, dict[str, Any]]:
@@ -452,17 +527,30 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
             demos = None
         if demos is not None:
             learner.add_demos(demos, labeller)  # checks the dataset against this run's spaces before the folder exists
-        created = not run_dir.exists()
+        if stop():  # stopped while starting: nothing made yet
+            env.close()
+            eval_env.close()
+            raise stop.interrupt()
+        created = interrupts.first_missing(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         try:
             _write_json(run_dir / CONFIG_FILE, config_to_json(cfg))
             if demos is None and cfg.demos and cfg.learns_from_demos:
-                demos = record_demos(cfg, run_dir)
+                with DemoProgress(cfg.demos) as on_episode:
+                    demos = record_demos(cfg, run_dir, should_stop=stop, on_episode=on_episode)
                 if demos is not None:
                     learner.add_demos(demos, labeller)
-        except BaseException:
-            if created:  # no half-made run folder
-                shutil.rmtree(run_dir, ignore_errors=True)
+            if stop():
+                raise StopRequested
+        except BaseException as error:
+            if created is not None:  # no half-made run folder (nor the folders made for it)
+                shutil.rmtree(created, ignore_errors=True)
+            else:
+                (run_dir / CONFIG_FILE).unlink(missing_ok=True)
+            env.close()
+            eval_env.close()
+            if isinstance(error, StopRequested):
+                raise stop.interrupt() from None
             raise
         if demos is not None:
             print(f"{learner.demo_transitions} demo transitions from {demos.num_episodes} episodes ({demos.path})")

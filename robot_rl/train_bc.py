@@ -110,37 +110,76 @@ def sim_task_of(task: str) -> str | None:
     return task if env_id(task) in gym.registry else None
 
 
+LOSS_POINTS = 100
+LOSS_EVERY_MAX = 50
+"""Training-loss points a run logs (metrics.jsonl, TensorBoard, the loss curve): about LOSS_POINTS, one every
+steps // LOSS_POINTS steps (1 to LOSS_EVERY_MAX, so a long run stopped early still has a curve), each the mean loss
+of the steps since the one before."""
+
+
 @dataclasses.dataclass
 class FitResult:
-    """How a `fit` loop ended: steps done, whether a stop request ended it, the metric rows and the last values."""
+    """How a `fit` loop ended: steps done, whether a stop request ended it, the metric rows and the last values
+    (None where there is none: no step done, no validation yet, or not a finite number)."""
 
     steps: int
     stopped: bool
     metrics: list[dict[str, Any]]
-    train_loss: float
+    train_loss: float | None
     validation: float | None
+
+
+def _finite(value: float | None) -> float | None:
+    return float(value) if value is not None and math.isfinite(value) else None
 
 
 def fit(loss_of_batch, optimizer, schedule, *, steps: int, validate_every: int, validate, out: Path,
         validation_name: str, ema=None, parameters=None, on_progress=None, should_stop=None,
-        validation: float | None = None) -> FitResult:
+        validation: float | None = None, log_every: int | None = None) -> FitResult:
     """The optimisation loop of train-bc and distill: `loss_of_batch()` -> loss tensor, one optimiser and
-    learning-rate step each (and an EMA step of `parameters`); every `validate_every` steps the mean training loss
-    and `validate()` go to ``metrics.jsonl`` and TensorBoard (``loss/train``, ``validation/<validation_name>``).
-    `should_stop()` is checked before each step; `on_progress(step, loss, validation)` after each."""
+    learning-rate step each (and an EMA step of `parameters`). Every `log_every` steps (default: steps //
+    LOSS_POINTS, within [1, LOSS_EVERY_MAX]) the mean training loss since the last row, and every `validate_every`
+    steps `validate()`, go to ``metrics.jsonl`` and TensorBoard (``loss/train``, ``validation/<validation_name>``):
+    a row has ``train_loss`` and / or `validation_name` (null: not a finite number), and the training-loss points
+    are evenly spaced. `should_stop()` is checked before each step (a stop logs the steps since the last row);
+    `on_progress(step, loss, validation)` after each."""
     from tensorboard.summary import Writer
 
+    log_every = log_every or min(max(1, steps // LOSS_POINTS), LOSS_EVERY_MAX)
     started = time.perf_counter()
     parameters = list(parameters) if parameters is not None else None  # stepped every call: not a generator
     tb = Writer(str(out / "tensorboard"))
     if validation is not None:
         tb.add_scalar(f"validation/{validation_name}", validation, 0)
     metrics: list[dict[str, Any]] = []
-    step, train_loss, stopped, recent = 0, float("nan"), False, []
+    step, train_loss, stopped, recent = 0, None, False, []
     with open(out / "metrics.jsonl", "a") as metrics_file:
+
+        def log(train: bool, validated: bool) -> None:
+            nonlocal train_loss
+            row: dict[str, Any] = {"step": step}
+            if train and recent:
+                train_loss = _finite(float(np.mean(recent)))
+                recent.clear()
+                row["train_loss"] = train_loss
+                if train_loss is not None:
+                    tb.add_scalar("loss/train", train_loss, step)
+            if validated:
+                row[validation_name] = _finite(validation)
+                if row[validation_name] is not None:
+                    tb.add_scalar(f"validation/{validation_name}", validation, step)
+            row.update(learning_rate=schedule.get_last_lr()[0], seconds=round(time.perf_counter() - started, 1))
+            tb.add_scalar("learning_rate", row["learning_rate"], step)
+            metrics.append(row)
+            metrics_file.write(json.dumps(row, allow_nan=False) + "\n")
+            metrics_file.flush()
+            tb.flush()
+
         while step < steps:
             if should_stop is not None and should_stop():
                 stopped = True
+                if recent:  # the steps since the last row: a run stopped early still has its loss
+                    log(train=True, validated=False)
                 break
             loss = loss_of_batch()
             optimizer.zero_grad(set_to_none=True)
@@ -152,24 +191,16 @@ def fit(loss_of_batch, optimizer, schedule, *, steps: int, validate_every: int, 
             step += 1
             loss_value = loss.item()
             recent.append(loss_value)
-            if step % validate_every == 0 or step == steps:
-                train_loss = float(np.mean(recent))
-                recent.clear()
+            validate_now = step % validate_every == 0 or step == steps
+            train_now = step % log_every == 0 or step == steps
+            if validate_now:
                 validation = validate()
-                row = {"step": step, "train_loss": train_loss, validation_name: validation,
-                       "learning_rate": schedule.get_last_lr()[0], "seconds": round(time.perf_counter() - started, 1)}
-                metrics.append(row)
-                metrics_file.write(json.dumps(row) + "\n")
-                metrics_file.flush()
-                tb.add_scalar("loss/train", train_loss, step)
-                if validation is not None:
-                    tb.add_scalar(f"validation/{validation_name}", validation, step)
-                tb.add_scalar("learning_rate", row["learning_rate"], step)
-                tb.flush()
+            if validate_now or train_now:
+                log(train=train_now, validated=validate_now)
             if on_progress is not None:
                 on_progress(step, loss_value, validation)
     tb.close()
-    return FitResult(step, stopped, metrics, train_loss, validation)
+    return FitResult(step, stopped, metrics, train_loss, _finite(validation))
 
 
 def train_bc(cfg: TrainBCConfig, *, on_progress=None, should_stop=None) -> dict[str, Any]:
@@ -187,6 +218,7 @@ def train_bc(cfg: TrainBCConfig, *, on_progress=None, should_stop=None) -> dict[
     from robot_rl.policies.base import resolve_device
     from robot_rl.policies.diffusion import DiffusionPolicy
     from robot_rl.policies.normalizer import Normalizer
+    from robot_rl.report import json_safe
     from robot_rl.train import config_to_json
     from robot_rl.types import ObservationSpec
 
@@ -274,33 +306,31 @@ def train_bc(cfg: TrainBCConfig, *, on_progress=None, should_stop=None) -> dict[
 
         summary["evaluation"] = evaluate_policy(ema_policy, task, cfg.eval_episodes, out=out, video=cfg.video,
                                                 seed=cfg.seed)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    summary = json_safe(summary)  # null, not NaN: JSON has no NaN
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
     write_bc_report(out, summary, metrics, settings)
     return summary
 
 
 def write_bc_report(out: Path, summary: dict[str, Any], metrics: list[dict[str, Any]], settings: dict) -> Path:
-    """report.md and loss_curves.png of a behaviour-cloning run."""
-    from robot_rl.report import _pyplot, _save, format_duration, git_commit, success_text
+    """report.md and loss_curves.png (none before the first logged loss) of a behaviour-cloning run."""
+    from robot_rl.report import format_duration, git_commit, interrupted_text, loss_value_text, plot_losses, \
+        success_text
 
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
-    ax.plot([m["step"] for m in metrics], [m["train_loss"] for m in metrics], ".-", label="train")
-    validation = [m for m in metrics if m["validation_loss"] is not None]
-    ax.plot([m["step"] for m in validation], [m["validation_loss"] for m in validation], ".-",
-            label="validation (EMA weights)")
-    ax.set(xlabel="gradient steps", ylabel="denoising loss", yscale="log", title="behaviour cloning")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    _save(fig, out / LOSS_CURVES)
+    curves = {"train": [(m["step"], m["train_loss"]) for m in metrics if m.get("train_loss") is not None],
+              "validation (EMA weights)": [(m["step"], m["validation_loss"]) for m in metrics
+                                           if m.get("validation_loss") is not None]}
+    plotted = plot_losses(out / LOSS_CURVES, curves, ylabel="denoising loss", title="behaviour cloning")
     evaluation = summary.get("evaluation")
     lines = [f"# Behaviour cloning report: {settings['policy']} policy", ""]
     if summary["stopped"]:
-        lines += [f"**Stopped at step {summary['steps']}/{settings['steps']}: the policy saved is the one trained so "
+        lines += [f"**{interrupted_text(summary['steps'], settings['steps'])}: the policy saved is the one trained so "
                   "far; no evaluation.**", ""]
     if evaluation:
         lines.append(f"- Eval success in {evaluation['task']}: **{success_text(evaluation['successes'], evaluation['episodes'])}** "
                      f"({evaluation['episodes']} episodes, held-out seeds).")
+    elif summary["stopped"]:
+        lines.append(f"- No evaluation: {interrupted_text(summary['steps'], settings['steps']).lower()}.")
     else:
         lines.append("- No evaluation (no sim task, or --eval-episodes 0).")
     lines += [
@@ -308,10 +338,11 @@ def write_bc_report(out: Path, summary: dict[str, Any], metrics: list[dict[str, 
         f"in {format_duration(summary['training_seconds'])}.",
         f"- {summary['episodes']} demo episodes, {summary['train_windows']} training and "
         f"{summary['validation_windows']} validation windows.",
-        f"- Final losses: train {summary['final_train_loss']:.4f}, validation "
-        + ("n/a" if summary['final_validation_loss'] is None else f"{summary['final_validation_loss']:.4f}") + ".",
-        f"- Git commit: `{git_commit()}`; written {time.strftime('%Y-%m-%d %H:%M:%S')}.",
-        "", f"![loss curves]({LOSS_CURVES})", ""]
+        f"- Final losses: train {loss_value_text(summary['final_train_loss'])}, validation "
+        f"{loss_value_text(summary['final_validation_loss'])}.",
+        f"- Git commit: `{git_commit()}`; written {time.strftime('%Y-%m-%d %H:%M:%S')}.", ""]
+    lines += ([f"![loss curves]({LOSS_CURVES})", ""] if plotted
+              else ["No loss curve: no finite loss was logged (stopped before its first step?).", ""])
     if evaluation and evaluation.get("video"):
         lines += [f"Eval video: [{Path(evaluation['video']).name}]({Path(evaluation['video']).name})", ""]
     lines += ["## Config", "", "```json", json.dumps(settings, indent=2), "```", ""]

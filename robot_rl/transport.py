@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import collections
 import dataclasses
+import math
 import os
 import re
 import uuid
@@ -244,6 +245,8 @@ class WeightsMessage:
     transitions: int = 0
     """Transitions of the run the learner had trained on when it produced these weights (every actor's)."""
     updates: int = 0
+    training_done: bool = False
+    """The learner reached its budget: no newer weights will come (actors stop waiting for them)."""
 
 
 def encode_weights(message: WeightsMessage) -> bytes:
@@ -253,6 +256,7 @@ def encode_weights(message: WeightsMessage) -> bytes:
         "action_dim": int(message.action_dim), "policy_kind": str(message.policy_kind),
         "policy_config": message.policy_config,
         "transitions": int(message.transitions), "updates": int(message.updates),
+        **({"training_done": True} if message.training_done else {}),  # policy files stay as they were
     })
 
 
@@ -282,7 +286,8 @@ def decode_weights(payload: bytes | bytearray | memoryview) -> WeightsMessage:
             observation_spec=ObservationSpec.from_shapes({k: ArraySpec.from_json(v) for k, v in spec.items()}),
             action_dim=_integer(message["action_dim"], "weights action_dim"), policy_config=config,
             policy_kind=kind, transitions=_integer(message.get("transitions", 0), "weights transitions"),
-            updates=_integer(message.get("updates", 0), "weights updates"))
+            updates=_integer(message.get("updates", 0), "weights updates"),
+            training_done=message.get("training_done", False) is True)
     except KeyError as missing:
         raise TransportError(f"weights payload lacks field {missing}") from None
     except (TypeError, ValueError) as error:
@@ -306,8 +311,11 @@ class Outbox:
     """
 
     def __init__(self, capacity: int = 3000, resend_after_s: float = 2.0, max_in_flight: int = 256):
-        if capacity < 1 or resend_after_s <= 0 or max_in_flight < 1:
-            raise ValueError("outbox capacity and max_in_flight must be >= 1 and resend_after_s > 0")
+        problems = [f"{name}={value!r} must be {rule}" for name, value, rule, ok in (
+            ("capacity", capacity, ">= 1", capacity >= 1), ("max_in_flight", max_in_flight, ">= 1", max_in_flight >= 1),
+            ("resend_after_s", resend_after_s, "> 0", math.isfinite(resend_after_s) and resend_after_s > 0)) if not ok]
+        if problems:
+            raise ValueError(f"invalid Outbox: {'; '.join(problems)}")
         self.capacity = int(capacity)
         self.resend_after_s = float(resend_after_s)
         self.max_in_flight = int(max_in_flight)

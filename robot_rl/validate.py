@@ -445,13 +445,15 @@ def validate(cfg: ValidateConfig, *, on_block: Callable[[int, int], None] | None
     seed = suite.seed if cfg.seed is None else cfg.seed
     _check_policy(located, task, cfg.device, suite)
     out = cfg.out or located.parent / "validation" / f"{suite.name}-{robot.name}"
-    created = not out.exists()
+    from robot_rl.interrupts import first_missing
+
+    created = first_missing(out)  # the outermost folder made for it (`validation/` too, the first time)
     out.mkdir(parents=True, exist_ok=True)
     try:
         return _validate(cfg, suite, located, robot, robot_path, task, episodes, seed, out, on_block)
     except BaseException:
-        if created:  # stopped (Ctrl-C) or failed: no half-made report folder, and no record
-            shutil.rmtree(out, ignore_errors=True)
+        if created is not None:  # stopped (Ctrl-C) or failed: no half-made report folder, and no record
+            shutil.rmtree(created, ignore_errors=True)
         raise
 
 
@@ -618,7 +620,7 @@ def write_report(out: Path, summary: Mapping[str, Any]) -> Path:
     axes.set_title(f"{summary['task']}: {summary['suite']} suite, {summary['episodes_per_condition']} episodes each")
     axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # beside the bars: it hides none
     figure.tight_layout()
-    figure.savefig(out / "success.png", dpi=100)
+    figure.savefig(out / "success.png", dpi=100, bbox_inches="tight")
     plt.close(figure)
 
     lines = [

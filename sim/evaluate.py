@@ -194,8 +194,7 @@ def evaluate_policy(
             raise
     finally:
         env.close()
-    summary = {"task": task, "obs_mode": obs_mode, "policy_kind": policy.kind, "first_seed": seed,
-               **evaluation.summary(), "video": str(evaluation.video) if evaluation.video else None}
+    summary = evaluation_summary(evaluation, task=task, obs_mode=obs_mode, policy_kind=policy.kind, first_seed=seed)
     if out is not None:
         (out / "eval.json").write_text(json.dumps(summary, indent=2))
     return summary
@@ -225,31 +224,49 @@ def evaluate_policy_file(
     match the policy) raises a ValueError naming it.
     """
     from robot_rl.policies.base import set_inference_steps
-    from robot_rl.policies.checkpoint import load_policy, policy_folder
-    from robot_rl.policy_file import read_policy_file, resolve_policy_path
+    from robot_rl.policies.checkpoint import load_policy
 
     path = Path(policy_path)
-    folder = policy_folder(path) or (policy_folder(path / "policy") if path.is_dir() else None)
     policy = load_policy(path, device=device)
     if inference_steps is not None:
         set_inference_steps(policy, inference_steps)
-    located = folder if folder is not None else resolve_policy_path(path)
+    located, fields = saved_policy_fields(path)
     task = task or task_of_run(located)
     if task is None:
         raise ValueError(f"no --task given and no run config.json next to {located} to take it from")
     out = Path(out) if out is not None else located.parent / "eval"
     summary = evaluate_policy(policy, task, episodes, seed=seed, obs_mode=obs_mode, image_size=image_size, out=out,
                               video=video, video_episodes=video_episodes, on_episode=on_episode, name=str(located))
-    extra: dict[str, Any] = {"policy": str(located)}
+    extra: dict[str, Any] = {"policy": fields.pop("policy")}
     if inference_steps is not None:
         extra["inference_steps"] = inference_steps
-    if folder is None:
-        message = read_policy_file(located)
-        extra.update({"weights_version": message.version, "policy_transitions": message.transitions,
-                      "policy_updates": message.updates})
-    summary = {**extra, **summary}
+    summary = {**extra, **fields, **summary}
     (out / "eval.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def evaluation_summary(evaluation: Evaluation, *, task: str, obs_mode: str, policy_kind: str,
+                       first_seed: int | None) -> dict[str, Any]:
+    """What `eval.json` holds about an evaluation (`robot-rl eval`, and the ROS graph's `sim_eval.yaml`)."""
+    return {"task": task, "obs_mode": obs_mode, "policy_kind": policy_kind, "first_seed": first_seed,
+            **evaluation.summary(), "video": str(evaluation.video) if evaluation.video else None}
+
+
+def saved_policy_fields(policy_path: str | Path) -> tuple[Path, dict[str, Any]]:
+    """(where the saved policy is, what `eval.json` says about it): its path, and for a SAC policy file its weights
+    version and the transitions and updates it was trained with."""
+    from robot_rl.policies.checkpoint import policy_folder
+    from robot_rl.policy_file import read_policy_file, resolve_policy_path
+
+    path = Path(policy_path)
+    folder = policy_folder(path) or (policy_folder(path / "policy") if path.is_dir() else None)
+    located = folder if folder is not None else resolve_policy_path(path)
+    fields: dict[str, Any] = {"policy": str(located)}
+    if folder is None:
+        message = read_policy_file(located)
+        fields.update({"weights_version": message.version, "policy_transitions": message.transitions,
+                       "policy_updates": message.updates})
+    return located, fields
 
 
 def _check_observations(env, spec: ObservationSpec, action_dim: int, policy_file: Path | str, task: str,

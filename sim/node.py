@@ -532,7 +532,10 @@ class SimNode:
         driver_mode = bool(self.config.robot)
         # Driver mode renders each camera at its own size: the env's square observation images are not needed.
         env_obs_mode = "state" if driver_mode else self.config.obs_mode
-        self.robot = SimRobot(self.config.task, env_obs_mode, self.config.image_size)
+        try:  # the env's own checks of the task and image_size (those of in-process training)
+            self.robot = SimRobot(self.config.task, env_obs_mode, self.config.image_size)
+        except ValueError as error:
+            raise NodeStartupError(str(error)) from None
         sensors = qos.qos_profile(qos.SENSORS)
         self._image_pubs = []  # (stream, publisher) published with every control step
         realtime = self.config.mode == "realtime"
@@ -777,9 +780,13 @@ def main(argv: list[str] | None = None) -> int:
     from robot_rl.ros.node_util import parse_node_arguments, run_node
 
     argv = list(sys.argv if argv is None else argv)
-    args = parse_node_arguments(_parser(), argv)
-    config = SimNodeConfig(task=args.task, obs_mode=args.obs_mode, image_size=args.image_size, mode=args.mode,
-                           seed=args.seed, robot=args.robot)
+    parser = _parser()
+    args = parse_node_arguments(parser, argv)
+    try:
+        config = SimNodeConfig(task=args.task, obs_mode=args.obs_mode, image_size=args.image_size, mode=args.mode,
+                               seed=args.seed, robot=args.robot)
+    except ValueError as error:  # as a bad parameter: one line, exit status 2
+        parser.exit(2, f"error: {error}\n")
     return run_node(lambda: SimNode(config, node_name=args.node_name), argv, args.node_name)
 
 if __name__ == "__main__":

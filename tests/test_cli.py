@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -135,6 +136,14 @@ def test_eval_help():
     (["eval", "--policy", "{tmp}/missing.msgpack"], "does not exist"),
     (["eval", "--policy", "x", "--episodes", "0"], "episodes=0 must be >= 1"),
     (["record", "--episodes", "-2"], "episodes"),
+    # unknown commands and options: one line with the closest known name, not tyro's box of the whole option list
+    (["trian"], "unknown command 'trian' (did you mean 'train'?); commands: train, eval, "),
+    (["train", "--step", "10"], "unrecognized option --step (did you mean --steps?); see robot-rl train --help"),
+    (["train", "--sac.critic-ensemble=3"], "unrecognized option --sac.critic-ensemble (did you mean "
+                                           "--sac.critic-ensemble-size?)"),
+    (["eval", "--polcy", "x"], "unrecognized option --polcy (did you mean --policy?); see robot-rl eval --help"),
+    (["eval", "--policy", "x", "extra"], "unexpected argument 'extra'; see robot-rl eval --help"),
+    (["info"], "missing PATH; see robot-rl info --help"),
 ])
 def test_bad_input_is_one_line_exit_2_and_creates_nothing(tmp_path, capsys, args, message):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
@@ -390,9 +399,23 @@ def test_ctrl_c_while_the_console_script_imports_is_one_line_and_exit_130(monkey
                 raise KeyboardInterrupt
             return None
 
+    from robot_rl import interrupts
+
     monkeypatch.delitem(sys.modules, "robot_rl.cli", raising=False)
+    monkeypatch.delitem(sys.modules, "jax", raising=False)  # else it leaves with os._exit (an XLA thread may run)
+    monkeypatch.setattr(interrupts, "install_for_process", lambda: None)  # not this test process's handlers
     monkeypatch.setattr(sys, "meta_path", [InterruptedImport(), *sys.meta_path])
     with pytest.raises(SystemExit) as exit_info:
         console.main()
     assert exit_info.value.code == 130
-    assert capsys.readouterr().err == "interrupted while starting\n"
+    assert capsys.readouterr().err == "interrupted\n"
+
+
+def test_several_datasets_are_given_one_way_for_every_command():
+    """`--dataset A B` and `--dataset A --dataset B` mean the same to train-bc and train-reward (argparse alone keeps
+    only the last of a repeated option)."""
+    from robot_rl.cli import Command, parse_args
+
+    for command in (["train-bc", "--out", "o"], ["train-reward", "--out", "o"]):
+        for given in (["--dataset", "a", "b"], ["--dataset", "a", "--dataset", "b"]):
+            assert parse_args(Command, [*command, *given, "--steps", "3"]).dataset == (Path("a"), Path("b"))

@@ -468,7 +468,7 @@ def test_a_signal_to_the_launcher_stops_every_child_with_sigint(tmp_path, signum
     finally:
         if launcher.poll() is None:
             launcher.kill()
-    assert launcher.returncode == 0, out
+    assert launcher.returncode == 128 + signum, out  # 130 / 143 / 129, as every command stopped by a signal
     assert "[one] one got SIGINT" in out and "[two] two got SIGINT" in out, out
     assert f"received {signum.name}, shutting down" in out
     assert "sending SIGTERM" not in out  # nobody needed more than SIGINT
@@ -568,7 +568,7 @@ def test_a_preflight_process_runs_before_the_entries_after_it(tmp_path):
     finally:
         launcher._handle_signal(signal.SIGINT, None)  # what a Ctrl-C to the launcher does
         thread.join(timeout=30)
-    assert result == [0], out.getvalue()
+    assert result == [130], out.getvalue()
     lines = out.getvalue().splitlines()
     order = [next(i for i, line in enumerate(lines) if line.startswith(prefix)) for prefix in (
         "[launch] started driver", "[launch] waiting for check (preflight) before starting the rest",
@@ -925,6 +925,19 @@ def test_robot_run_acts_with_the_gated_policy_and_no_learner():
     assert "base:=runs/dp/policy" in trained["learner"].argv and "allow_unvalidated:=false" in trained["actor"].argv
 
 
+def test_sim_train_evaluation_and_validation_arguments_reach_the_learner():
+    default = {p.name: p for p in load_launch_file(LAUNCH_DIR / "sim_train.yaml", {}).processes}["learner"].argv
+    for param in ("eval_every:=-1", "eval_episodes:=20", "final_eval_episodes:=20", "final_validation:=true"):
+        assert param in default, default
+    given = {p.name: p for p in load_launch_file(LAUNCH_DIR / "sim_train.yaml", {
+        "final_validation": "false", "eval_every": "0", "eval_episodes": "5"}).processes}["learner"].argv
+    for param in ("eval_every:=0", "eval_episodes:=5", "final_eval_episodes:=5", "final_validation:=false"):
+        assert param in given, given
+    evaluation = {p.name: p for p in load_launch_file(LAUNCH_DIR / "sim_eval.yaml", {
+        "weights": "runs/x/policy.msgpack"}).processes}["actor"].argv
+    assert "eval_out:=auto" in evaluation, evaluation
+
+
 def test_sim_train_human_can_be_switched_off():
     with_human = load_launch_file(LAUNCH_DIR / "sim_train.yaml", {})
     without = load_launch_file(LAUNCH_DIR / "sim_train.yaml", {"human": "false"})
@@ -1014,10 +1027,40 @@ def test_sim_train_trains_evaluates_and_ends(sim_train_run):
     assert records[0]["policy_sha256"] == policy_digest(run_dir / "policy.msgpack")
     assert [c["episodes"] for c in records[0]["conditions"]] == [1] * 8, records
     assert result["validation"]["verdict"] == records[0]["verdict"], result
-    # The same report as an in-process run: report.md with the final evaluation, both plots and the eval video.
+    # Sized to the 60-step run (1 episode per condition), said so with how to skip it and how to get a verdict.
+    learner = [line for line in out.splitlines() if line.startswith("[learner] ")]
+    assert any("final validation: default suite, 8 conditions x 1 episodes (sized to the run's 60 transitions; a "
+               "verdict needs 20 per condition: `robot-rl validate " in line
+               and line.endswith("skip it with final_validation:=false") for line in learner), out[-4000:]
+    # The same report as an in-process run: report.md with evaluations every eval_every transitions (a fifth of the
+    # run, from the first policy on) and the final one, both plots and the eval video. One count of env steps: the
+    # transitions trained on, in the eval rows, the report's totals and result.json.
     report = (run_dir / "report.md").read_text()
     assert "over ROS 2" in report and re.search(r"Final eval success: \*\*\d+ % \([01]/1 episodes", report), report
     assert "Git commit:" in report and "Wall-clock time:" in report, report
+    rows = [int(m) for m in re.findall(r"^\| (\d+) \| \d+ % \| 1 \|", report, re.M)]
+    assert rows[0] == 0 and rows[-1] == result["trained_on"] == 60 and rows == sorted(set(rows)), report
+    assert f"at env step {result['trained_on']} " in report and f"Env steps: {result['trained_on']}," in report
+    evals = [line for line in learner if re.search(r"\]: env step \d+: eval success \d+ % \([01]/1 episodes", line)]
+    assert len(evals) == len(rows) - 1 and "env step 0: eval success" in evals[0], learner  # + the final one's
+    assert any(": final evaluation: env step 60: eval success" in line for line in learner), learner
+    progress = [line for line in learner if "]: progress: " in line]
+    assert progress and re.search(r"progress: \d+/60 transitions \(\d+%\).*, \d+ updates .*, weights v\d+, "
+                                  r"\d+ episodes.*; last eval ", progress[-1]), learner
+    # The actor heard that the weights were final: no "learner away?" wait while the learner evaluated at the end.
+    actor = [line for line in out.splitlines() if line.startswith("[actor] ")]
+    assert any("the learner reached its training budget: final weights" in line for line in actor), actor
+    assert not any("learner away?" in line or "max_weight_lag" in line for line in actor), actor
+    # `robot-rl status` on the run folder: both nodes, the learner done, the robot's counts.
+    from robot_rl.run_status import format_status, read_run_status
+
+    status = read_run_status(run_dir)
+    assert [(n["node"], n["name"], n["stale"]) for n in status["nodes"]] == [("learner", "learner", False),
+                                                                             ("actor", "sim0", False)], status
+    assert status["learner"]["phase"] == "done" and status["learner"]["trained_on"] == 60, status
+    (robot,) = status["robots"]
+    assert robot["robot"] == "sim0" and robot["episodes"] >= 1 and robot["intervention_rate"] is not None, status
+    assert "learner: done; trained on 60/60 (100%) transitions" in format_status(status)
     for name in ("learning_curve.png", "training_curves.png"):
         assert (run_dir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
     import av
@@ -1081,6 +1124,16 @@ def test_sim_eval_runs_the_trained_policy(sim_train_run, tmp_path):
     assert len(episodes) == 1, out[-4000:]
     assert any(line.startswith("[actor] ") and "/1 episodes successful" in line for line in out.splitlines()), out
     assert _launcher_lines(out)[-1] == "[launch] launch finished: actor exited with code 0 (exit status 0)", out
+    # robot-rl eval's eval.json (in an eval folder next to the policy): the same fields, computed the same way.
+    from robot_rl.sim.evaluate import evaluate_policy_file
+
+    written = json.loads((run_dir / "eval" / "eval.json").read_text())
+    in_process = evaluate_policy_file(run_dir / "policy.msgpack", episodes=1, out=tmp_path / "in-process")
+    assert set(in_process) <= set(written) and written["episodes"] == 1, (written, in_process)
+    assert written["success_rate"] == written["successes"] and len(written["success_ci95"]) == 2, written
+    assert written["policy"] == in_process["policy"] and written["weights_version"] == in_process["weights_version"]
+    assert any(line.startswith("[actor] ") and "eval: success " in line and "eval.json" in line
+               for line in out.splitlines()), out
 
 
 @pytest.fixture(scope="module")
@@ -1155,7 +1208,7 @@ def test_without_a_teleop_device_auto_keeps_the_launch_going(tmp_path):
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
     out = log.read_text()
-    assert status == 0, out
+    assert status == 130, out  # stopped by Ctrl-C (its nodes each stopped cleanly: see below)
     line = next(line for line in out.splitlines() if "no teleop device found" in line)
     for fragment in ("gamepad: no gamepad found", "keyboard: keyboard teleop needs an interactive terminal",
                      "running without a teleop device", "teleop_node --device keyboard", "teleop/episode"):
@@ -1235,7 +1288,7 @@ def test_robot_train_with_stand_in_drivers(recorded_demos, tmp_path):
     finally:
         run.stop()
     out = run.output()
-    assert status == 0, out[-4000:]
+    assert status == 130, out[-4000:]  # stopped by Ctrl-C; every node exited 0 (below)
     launcher = _launcher_lines(out)
     assert "[launch] received SIGINT, shutting down" in launcher, out[-4000:]
     assert not any("still running: sending" in line for line in launcher), out[-4000:]

@@ -69,3 +69,54 @@ def test_a_host_that_does_not_count_gets_one_callback_per_unit_of_work():
     executor = FakeExecutor(counter, ready=10)
     assert spin_callbacks(executor, host, timeout_sec=0.0) == 0
     assert executor.calls == 1 and executor.ready == 9
+
+
+def test_a_range_names_its_rule_and_the_special_values_it_allows():
+    from robot_rl.ros.node_util import NodeStartupError, Range, check_ranges
+
+    episodes, wait = Range(1, also={0: "run until stopped"}), Range(above=0)
+    assert [v for v in (-1, 0, 1, 7) if episodes.allows(v)] == [0, 1, 7]
+    assert not wait.allows(0.0) and not wait.allows(float("nan")) and not Range().allows(float("inf"))
+    assert str(Range(16, high=640, also={0: "the policy's own"})) == "in [16, 640] (0: the policy's own)"
+    values = {"episodes": -1, "weight_wait_s": 0.0, "seed": 3}
+    with pytest.raises(NodeStartupError) as error:
+        check_ranges("actor", values.__getitem__, {"episodes": episodes, "weight_wait_s": wait, "seed": Range(0)})
+    assert str(error.value) == ("invalid parameters of node actor: episodes=-1 must be >= 1 (0: run until stopped); "
+                                "weight_wait_s=0.0 must be > 0") and error.value.status == 2
+    check_ranges("actor", {"episodes": 0}.__getitem__, {"episodes": episodes})  # 0: its special value
+
+
+@pytest.mark.parametrize("given, message", [
+    ({"steps": -5}, "steps=-5 must be >= 0 (steps:=0 means run until stopped)"),
+    ({"final_eval_episodes": -1}, "final_eval_episodes=-1 must be >= 1 (final_eval_episodes:=0 means no final "
+                                  "evaluation)"),
+    ({"critics": 0}, "invalid SACConfig: critics=0 must be >= 1"),
+    ({"utd": 0}, "invalid LearnerConfig: utd=0 must be >= 1"),
+    ({"batch_size": 0}, "batch_size=0 must be >= 1"),
+    ({"image_size": 4}, "image_size=4 must be in [16, 640]"),
+    ({"obs_mode": "rgb"}, "obs_mode='rgb' must be one of 'state', 'pixels', 'state+pixels'"),
+    ({"policy": "nope"}, "policy='nope' must be one of 'plain', 'residual', 'noise'"),
+    ({"residual_scale": -0.1, "policy": "residual", "base": "b"}, "residual_scale=-0.1 must be > 0"),
+    ({"checkpoint_every": 0}, "checkpoint_every=0 must be >= 1"),
+    ({"weights_every": 0}, "weights_every=0 must be >= 1"),
+    ({"updates_per_transition": -1.0}, "updates_per_transition=-1.0 must be >= 0"),
+    ({"abandon_after_s": float("nan")}, "abandon_after_s=nan must be > 0"),
+])
+def test_learner_parameters_are_checked_by_the_rules_of_their_in_process_twins(given, message):
+    # TrainConfig / LearnerConfig / SACConfig / LearnerServer check the node's parameters: one rule, the twin's
+    from robot_rl.ros.learner_node import PARAMETERS, NodeStartupError, _checked_train_config, check_server_settings
+
+    settings = {name: default for name, default, _ in PARAMETERS} | given
+    with pytest.raises(NodeStartupError) as error:
+        check_server_settings(settings)
+        _checked_train_config(settings)
+    assert message in str(error.value) and error.value.status == 2, str(error.value)
+
+
+def test_the_learner_defaults_and_steps_0_pass_their_twins():
+    from robot_rl.ros.learner_node import PARAMETERS, _checked_train_config, check_server_settings
+
+    settings = {name: default for name, default, _ in PARAMETERS}
+    for steps in (0, 5):  # 0: run until stopped
+        check_server_settings(settings | {"steps": steps})
+        assert _checked_train_config(settings | {"steps": steps}).steps == (steps or 1)

@@ -89,3 +89,41 @@ def test_report_of_a_run_stopped_before_any_update_or_eval(tmp_path):
     text = path.read_text()
     assert "**Interrupted at env step 0 of 100" in text and "No evaluation yet" in text
     assert (tmp_path / "training_curves.png").stat().st_size > 0
+
+
+def test_json_safe_turns_nan_into_null_everywhere():
+    import json
+
+    import numpy as np
+
+    from robot_rl.report import json_safe
+
+    value = {"loss": float("nan"), "rows": [{"v": np.float32("inf")}, (1.5, -float("inf"))], "n": 3, "s": "x"}
+    assert json.dumps(json_safe(value), allow_nan=False) == \
+        '{"loss": null, "rows": [{"v": null}, [1.5, null]], "n": 3, "s": "x"}'
+
+
+def test_loss_curves_are_not_drawn_without_a_finite_point(tmp_path):
+    from robot_rl.report import plot_losses
+
+    assert not plot_losses(tmp_path / "a.png", {"train": [], "validation": [(5, float("nan"))]}, ylabel="l", title="t")
+    assert not (tmp_path / "a.png").exists()
+    assert plot_losses(tmp_path / "b.png", {"train": [(1, 0.5), (2, 0.25)], "validation": []}, ylabel="l", title="t")
+    assert min(matplotlib.image.imread(tmp_path / "b.png").shape[:2]) > 400
+
+
+def test_progress_lines_come_every_few_seconds_and_only_when_enabled():
+    import io
+
+    from robot_rl.progress import ProgressLines
+
+    now, stream = [100.0], io.StringIO()
+    lines = ProgressLines("train-bc", 300, enabled=True, every_s=5.0, clock=lambda: now[0], stream=stream)
+    for step in range(1, 301):  # 0.125 s a step: a line every 40 steps
+        now[0] = 100.0 + 0.125 * step
+        lines.update(step, f"loss {1 / step:.4f}")
+    printed = stream.getvalue().splitlines()
+    assert [line.split()[2] for line in printed] == [f"{k}/300" for k in range(40, 300, 40)], printed
+    assert printed[0] == "train-bc: step 40/300 (13 %)  loss 0.0250  elapsed 5.0 s", printed
+    off = ProgressLines("train-bc", 300, enabled=False, every_s=0.0, stream=stream)
+    assert not off.update(1, "loss 1") and len(stream.getvalue().splitlines()) == len(printed)

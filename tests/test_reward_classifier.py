@@ -292,7 +292,7 @@ def test_train_reward_command_writes_the_classifier_and_one_summary_line(dataset
 
 @pytest.mark.parametrize("argv, message", [
     (["train-reward", "--dataset", "{missing}", "--out", "{out}"], "not a robot_rl dataset (does not exist)"),
-    (["train-reward", "--out", "{out}"], "no dataset given"),
+    (["train-reward", "--out", "{out}"], "missing --dataset"),
     (["train-reward", "--dataset", "{data}", "--out", "{out}", "--cameras", "wrist"],
      "--cameras: images/wrist is not a camera of"),
     (["train-reward", "--dataset", "{data}", "--out", "{out}", "--threshold", "1.5"],

@@ -57,6 +57,14 @@ def bad_starts(work: Path) -> dict[str, list[str]]:
         "learner_corrupt_log": [sys.executable, "-m", "robot_rl.ros.learner_node", "--ros-args",
                                 "-p", f"run_dir:={corrupt.parent.parent}", "-p", "obs_mode:=state"],
         "sim_typo": [sys.executable, "-m", "robot_rl.sim.node", "--mode", "lockstep", "--ros-args", "-p", "sed:=3"],
+        # out of range: each node parameter by its in-process twin's rule (or its own range where it has none)
+        "learner_steps": [sys.executable, "-m", "robot_rl.ros.learner_node", "--ros-args",
+                          "-p", f"run_dir:={work / 'never'}", "-p", "obs_mode:=state", "-p", "steps:=-5"],
+        "actor_range": [*actor, "-p", "episodes:=-1", "-p", "weight_wait_s:=0.0"],
+        "sim_image_size": [sys.executable, "-m", "robot_rl.sim.node", "--mode", "lockstep", "--ros-args",
+                           "-p", "image_size:=4"],
+        "teleop_rate": [sys.executable, "-m", "robot_rl.drivers.teleop_node", "--device", "keyboard", "--ros-args",
+                        "-p", "rate_hz:=0.0"],
     }
 
 
@@ -268,6 +276,11 @@ def error_lines(output: str) -> list[str]:
     ("learner_corrupt_log", ["cannot resume run_dir ", "transition_log/000000000000.msgpack is corrupt (",
                              "move that file out of the log"]),
     ("sim_typo", ["unknown parameter 'sed' for node sim (did you mean 'seed'?)"]),
+    ("learner_steps", ["steps=-5 must be >= 0 (steps:=0 means run until stopped)"]),
+    ("actor_range", ["invalid parameters of node actor: episodes=-1 must be >= 1 (0: run until stopped); "
+                     "weight_wait_s=0.0 must be > 0"]),
+    ("sim_image_size", ["image_size=4 must be an int in [16, 640]"]),
+    ("teleop_rate", ["rate_hz=0.0 must be a finite number > 0"]),
 ])
 def test_bad_parameters_and_policy_files_are_one_error_line_and_exit_2(summary, case, words):
     result = summary["bad_starts"][case]

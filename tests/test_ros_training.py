@@ -193,6 +193,11 @@ def client(policy: str = "plain") -> dict:
         summary["actors_after"] = {src: {k: s[k] for k in ("transitions", "acked_through", "weights_version",
                                                            "dropped", "resent", "episodes")}
                                    for src, s in final_actors.items()}
+        from robot_rl.run_status import format_status, read_run_status
+
+        live = read_run_status(run_dir)  # `robot-rl status` on the live graph's run folder
+        summary["status"] = {"nodes": [[n["node"], n["name"], n["file"], n["stale"]] for n in live["nodes"]],
+                             "robots": {r["robot"]: r for r in live["robots"]}, "table": format_status(live)}
         from robot_rl.data.replay import ReplayBuffer
         from robot_rl.policy_file import read_policy_file
 
@@ -266,7 +271,17 @@ def run_and_check(policy: str) -> dict:
     for source, actor in summary["actors_after"].items():
         assert actor["dropped"] == 0 and actor["weights_version"] > 1_000_000_000, summary
         assert actor["acked_through"] >= summary["transitions_at_check"][source] - 1, summary
-    assert summary["launcher_rc"] == 0, summary["log_tail"]
+    assert summary["launcher_rc"] == 130, summary["log_tail"]  # stopped by the SIGINT at the end
+    # `robot-rl status` found the learner in its own folder and one status file per robot, none of them stale, and
+    # per robot the learner's counts (over both runs of the learner) with the actor's transitions and weights.
+    status = summary["status"]
+    assert status["nodes"] == [["learner", "learner", "learner/learner_status.json", False],
+                               ["actor", "robot1", "robot1.json", False],
+                               ["actor", "robot2", "robot2.json", False]], status
+    for robot in ROBOTS:
+        row = status["robots"][robot]
+        assert row["counted_by"] == "learner" and row["episodes"] >= 1 and row["weights_version"] > 1, status
+    assert status["robots"]["robot1"]["intervention_rate"] > 0 == status["robots"]["robot2"]["intervention_rate"]
     return summary
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 import torch
@@ -51,7 +52,8 @@ def test_train_bc_writes_a_policy_that_eval_loads(demos, tmp_path, capsys):
     assert "no camera in the dataset" in err and "not object_state" in err and "--observation-keys" in err
     assert description["trained"]["steps"] == 10 and description["trained"]["task"] == "PickCube-v0"
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in metrics] == [5, 10] and all(m["validation_loss"] is not None for m in metrics)
+    assert [m["step"] for m in metrics if "train_loss" in m] == list(range(1, 11))  # every steps // 100 steps, at least 1
+    assert [m["step"] for m in metrics if m.get("validation_loss") is not None] == [5, 10]
     report = (out / "report.md").read_text()
     assert "Eval success in PickCube-v0" in report and (out / "loss_curves.png").is_file()
     assert any((out / "tensorboard").iterdir())
@@ -69,28 +71,48 @@ def test_train_bc_writes_a_policy_that_eval_loads(demos, tmp_path, capsys):
     assert json.loads(stdout.strip().splitlines()[-1])["inference_steps"] == 1
 
 
-def test_ctrl_c_saves_the_policy_trained_so_far(demos, tmp_path, capsys, monkeypatch):
-    from robot_rl import train_bc
+def strict_json(text: str):
+    """json.loads that refuses NaN / Infinity (Python writes them; JSON has none)."""
+    return json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in JSON: {text[:300]}"))
 
-    out = tmp_path / "run"
+
+def test_ctrl_c_saves_the_policy_trained_so_far(demos, tmp_path, capsys, monkeypatch):
+    # Stopped before the first validation (--validate-every 5): valid JSON (null, never NaN), a loss curve of the
+    # steps done, a report saying it was interrupted, and (stderr is not a terminal) plain progress lines.
+    from robot_rl import progress, train_bc
+
+    out, stop_after = tmp_path / "run", 3
     calls = {"n": 0}
     real = train_bc.train_bc
 
-    def stop_after_3(cfg, *, on_progress=None, should_stop=None):
+    def stop_after_n(cfg, *, on_progress=None, should_stop=None):
         def stop():
             calls["n"] += 1
-            return calls["n"] > 3
+            return calls["n"] > stop_after
 
         return real(cfg, on_progress=on_progress, should_stop=stop)
 
-    monkeypatch.setattr(train_bc, "train_bc", stop_after_3)
+    monkeypatch.setattr(train_bc, "train_bc", stop_after_n)
+    monkeypatch.setattr(progress, "EVERY_S", 0.0)  # a progress line at every step (stderr is not a terminal here)
     code, stdout, err = run_cli(["train-bc", "--dataset", str(demos), "--out", str(out), "--steps", "50", *TINY],
                                 capsys)
     assert code == 130, err
-    assert "interrupted at step 3/50" in err and str(out / "policy") in err
-    assert json.loads((out / "policy" / "policy.json").read_text())["trained"]["steps"] == 3
-    assert "Stopped at step 3/50" in (out / "report.md").read_text()
+    assert f"interrupted at step {stop_after}/50" in err and str(out / "policy") in err
+    assert json.loads((out / "policy" / "policy.json").read_text())["trained"]["steps"] == stop_after
+    printed, saved = strict_json(stdout.strip().splitlines()[-1]), strict_json((out / "summary.json").read_text())
+    assert printed["final_validation_loss"] is None and saved["final_validation_loss"] is None
+    report = (out / "report.md").read_text()
+    assert f"Interrupted at step {stop_after}/50" in report and f"No evaluation: interrupted at step {stop_after}/50" \
+        in report, report
     assert not (out / "eval.json").exists()
+    metrics = [strict_json(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == list(range(1, stop_after + 1))
+    assert isinstance(saved["final_train_loss"], float) and saved["final_train_loss"] == metrics[-1]["train_loss"]
+    assert re.search(r"Final losses: train \d+\.\d{4}, validation n/a\.", report), report
+    assert (out / "loss_curves.png").stat().st_size > 10_000 and "![loss curves]" in report
+    lines = [line for line in err.splitlines() if line.startswith("train-bc: step ")]
+    assert [line.split()[2] for line in lines] == [f"{k}/50" for k in range(1, stop_after + 1)], err
+    assert "loss " in lines[-1] and "elapsed" in lines[-1], lines
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -115,3 +137,39 @@ def test_an_existing_output_folder_is_refused(demos, tmp_path, capsys):
     code, _, err = run_cli(["train-bc", "--dataset", str(demos), "--out", str(tmp_path / "run")], capsys)
     assert code == 2 and "exists and is not an empty folder" in err
     assert (tmp_path / "run" / "keep.txt").read_text() == "mine"
+
+
+def test_fit_logs_the_training_loss_evenly_and_null_for_nan(tmp_path):
+    # A long run stopped early still has its curve (a point every 50 steps at most); a NaN loss is null, not NaN.
+    from robot_rl.train_bc import LOSS_EVERY_MAX, fit
+
+    weight = torch.nn.Parameter(torch.ones(2))
+    optimizer = torch.optim.SGD([weight], lr=0.01)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    stop_at, losses = {"step": 120}, {"nan": False}
+    calls = {"n": 0}
+
+    def stop() -> bool:
+        calls["n"] += 1
+        return calls["n"] > stop_at["step"]
+
+    def loss():
+        value = (weight ** 2).sum()
+        return value * float("nan") if losses["nan"] else value
+
+    result = fit(loss, optimizer, schedule, steps=100_000, validate_every=10**9, validate=lambda: None,
+                 out=tmp_path, validation_name="validation_loss", should_stop=stop)
+    assert result.stopped and result.steps == 120 and LOSS_EVERY_MAX == 50
+    rows = [strict_json(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [50, 100, 120] and all(r["train_loss"] > 0 for r in rows)
+    assert result.train_loss == rows[-1]["train_loss"] and result.validation is None
+    (tmp_path / "metrics.jsonl").unlink()
+    losses["nan"], calls["n"], stop_at["step"] = True, 0, 3
+    result = fit(loss, optimizer, schedule, steps=300, validate_every=2, validate=lambda: float("nan"), out=tmp_path,
+                 validation_name="validation_loss", should_stop=stop)
+    rows = [strict_json(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    # a point every 3 steps (300 // 100), a validation every 2: rows for either, each with what it measured
+    assert [{k: v for k, v in r.items() if k != "seconds"} for r in rows] == [
+        {"step": 2, "validation_loss": None, "learning_rate": 0.01},
+        {"step": 3, "train_loss": None, "learning_rate": 0.01}]
+    assert result.train_loss is None and result.validation is None

@@ -81,7 +81,8 @@ from pathlib import Path
 import numpy as np
 
 from robot_rl.ros import qos
-from robot_rl.ros.node_util import NodeStartupError, declare_parameters, relative_name, topic_publisher
+from robot_rl.ros.node_util import NodeStartupError, Range, check_ranges, declare_parameters, relative_name, \
+    topic_publisher
 
 NODE_NAME = "actor"
 MODES = ("", "lockstep", "realtime")
@@ -129,11 +130,32 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
                              "file's)"),
     ("frame_timeout_s", 10.0, "no sensor frame this long after a reset (lockstep: after a command): the sim or "
                               "driver is gone; the episode is given up and the reset called again"),
-    ("stats_path", "", "write a JSON status file here every second"),
+    ("stats_path", "", "write a JSON status file here every second (`robot-rl status` reads it)"),
+    ("eval_out", "", "with weights_path and episodes: when they are done, write `robot-rl eval`'s eval.json to this "
+                     "folder (auto: an eval folder next to the policy, as robot-rl eval)"),
     ("allow_unvalidated", False, "real robot: run a policy (weights_path, or the base of a learner's head) that has "
                                  "no passing validation record for this robot file (logged at every episode)"),
 )
 """The node's ROS parameters (name, default, description)."""
+
+PARAMETER_RANGES: dict[str, Range] = {
+    "image_size": Range(16, high=640, also={0: "the policy's own"}),  # the sim's, train's and record's range
+    "control_period": Range(above=0, also={0: "the robot file's rate"}),
+    "max_sensor_age": Range(above=0, also={0: "the robot file's"}),
+    "max_episode_steps": Range(1, also={0: "the sim task's, else the robot file's"}),
+    "episodes": Range(1, also={0: "run until stopped"}),
+    "inference_steps": Range(1, also={0: "as saved in its policy.json"}),
+    "chunk_execute": Range(1, also={0: "the policy's chunk length"}),
+    "ensemble_decay": Range(),
+    "seed": Range(0),
+    "max_weight_lag": Range(0),
+    "weight_wait_s": Range(above=0),
+    "reset_timeout_s": Range(above=0, also={0: "the robot file's"}),
+    "frame_timeout_s": Range(above=0),
+}
+"""Ranges of the numeric parameters (checked at start-up: one error line, exit status 2). outbox_capacity and
+resend_after are checked by their twin, robot_rl.transport.Outbox; a policy checks chunk_execute and
+inference_steps against itself when it is loaded."""
 
 
 def _sim_task_episode_steps(task: str) -> int:
@@ -180,6 +202,7 @@ class ActorNode:
         self._log = node.get_logger()
         param = declare_parameters(node, PARAMETERS)
         self._param = param
+        check_ranges(node.get_name(), param, PARAMETER_RANGES)
         try:
             self.robot = load_robot_config(str(param("robot")))
         except RobotConfigError as error:
@@ -190,11 +213,6 @@ class ActorNode:
         obs_mode = _choice(param, "obs_mode", ("", *OBS_MODES))
         self.reset_timeout_s = float(param("reset_timeout_s")) or robot.reset.timeout_s
         self.frame_timeout_s = float(param("frame_timeout_s"))
-        for name, value in (("reset_timeout_s", self.reset_timeout_s), ("frame_timeout_s", self.frame_timeout_s),
-                            ("control_period", float(param("control_period")) or 1.0),
-                            ("max_sensor_age", float(param("max_sensor_age")) or 1.0)):
-            if value <= 0:
-                raise NodeStartupError(f"{name}={value} must be > 0")
         if obs_mode:
             self.observation_keys = ("state", *(("object_state",) if obs_mode != "pixels" else ()),
                                      *((f"images/{c}" for c in robot.camera_names) if "pixels" in obs_mode else ()))
@@ -212,8 +230,6 @@ class ActorNode:
         if self.action_dim not in (4, 7):
             raise NodeStartupError(f"action_dim={self.action_dim} must be 4 (dx, dy, dz, gripper) or 7 (with rotations)")
         self.image_size = int(param("image_size"))
-        if self.image_size < 0:
-            raise NodeStartupError(f"image_size={self.image_size} must be >= 0 (0: the policy's own)")
         self.control_dt = float(param("control_period")) or robot.control_period
         self.max_translation, self.max_rotation = robot.max_translation, robot.max_rotation
         self.task = str(param("task"))
@@ -233,7 +249,10 @@ class ActorNode:
             self.source = make_source(str(param("actor_id")))
         except ValueError as error:
             raise NodeStartupError(f"actor_id: {error}") from None
-        self.outbox = Outbox(int(param("outbox_capacity")), float(param("resend_after")))
+        try:  # the twins' own checks
+            self.outbox = Outbox(int(param("outbox_capacity")), float(param("resend_after")))
+        except ValueError as error:
+            raise NodeStartupError(f"outbox_capacity / resend_after: {error}") from None
         self.session = ActorSession(safety, self.source, self.outbox, max_episode_steps=max_steps)
         self.sensors = SensorCache(self.observation_keys, max_age_s=max_age)
         self._twist_estimator = TwistEstimator() if robot.arm.twist == "derived" else None
@@ -259,6 +278,11 @@ class ActorNode:
         # actor and every earlier run of this one), so only its growth since then is this run's share.
         self._trained_base: int | None = None
         self.results: list[dict] = []
+        self._episode_started = time.monotonic()
+        self.learner_done = False  # the learner's newest weights are its final ones (budget reached)
+        from robot_rl.learner_evals import RateWindow
+
+        self._rate_window = RateWindow()
         self.rejected: collections.Counter[str] = collections.Counter()
         self._rejected_logged: dict[str, float] = {}
         self.waits: collections.Counter[str] = collections.Counter()  # timer ticks spent waiting, by reason
@@ -357,6 +381,10 @@ class ActorNode:
         self.allow_unvalidated = bool(param("allow_unvalidated"))
         self.unvalidated: str | None = None  # why the policy acting on this real robot is not validated, if it is not
         self.weights_path = str(param("weights_path"))
+        self.eval_out = str(param("eval_out"))
+        if self.eval_out and not (self.weights_path and self.episodes_wanted):
+            raise NodeStartupError(f"eval_out={self.eval_out!r} evaluates a saved policy over a number of episodes: "
+                                   "give weights_path and episodes too")
         if self.weights_path:
             problem = self._deployment_problem(self.weights_path)
             if problem:
@@ -751,6 +779,10 @@ class ActorNode:
             self._trained_base = weights.transitions
         if first:
             self._log.info(f"policy weights v{weights.version} loaded from {origin}")
+        if weights.training_done and not self.learner_done:
+            self._log.info(f"the learner reached its training budget: final weights v{weights.version}; this actor "
+                           "finishes its episode and starts no new one")
+        self.learner_done = weights.training_done
         return None
 
     def _on_ack(self, msg) -> None:
@@ -838,6 +870,10 @@ class ActorNode:
         if self.done:
             return
         if self._phase == "idle":
+            if self.learner_done:  # nothing would train on another episode (said once, when the weights came)
+                self._wait("the learner (its training budget is done)", "", after_s=math.inf)
+                self._hold_between_episodes()
+                return
             self._begin_reset()
             return
         if self._phase == "resetting":
@@ -860,6 +896,7 @@ class ActorNode:
             self._ik_seed = None  # joint commands start from the measured joints
             position, quat = self.sensors.tcp_pose()
             episode = self.session.start_episode(position, quat)
+            self._episode_started = time.monotonic()
             self._episode_pub.publish(self._UInt32(data=episode % (2**32)))
             if self.unvalidated:
                 self._log.error(f"episode {episode} on {self.robot.name} with an UNVALIDATED policy "
@@ -939,7 +976,8 @@ class ActorNode:
         self._task_events.clear()
 
     def _must_wait_for_weights(self) -> bool:
-        if self.mode != "lockstep" or self.max_weight_lag <= 0 or self.session.actor is None or self.weights_path:
+        if (self.mode != "lockstep" or self.max_weight_lag <= 0 or self.session.actor is None or self.weights_path
+                or self.learner_done):  # the final weights: no newer ones will come
             return False
         trained = self.weights_transitions - (self._trained_base or 0)
         if self.session.next_seq - trained <= self.max_weight_lag:
@@ -1222,7 +1260,8 @@ class ActorNode:
         steps = session.episode_step
         record = {"episode": session.episode, "success": bool(result.success), "steps": steps,
                   "return": session.episode_return, "interventions": session.episode_interventions,
-                  "weights_version": self.weights_version}
+                  "weights_version": self.weights_version,
+                  "seconds": round(time.monotonic() - self._episode_started, 3)}
         self.results.append(record)
         self._log.info(f"episode {session.episode}: success={record['success']} steps={steps} "
                        f"return={record['return']:.2f} interventions={record['interventions']} "
@@ -1235,6 +1274,36 @@ class ActorNode:
         if self.episodes_wanted and len(self.results) >= self.episodes_wanted:
             self.done = True
             self.write_stats()
+            if self.eval_out:
+                try:
+                    self._write_eval()
+                except OSError as error:
+                    self._log.error(f"cannot write eval.json: {error}")
+                    self.exit_status = 1
+
+    def _write_eval(self) -> None:
+        """`robot-rl eval`'s eval.json (robot_rl.sim.evaluate: the same statistics) for the episodes run here; the
+        sim node's random stream places the objects, so episodes carry no seed."""
+        from robot_rl.loop import EpisodeResult
+        from robot_rl.report import success_text
+        from robot_rl.sim.evaluate import Evaluation, env_settings_for, evaluation_summary, saved_policy_fields
+
+        located, fields = saved_policy_fields(self.weights_path)
+        out = located.parent / "eval" if self.eval_out == "auto" else Path(self.eval_out)
+        policy = self.session.actor.policy
+        evaluation = Evaluation(tuple(EpisodeResult(None, r["steps"], float(r["return"]), r["success"], r["seconds"])
+                                      for r in self.results))
+        obs_mode = str(self._param("obs_mode")) or env_settings_for(policy.observation_spec)[0]
+        summary = {"policy": fields.pop("policy"),
+                   **({"inference_steps": int(self._param("inference_steps"))}
+                      if int(self._param("inference_steps")) else {}),
+                   **fields, **evaluation_summary(evaluation, task=self.task, obs_mode=obs_mode,
+                                                  policy_kind=policy.kind, first_seed=None),
+                   "mode": self.mode, "deterministic": self.deterministic}
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "eval.json").write_text(json.dumps(summary, indent=2))
+        self._log.info(f"eval: success {success_text(evaluation.successes, len(evaluation))}, return "
+                       f"{evaluation.mean_return:.2f}, length {evaluation.mean_length:.1f}; {out / 'eval.json'}")
 
     def _record(self, final_obs, success: bool) -> None:
         from robot_rl.data.episodes import EpisodeWriter
@@ -1275,9 +1344,14 @@ class ActorNode:
     # ----- status ------------------------------------------------------------------------------------------------
     def stats(self) -> dict:
         session = self.session
+        rates = self._rate_window.add(time.monotonic(), transitions_per_s=session.next_seq,
+                                      commands_per_s=session.counters["commands"])
         return {
             "source": self.source, "episodes": len(self.results),
             "successes": sum(r["success"] for r in self.results), "results": self.results[-200:],
+            "steps": sum(r["steps"] for r in self.results),
+            "interventions": sum(r["interventions"] for r in self.results), "rates": rates, "done": self.done,
+            "learner_done": self.learner_done,
             "transitions": session.next_seq, "commands": session.counters["commands"],
             "held": session.counters["held"], "policy_late": session.counters["policy_late"],
             "chunks": dict(getattr(getattr(session.actor, "planner", None), "counters", {}) or {}),
@@ -1299,7 +1373,12 @@ class ActorNode:
         if self.stats_path is None:
             return
         tmp = self.stats_path.with_name(self.stats_path.name + ".tmp")
-        tmp.parent.mkdir(parents=True, exist_ok=True)
+        if not tmp.parent.is_dir():
+            if not self.session.counters["commands"]:
+                # Nothing done yet: no folder made for the status alone (a launch that never got going, e.g. the
+                # learner refused its parameters, leaves no run_dir holding only actor_status.json).
+                return
+            tmp.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text(json.dumps(self.stats()))
         os.replace(tmp, self.stats_path)
 

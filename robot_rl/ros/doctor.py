@@ -808,10 +808,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (RobotConfigError, DoctorError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # SIGINT / SIGTERM: one line, 130 / 143
+        from robot_rl import interrupts
+
+        interrupts.exit_stopped(exc)
 
 
 if __name__ == "__main__":
+    from robot_rl import interrupts
+
+    interrupts.install_for_process()  # SIGINT and SIGTERM raise: rclpy is shut down before the process ends
     sys.exit(main())

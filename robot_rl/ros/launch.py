@@ -50,15 +50,15 @@ exit of an ``on_exit: shutdown`` process, stops every process: SIGINT, then SIGT
 Should the launcher itself die (``kill -9``), each process gets SIGTERM from the kernel (``setpriv --pdeathsig``,
 util-linux) rather than running on unsupervised. A ``respawn`` process is restarted after it exits, except when it
 exits with status 2 (a usage or configuration error, which a restart would only repeat): then it ends the launch like
-a required process. Exit status: 0 after a signal-triggered shutdown; the status of the process that ended the launch
-(1 if it died by a signal), named again on the launcher's last line; otherwise, once every process has exited on its
-own, 0 if all exited 0, else 1. Children read stdin from /dev/null.
+a required process. Exit status: 128 + the signal's number after a signal-triggered shutdown (130 SIGINT, 143 SIGTERM,
+129 SIGHUP; the first signal counts, whatever else ended the launch); otherwise the status of the process that ended
+the launch (1 if it died by a signal), named again on the launcher's last line; otherwise, once every process has
+exited on its own, 0 if all exited 0, else 1. Children read stdin from /dev/null.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import os
 import re
@@ -76,6 +76,7 @@ from typing import IO, Any
 import yaml
 
 from robot_rl.ros.node_util import STOP_SIGNALS
+from robot_rl.suggest import closest
 
 # `pkg: robot_rl` + `exec:` -> module run with `python -m`. Never imported by the launcher.
 EXECUTABLES: dict[str, dict[str, str]] = {
@@ -402,8 +403,8 @@ def load_launch_file(path: str | os.PathLike[str], arguments: Mapping[str, str] 
     undeclared = sorted(set(given) - {a.name for a in declared})
     if undeclared:
         names = [a.name for a in declared]
-        close = difflib.get_close_matches(undeclared[0], names, n=1)
-        hint = f"; did you mean {close[0]}?" if close else ""
+        close = closest(undeclared[0], names)
+        hint = f"; did you mean {close}?" if close else ""
         raise LaunchError(f"{path}: unknown launch argument(s) {', '.join(undeclared)}{hint} (declared: "
                           f"{', '.join(names) or 'none'})")
     labels = [p.name for p in processes]
@@ -799,7 +800,10 @@ class Launcher:
         """Start every process, supervise them until the launch ends and return the launcher's exit status."""
         previous = self._install_signal_handlers()
         try:
-            return self._run()
+            status = self._run()
+            if self._signals:  # stopped by a signal (also one during a shutdown a process started): 128 + its number
+                status = 128 + self._signals[0]
+            return status
         finally:
             # Whatever happened (an exception included), leave no child behind.
             for node in self._nodes:
@@ -836,7 +840,7 @@ class Launcher:
             if self._signals:
                 self.log(f"received {signal.Signals(self._signals[0]).name}, shutting down")
                 self._shutdown()
-                return 0
+                return 128 + self._signals[0]
             now = time.monotonic()
             for node in self._nodes:
                 code = self._reap(node)

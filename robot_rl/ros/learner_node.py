@@ -17,10 +17,15 @@ compiles the gradient step (JAX's persistent compilation cache in ``<run_dir>/ja
 first run); meanwhile it broadcasts the policy of its last checkpoint. Training starts once the agent is ready.
 
 The node does one learner step (``utd`` gradient steps) per received transition, like the in-process loop; with
-``steps`` > 0 it stops after that many transitions, checkpoints, optionally evaluates the final policy in the sim
-(``final_eval_episodes``) and exits 0. An episode whose actor went silent (killed, or no step for
-``abandon_after_s``) is closed as truncated and trained on (robot_rl.learner_server). Status:
-``<run_dir>/learner_status.json`` (every second), with ``startup``: the wall-clock time each start-up stage ended.
+``steps`` > 0 it stops training after that many transitions, checkpoints, broadcasts its final weights (marked
+``training_done``: actors stop waiting for newer ones), optionally evaluates the final policy in the sim
+(``final_eval_episodes``) and validates it (``final_validation``), writes the report and exits 0. In a sim task it
+evaluates its current policy every ``eval_every`` transitions (robot_rl.learner_evals: in a worker thread, with the
+in-process trainer's evaluation, so the node keeps acknowledging and training meanwhile); each evaluation is a log
+line and a row of the report. Every ``progress_every_s`` it logs a progress line. An episode whose actor went
+silent (killed, or no step for ``abandon_after_s``) is closed as truncated and trained on (robot_rl.learner_server).
+Status: ``<run_dir>/learner_status.json`` (every second; ``robot-rl status RUN_DIR`` shows it), with ``startup``:
+the wall-clock time each start-up stage ended.
 
 A start-up that fails on what it was given (a parameter, the demo dataset, a corrupt checkpoint or transition log) is
 one error line and exit status 2, which a restart would only repeat: the launcher does not respawn it then. SIGINT /
@@ -37,6 +42,7 @@ import threading
 import time
 from pathlib import Path
 
+from robot_rl.learner_evals import RateWindow, robot_summary
 from robot_rl.ros import qos
 from robot_rl.ros.node_util import NodeStartupError, declare_parameters
 
@@ -67,9 +73,15 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
     ("checkpoint_every", 500, "received transitions between checkpoints"),
     ("abandon_after_s", 120.0, "close an actor's open episode (as truncated) after this long without a step of it"),
     ("final_eval_episodes", 0, "after `steps`: evaluate the final policy in-process in the sim"),
-    ("validate_suite", "default", "after the final evaluation of a sim run: validate the final policy with this suite "
-                                  "(final_eval_episodes episodes per condition) and write its validation record next "
-                                  "to the policy file for the robot file ('': no validation)"),
+    ("eval_every", -1, "sim task: evaluate the current policy in the sim every this many transitions, in a worker "
+                       "thread (-1: a fifth of `steps`, off without steps; 0: off)"),
+    ("eval_episodes", 10, "episodes of each evaluation every eval_every transitions"),
+    ("progress_every_s", 5.0, "seconds between progress lines (0: none)"),
+    ("final_validation", True, "after the final evaluation of a sim run: validate the final policy (validate_suite) "
+                               "and write its validation record next to the policy file for the robot file"),
+    ("validate_suite", "default", "suite of the final validation ('': no validation)"),
+    ("validation_episodes", 0, "episodes per condition of the final validation (0: sized to the run: at most as "
+                               "many env steps as it trained on, at most the suite's min_episodes, at least 1)"),
     ("jax_cache_dir", "", "JAX persistent compilation cache (empty: <run_dir>/jax_cache), for a fast respawn"),
     ("seed", 0, "seed"),
     ("policy", "plain", "what the SAC action means: plain (the robot action) | residual | noise (on `base`)"),
@@ -135,23 +147,60 @@ def _train_config(settings):
     demo_path = str(settings["demo_path"])
     final_eval = int(settings["final_eval_episodes"])
     base_path = str(settings["base"])
+    from robot_rl.learner_evals import resolve_eval_every
+
+    eval_every = resolve_eval_every(int(settings["eval_every"]), int(settings["steps"]))
+    evals = {"eval_every": eval_every} if eval_every > 0 else {}
+    if int(settings["eval_episodes"]) > 0:
+        evals["eval_episodes"] = int(settings["eval_episodes"])
     return TrainConfig(
         policy=str(settings["policy"]), base=Path(base_path).resolve() if base_path else None,
         residual_scale=float(settings["residual_scale"]), noise_bound=float(settings["noise_bound"]),
         noise_aliasing=bool(settings["noise_aliasing"]), noise_repeat=bool(settings["noise_repeat"]),
         task=str(settings["task"]), obs_mode=str(settings["obs_mode"]), image_size=int(settings["image_size"]),
         demos=int(settings["demos"]), demo_path=Path(demo_path) if demo_path else None,
-        steps=max(int(settings["steps"]), 1), weights_every=int(settings["weights_every"]),
+        steps=int(settings["steps"]) or 1, weights_every=int(settings["weights_every"]),
         checkpoint_every=int(settings["checkpoint_every"]), final_eval_episodes=final_eval if final_eval else None,
-        seed=int(settings["seed"]), learner=learner, sac=sac)
+        seed=int(settings["seed"]), learner=learner, sac=sac, **evals)
+
+
+# The twin's field -> this node's parameter, where the names differ; what 0 means for a node parameter whose twin
+# (TrainConfig, LearnerServer) has no 0.
+TWIN_NAMES = {"critic_ensemble_size": "critics", "budget": "steps"}
+ZERO_MEANS = {"steps": "run until stopped", "final_eval_episodes": "no final evaluation"}
+
+
+def _node_problem(message: str) -> NodeStartupError:
+    """A NodeStartupError of a twin's ValueError, in the node's parameter names (and what 0 means for them)."""
+    import re
+
+    for field, name in TWIN_NAMES.items():
+        message = re.sub(rf"\b{field}=", f"{name}=", message)
+    for name in ZERO_MEANS:  # the twin's None is the node's 0
+        message = re.sub(rf"(\b{name}=\S+ must be [^;]*?) or None \([^)]*\)", r"\1", message)
+    notes = [f"{name}:=0 means {meaning}" for name, meaning in ZERO_MEANS.items()
+             if re.search(rf"\b{name}=", message)]
+    return NodeStartupError(message + (f" ({'; '.join(notes)})" if notes else ""))
 
 
 def _checked_train_config(settings):
-    """`_train_config`, with an invalid setting as a NodeStartupError (TrainConfig names it and its range)."""
+    """`_train_config`, with an invalid setting as a NodeStartupError: the parameters are checked by the rules of
+    their in-process twins (TrainConfig, LearnerConfig, SACConfig), which name the parameter and its range."""
     try:
         return _train_config(settings)
     except ValueError as error:
-        raise NodeStartupError(str(error)) from None
+        raise _node_problem(str(error)) from None
+
+
+def check_server_settings(settings) -> None:
+    """NodeStartupError if a parameter of the node's `LearnerServer` (its twin's rules) is out of range; cheap (no
+    JAX), so a resumed run checks them too before it starts."""
+    from robot_rl.learner_server import settings_problems
+
+    problems = settings_problems(float(settings["updates_per_transition"]), int(settings["weights_every"]),
+                                 float(settings["abandon_after_s"]), int(settings["steps"]))
+    if problems:
+        raise _node_problem(f"invalid LearnerServer settings: {'; '.join(problems)}")
 
 
 def check_run_settings(run_dir: Path, settings) -> None:
@@ -187,13 +236,22 @@ class LearnerNode:
         self.settings = {name: param(name) for name, _, _ in PARAMETERS}
         self.run_dir = Path(self.settings["run_dir"])
         check_run_settings(self.run_dir, self.settings)
+        check_server_settings(self.settings)
         # A new run checks its settings before it writes anything (a resumed one had them checked when it began, and
         # its respawn does not wait for the import this takes).
         self.cfg = None if checkpoint_dir(self.run_dir) else _checked_train_config(self.settings)
+        # What this start adds, removed again should a new run end before it got going (_remove_unstarted_run).
+        from robot_rl.interrupts import first_missing
+
+        self._new_run = self.cfg is not None and not (self.run_dir / CONFIG_FILE).exists()
+        self._made_dir = first_missing(self.run_dir)
+        self._entries_before = set(os.listdir(self.run_dir)) if self._made_dir is None else set()
+        self._stopping = self._removed = False
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.budget = int(self.settings["steps"])
         self.checkpoint_every = int(self.settings["checkpoint_every"])
         self.final_eval_episodes = int(self.settings["final_eval_episodes"])
+        self._watch_settings()
         self._mark("node")
 
         try:  # a bad robot file is one line before anything is written (the file is small YAML: fast)
@@ -234,6 +292,8 @@ class LearnerNode:
         node.create_timer(0.5, self._counted(self._publish_acks))
         node.create_timer(1.0, self._counted(self._write_status))
         node.create_timer(1.0, self._counted(self._close_abandoned))
+        if self.progress_every_s > 0:
+            node.create_timer(self.progress_every_s, self._counted(self._log_progress))
         self._mark("listening")
         self._last_info: dict[str, float] = {}
         self._started = time.monotonic()
@@ -242,6 +302,15 @@ class LearnerNode:
         self.exit_status = 0
         self._built = None
         self._build_error: BaseException | None = None
+        self.sim_episode_steps = 0  # the task's episode length if it is a sim task (set by the builder)
+        self._worker = None  # robot_rl.learner_evals.EvalWorker: evaluations and the final validation (sim tasks)
+        self._jobs: dict[str, object] = {}  # name of a submitted worker job -> what to do with its result
+        self._last_eval_step = self.server.evals[-1]["env_step"] if self.server.evals else None
+        self._finishing: str | None = None  # the end-of-budget stage under way (final evaluation, validation)
+        self._result: dict | None = None  # result.json, once the budget is reached
+        self._video: Path | None = None
+        self._rate_window = RateWindow()
+        self._rates = {"received_per_s": 0.0, "updates_per_s": 0.0}
         self._builder = threading.Thread(target=self._build_learner, name=BUILDER_THREAD, daemon=True)
         self._builder.start()
         self._log.info(f"learner listening: run_dir={self.run_dir} task={self.settings['task']} "
@@ -250,6 +319,21 @@ class LearnerNode:
 
     def _mark(self, stage: str) -> None:
         self.startup[stage] = time.time()
+
+    def _watch_settings(self) -> None:
+        """Evaluation, progress and final-validation settings (NodeStartupError for a value out of range)."""
+        from robot_rl.learner_evals import AUTO, resolve_eval_every
+
+        settings = self.settings
+        problems = [f"{name}={settings[name]!r} must be >= {low}"
+                    for name, low in (("eval_every", AUTO), ("eval_episodes", 0), ("progress_every_s", 0.0),
+                                      ("validation_episodes", 0), ("final_eval_episodes", 0))
+                    if not settings[name] >= low]  # NaN too
+        if problems:
+            raise NodeStartupError("; ".join(problems))
+        self.eval_episodes = int(settings["eval_episodes"])
+        self.eval_every = resolve_eval_every(int(settings["eval_every"]), self.budget) if self.eval_episodes else 0
+        self.progress_every_s = float(settings["progress_every_s"])
 
     def _counted(self, callback):
         def run(*args) -> None:
@@ -276,9 +360,15 @@ class LearnerNode:
             self._mark("spaces")
             from robot_rl.ros.actor_node import _sim_task_episode_steps
 
-            if cfg.demos and cfg.demo_path is None and not _sim_task_episode_steps(cfg.task):
+            self.sim_episode_steps = _sim_task_episode_steps(cfg.task)
+            if cfg.demos and cfg.demo_path is None and not self.sim_episode_steps:
                 raise NodeStartupError(f"demos={cfg.demos}: scripted demos are recorded in a sim task, and task "
                                        f"{cfg.task!r} is not one: give demo_path (teleoperated demos) or demos:=0")
+            if int(self.settings["eval_every"]) > 0 and not self.sim_episode_steps:
+                raise NodeStartupError(f"eval_every={self.settings['eval_every']}: evaluations run in the sim mirror, "
+                                       f"and task {cfg.task!r} is not a sim task (eval_every:=0)")
+            if not self.sim_episode_steps or (int(self.settings["eval_every"]) < 0 and not self.robot.sim):
+                self.eval_every = 0  # automatic evaluations: sim runs only
             from robot_rl.train import RunError, policy_kind
 
             try:
@@ -290,12 +380,14 @@ class LearnerNode:
             self.server.make_policy = kind.make_policy
             self._mark("learner")
             resuming = self.server.checkpoint_state is not None
-            demos = None if resuming or not cfg.learns_from_demos else record_demos(cfg, self.run_dir)
+            demos = None if resuming or not cfg.learns_from_demos else record_demos(cfg, self.run_dir,
+                                                                                     should_stop=self._is_stopping)
             labeller = kind.make_policy(learner.agent) if cfg.policy == "residual" else None
             message = self.server.load_learner(learner, demos, labeller)
             if cfg.demo_path is not None and not resuming:  # read by the loader above: a usable dataset
                 check_demo_images(cfg.demo_path, str(self.settings["robot"]), cfg.image_size)
-            if not resuming:  # the settings this run starts with, once its demos are in (a failed start leaves none)
+            # The settings this run starts with, once its demos are in (a failed or stopped start leaves none).
+            if not resuming and not self._stopping:
                 (self.run_dir / CONFIG_FILE).write_text(json.dumps(config_to_json(cfg), indent=2))
             self._mark("restore")
             compile_learner_step(learner)
@@ -347,8 +439,17 @@ class LearnerNode:
         self._update_rate = UpdateRate(learner.updates, time.monotonic())
         self.publish_weights()
         stages = ", ".join(f"{k} {v - _started_at:.2f}s" for k, v in self.startup.items() if k != "pid")
-        self._log.info(f"learner ready: utd={self.cfg.learner.utd} critics={self.cfg.sac.critic_ensemble_size} "
-                       f"(start-up: {stages})")
+        evals = (f"; evaluating every {self.eval_every} transitions ({self.eval_episodes} episodes, in a worker "
+                 "thread)" if self.eval_every else "")
+        self._log.info(f"learner ready: utd={self.cfg.learner.utd} critics={self.cfg.sac.critic_ensemble_size}"
+                       f"{evals} (start-up: {stages})")
+        if self.sim_episode_steps and (self.eval_every or self.final_eval_episodes):
+            from robot_rl.learner_evals import EvalWorker
+            from robot_rl.loop import make_env
+
+            cfg = self.cfg
+            self._worker = EvalWorker(lambda: make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size))
+        self._maybe_evaluate()
 
     def _start_up_failed(self, error: BaseException) -> None:
         """Log the reason in one line and end the node: status 2 for what it was given, else 1."""
@@ -400,15 +501,56 @@ class LearnerNode:
         if acks:
             self._ack_pub.publish(bytes_to_msg(encode_ack(acks, self.server.inbox.acks_above())))
 
-    def publish_weights(self) -> None:
+    def publish_weights(self, training_done: bool = False) -> None:
+        """Broadcast the current policy as a new weights version (`training_done`: the final ones, at the budget)."""
         from robot_rl.ros.convert import bytes_to_msg
         from robot_rl.transport import encode_weights
 
-        self._weights_pub.publish(bytes_to_msg(encode_weights(self.server.weights())))
+        weights = dataclasses.replace(self.server.weights(), training_done=training_done)
+        self._weights_pub.publish(bytes_to_msg(encode_weights(weights)))
 
     def _write_status(self) -> None:
-        self.server.write_status(self.run_dir / STATUS_FILE, info=self._last_info,
-                                 seconds=time.monotonic() - self._started, startup=dict(self.startup))
+        server = self.server
+        updates = server.learner.updates if server.attached else 0
+        self._rates = self._rate_window.add(time.monotonic(), received_per_s=server.received, updates_per_s=updates)
+        worker = self._worker
+        server.write_status(
+            self.run_dir / STATUS_FILE, info=self._last_info, seconds=time.monotonic() - self._started,
+            startup=dict(self.startup), phase=self.phase, budget=self.budget, trained_on=server.trained_on,
+            rates=self._rates, eval_every=self.eval_every, evals=len(server.evals),
+            last_eval=server.evals[-1] if server.evals else None,
+            worker={"job": worker.current, "progress": worker.progress} if worker is not None else None,
+            robots=robot_summary(server.episode_log), result=self._result)
+
+    @property
+    def phase(self) -> str:
+        """starting (the agent is being built) | warm-up | training | final evaluation | final validation | done."""
+        if self.done:
+            return "done"
+        if self._finishing is not None:
+            return self._finishing
+        if not self.server.attached:
+            return "starting"
+        return "warm-up" if self.server.learner.warming_up else "training"
+
+    def _log_progress(self) -> None:
+        from robot_rl.learner_evals import progress_line
+
+        server, worker = self.server, self._worker
+        if not server.attached or self.done:
+            return
+        job = None
+        if worker is not None and worker.current is not None:
+            done, total = worker.progress or (0, 0)
+            job = f"{worker.current}: {done}/{total} episodes ({time.monotonic() - worker.started_at:.0f} s)"
+        if self._finishing is not None:
+            self._log.info(job or self._finishing)
+            return
+        self._log.info(progress_line(
+            trained_on=server.trained_on, received=server.received, budget=self.budget,
+            updates=server.learner.updates, updates_per_s=self._rates["updates_per_s"],
+            weights_version=server.weights_version, episodes=server.episodes, successes=server.successes,
+            last_eval=server.evals[-1] if server.evals else None, evaluating=job))
 
     # ----- node loop ---------------------------------------------------------------------------------------------
     def work(self) -> bool:
@@ -419,13 +561,17 @@ class LearnerNode:
                 return False
             self._attach()
             return True
-        if server.budget_done and not self.done:
+        self._collect_jobs()
+        if self._finishing is not None or self.done:
+            return False  # the worker evaluates / validates; the node keeps acknowledging
+        if server.budget_done:
             self.finish()
-            return False
+            return True
         if server.pending_steps <= 0:
             if server.warmup_weights_due:
                 self.publish_weights()
                 return True
+            self._maybe_evaluate()
             return False
         self._last_info, weights_due = server.train_step()
         if weights_due:
@@ -433,6 +579,7 @@ class LearnerNode:
         self._record_metrics()
         if server.received >= self._next_checkpoint:
             self.checkpoint()
+        self._maybe_evaluate()
         return True
 
     def _record_metrics(self) -> None:
@@ -441,21 +588,77 @@ class LearnerNode:
         if server.episodes == self._metrics_episodes or not self._last_info:
             return
         rate = self._update_rate.read(server.learner.updates, time.monotonic())
-        server.metrics.append({"env_step": server.received, "updates": server.learner.updates, "updates_per_s": rate,
-                               **self._last_info})
+        server.metrics.append({"env_step": server.trained_on, "updates": server.learner.updates,
+                               "updates_per_s": rate, **self._last_info})
         self._metrics_episodes = server.episodes
 
-    def write_report(self, evals=(), video: Path | None = None, status: str | None = None) -> Path:
-        """report.md, learning_curve.png and training_curves.png, as `robot-rl train` writes them."""
+    # ----- evaluations (robot_rl.learner_evals: a worker thread) -------------------------------------------------
+    def _submit(self, name: str, job, on_done) -> None:
+        self._jobs[name] = on_done
+        self._worker.submit(name, job)
+
+    def _evaluation(self, episodes: int, video: bool = False):
+        """A worker job evaluating the current policy (a snapshot: the agent is immutable) as `robot-rl train` does."""
+        from robot_rl.learner_evals import evaluation_job
+        from robot_rl.sim.evaluate import EVAL_SEED_OFFSET
+
+        policy = self.server.make_policy(self.server.learner.agent)
+        return evaluation_job(policy, episodes, self.cfg.seed + EVAL_SEED_OFFSET,
+                              video_path=self.run_dir / VIDEO_FILE if video else None)
+
+    def _maybe_evaluate(self) -> None:
+        """Start the evaluation that is due (eval_every), unless the worker is still on the previous one."""
+        from robot_rl.learner_evals import eval_due
+
+        server = self.server
+        if self._worker is None or self._worker.busy or self._finishing is not None:
+            return
+        step = server.trained_on
+        if not eval_due(step, self._last_eval_step, self.eval_every, self.budget):
+            return
+        self._last_eval_step = step
+        self._submit(f"evaluation at env step {step}", self._evaluation(self.eval_episodes),
+                     lambda job: self._evaluated(job, step))
+
+    def _collect_jobs(self) -> None:
+        if self._worker is None:
+            return
+        for job in self._worker.collect():
+            self._jobs.pop(job.name)(job)
+
+    def _job_failed(self, job) -> bool:
+        """Log a job that raised (a stop request is not a failure); returns whether it did not finish."""
+        from robot_rl.sim.evaluate import StopRequested
+
+        if job.error is None and job.result is not None:
+            return False
+        if job.error is not None and not isinstance(job.error, StopRequested):
+            self._log.error(f"{job.name} failed: {type(job.error).__name__}: {job.error}")
+            self.exit_status = 1
+        return True
+
+    def _evaluated(self, job, step: int) -> None:
+        from robot_rl.learner_evals import eval_line
+
+        if self._job_failed(job):
+            return
+        row = job.result.report_row(step)
+        self.server.evals.append(row)
+        self._log.info(eval_line(row, job.seconds))
+
+    # ----- end of the budget -------------------------------------------------------------------------------------
+    def write_report(self, video: Path | None = None, status: str | None = None) -> Path:
+        """report.md, learning_curve.png and training_curves.png, as `robot-rl train` writes them; env steps are the
+        transitions trained on, as the eval rows and `trained_on` count them."""
         from robot_rl.report import learner_counters, write_report
         from robot_rl.train import config_to_json
 
         server = self.server
+        counters = {**learner_counters(server.learner), "transitions": server.trained_on}
         return write_report(
             self.run_dir, title=f"{self.cfg.task}, obs {self.cfg.obs_mode}, over ROS 2", config=config_to_json(self.cfg),
-            evals=list(evals), episodes=server.episode_log, metrics=server.metrics,
-            counters=learner_counters(server.learner), wall_seconds=time.time() - server.run_started_at, video=video,
-            status=status)
+            evals=list(server.evals), episodes=server.episode_log, metrics=server.metrics, counters=counters,
+            wall_seconds=time.time() - server.run_started_at, video=video, status=status)
 
     def checkpoint(self) -> None:
         start = time.perf_counter()
@@ -466,67 +669,132 @@ class LearnerNode:
                        f"({time.perf_counter() - start:.2f}s)")
 
     def finish(self) -> None:
-        """Budget reached: checkpoint, final weights, optional final evaluation; then the node exits."""
+        """Budget reached: checkpoint, final weights (marked training_done), then the final evaluation and validation
+        in the worker while the node keeps serving; `_complete` writes the result and the report."""
+        server = self.server
         self.checkpoint()
-        self.publish_weights()
-        result = {"received": self.server.received, "trained_on": self.server.trained_on,
-                  "updates": self.server.learner.updates}
-        evals, video = [], None
+        self.publish_weights(training_done=True)
+        self._log_progress()  # the last training progress line: 100 %
+        self._result = {"received": server.received, "trained_on": server.trained_on, "updates": server.learner.updates}
+        beyond = server.received - server.trained_on
+        self._log.info(f"training budget reached: trained on {server.trained_on} transitions"
+                       + (f" ({beyond} more received, logged but not trained on)" if beyond > 0 else "")
+                       + f", {server.learner.updates} updates")
+        if self.final_eval_episodes and self._worker is not None:
+            self._finishing = "final evaluation"
+            self._log.info(f"final evaluation: {self.final_eval_episodes} episodes in the sim")
+            self._submit("final evaluation", self._evaluation(self.final_eval_episodes, video=True),
+                         self._final_evaluated)
+            return
         if self.final_eval_episodes:
-            from robot_rl.actor import Actor
-            from robot_rl.loop import make_env
-            from robot_rl.sim.evaluate import EVAL_SEED_OFFSET, evaluate
+            self._log.warning(f"no final evaluation: task {self.cfg.task!r} is not a sim task")
+        self._complete()
 
-            env = make_env(self.cfg.task, obs_mode=self.cfg.obs_mode, image_size=self.cfg.image_size)
-            try:
-                policy = self.server.make_policy(self.server.learner.agent)
-                evaluation = evaluate(env, Actor(policy, deterministic=True),
-                                      self.final_eval_episodes, self.cfg.seed + EVAL_SEED_OFFSET,
-                                      video_path=self.run_dir / VIDEO_FILE)
-            finally:
-                env.close()
-            evals, video = [evaluation.report_row(self.server.received)], evaluation.video
-            result.update(final_eval_success=evaluation.success_rate, final_eval_episodes=len(evaluation),
-                          final_eval_ci95=list(evaluation.success_interval))
-            suite = str(self.settings["validate_suite"])
-            if suite and self.robot.sim:
-                result["validation"] = self.validate(suite)
-        (self.run_dir / "result.json").write_text(json.dumps(result))
-        report = self.write_report(evals, video)
-        self._log.info(f"training budget reached: {json.dumps(result)}; report: {report}")
+    def _final_evaluated(self, job) -> None:
+        from robot_rl.learner_evals import eval_line
+
+        if self._job_failed(job):
+            self._complete()
+            return
+        evaluation = job.result
+        row = evaluation.report_row(self.server.trained_on)
+        # a run finished before and launched again with the same budget evaluates again: one row per env step
+        self.server.evals[:] = [r for r in self.server.evals if r["env_step"] != row["env_step"]] + [row]
+        self._video = evaluation.video
+        self._result.update(final_eval_success=evaluation.success_rate, final_eval_episodes=len(evaluation),
+                            final_eval_ci95=list(evaluation.success_interval))
+        self._log.info(f"final evaluation: {eval_line(row, job.seconds)}")
+        suite = str(self.settings["validate_suite"])
+        if suite and self.robot.sim and bool(self.settings["final_validation"]):
+            self._start_validation(suite)
+            return
+        self._complete()
+
+    def _start_validation(self, suite_name: str) -> None:
+        """Validate the final policy in the sim (the run's robot file, in the worker) and write its record next to
+        the policy file: what a real robot's actor checks before running it. Sized to the run unless
+        validation_episodes says."""
+        from robot_rl.learner_evals import validation_episodes
+        from robot_rl.learner_server import POLICY_FILE
+        from robot_rl.sim.evaluate import StopRequested
+        from robot_rl.validate import ValidateConfig, load_suite, validate
+
+        suite = load_suite(suite_name)
+        requested = int(self.settings["validation_episodes"])
+        episodes = validation_episodes(requested, self.budget, len(suite.conditions), self.sim_episode_steps,
+                                       suite.min_episodes)
+        policy = self.run_dir / POLICY_FILE
+        note = ""
+        if episodes < suite.min_episodes:
+            sized = "" if requested else f"sized to the run's {self.budget} transitions; "
+            note = (f" ({sized}a verdict needs {suite.min_episodes} per condition: `robot-rl validate {policy} "
+                    f"--robot {self.settings['robot']}` gives one)")
+        self._log.info(f"final validation: {suite.name} suite, {len(suite.conditions)} conditions x {episodes} "
+                       f"episodes{note}; skip it with final_validation:=false")
+        config = ValidateConfig(policy, robot=str(self.settings["robot"]), task=self.cfg.task, suite=suite_name,
+                                episodes=episodes, workers=1, out=self.run_dir / "validation", video=False)
+
+        def job(worker):
+            def on_block(done: int, total: int) -> None:
+                worker.progress = (done, total)
+                if worker.should_stop():
+                    raise StopRequested
+
+            return validate(config, on_block=on_block)
+
+        self._finishing = "final validation"
+        self._submit("final validation", job, lambda finished: self._validated(finished, suite.name, episodes))
+
+    def _validated(self, job, suite: str, episodes: int) -> None:
+        if not self._job_failed(job):
+            summary = job.result
+            self._log.info(f"validation ({suite} suite, {episodes} episodes per condition, {job.seconds:.1f} s): "
+                           f"{summary['verdict'].upper()}"
+                           + (f" ({'; '.join(summary['verdict_reasons'])})" if summary["verdict_reasons"] else "")
+                           + f"; record {summary['record']}")
+            self._result["validation"] = {
+                "suite": suite, "verdict": summary["verdict"], "record": summary["record"],
+                "episodes_per_condition": episodes,
+                "success": {c["condition"]: c["success_rate"] for c in summary["conditions"]}}
+        self._complete()
+
+    def _complete(self, status: str | None = None) -> None:
+        """result.json and the report; the node then exits."""
+        self._finishing = None
+        (self.run_dir / "result.json").write_text(json.dumps(self._result))
+        report = self.write_report(self._video, status)
+        self._log.info(f"done: {json.dumps(self._result)}; report: {report}")
         self._write_status()
         self.done = True
-
-    def validate(self, suite: str) -> dict:
-        """Validate the final policy in the sim (the run's robot file, final_eval_episodes per condition, in this
-        process) and write its record next to the policy file: what a real robot's actor checks before running it."""
-        from robot_rl.learner_server import POLICY_FILE
-        from robot_rl.validate import ValidateConfig, validate
-
-        summary = validate(ValidateConfig(self.run_dir / POLICY_FILE, robot=str(self.settings["robot"]),
-                                          task=self.cfg.task, suite=suite, episodes=self.final_eval_episodes,
-                                          workers=1, out=self.run_dir / "validation", video=False))
-        self._log.info(f"validation ({suite} suite, {self.final_eval_episodes} episodes per condition): "
-                       f"{summary['verdict'].upper()}"
-                       + (f" ({'; '.join(summary['verdict_reasons'])})" if summary["verdict_reasons"] else "")
-                       + f"; record {summary['record']}")
-        return {"suite": suite, "verdict": summary["verdict"], "record": summary["record"],
-                "success": {c["condition"]: c["success_rate"] for c in summary["conditions"]}}
 
     @property
     def finished(self) -> bool:
         return self.done
 
+    def _is_stopping(self) -> bool:
+        return self._stopping
+
     def stop(self, executor, signal_number: int | None) -> None:
+        self._stopping = True  # the builder's demo recording stops at its next step (and leaves no partial dataset)
         if not self.server.attached:  # main() does not wait for the builder
             if not self.done:
                 self._log.info(f"stopping (signal {signal_number}) before the learner was ready: nothing to "
                                "checkpoint (the transition log holds every acknowledged transition)")
             return
+        if self._worker is not None:  # an evaluation or the validation under way stops at its next step
+            self._worker.close()
+        if self._finishing is not None:  # training is done and checkpointed
+            stage = self._finishing
+            self._log.info(f"stopping (signal {signal_number}) during the {stage}: training was done and "
+                           "checkpointed")
+            self._result["stopped_during"] = stage
+            self._complete(status=f"Stopped by signal {signal_number} during the {stage}, after training on "
+                                  f"{self.server.trained_on} transitions (the policy file is the final one).")
+            return
         if not self.done:
             self._log.info(f"stopping (signal {signal_number}): checkpointing")
             self.checkpoint()
-            report = self.write_report(status=f"Stopped by signal {signal_number} after {self.server.received} "
+            report = self.write_report(status=f"Stopped by signal {signal_number} after {self.server.trained_on} "
                                               "transitions; launch it again with the same run_dir to resume.")
             self._log.info(f"report so far: {report}; launch again with run_dir {self.run_dir} to resume")
             return
@@ -536,9 +804,43 @@ class LearnerNode:
 
     def destroy(self) -> None:
         try:
+            if self._worker is not None:
+                self._worker.close()
             self._write_status()
+            self._remove_unstarted_run()
+            if self._builder.is_alive():  # it may still make a folder in run_dir (a dataset, JAX's cache)
+                _BEFORE_EXIT.append(self._remove_unstarted_run)
         finally:
             self.node.destroy_node()
+
+    def _remove_unstarted_run(self) -> None:
+        """A new run that ends before it got going (stopped, or its start-up failed, before its config was written
+        and with no transition logged) leaves nothing behind: neither the run_dir this start made nor what it added
+        to an existing folder (status file, empty transition log, compilation cache). Launched again, it starts
+        afresh; a run with its config or a logged transition is kept, and resumes."""
+        import shutil
+
+        self._stopping = True
+        if not self._removed:  # decided once; main() may do it again, after the builder wrote there meanwhile
+            if (not self._new_run or (self.run_dir / CONFIG_FILE).exists() or self.server.received
+                    or self.server.log.indices()):  # an acknowledged transition is in the log, not yet staged
+                return
+            self._removed = True
+            if "jax" in sys.modules:  # a compile the builder finishes now writes no cache entry into the folder
+                import jax
+
+                jax.config.update("jax_persistent_cache_min_compile_time_secs", float("inf"))
+            self._log.info(f"the run never got going (no config, no transition): removing what it made in "
+                           f"{self.run_dir}")
+        if self._made_dir is not None:
+            shutil.rmtree(self._made_dir, ignore_errors=True)
+        elif self.run_dir.is_dir():
+            for name in set(os.listdir(self.run_dir)) - self._entries_before:
+                path = self.run_dir / name
+                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+
+
+_BEFORE_EXIT: list = []  # what main() does before it leaves a process whose builder thread still runs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -549,6 +851,8 @@ def main(argv: list[str] | None = None) -> int:
     if any(thread.name == BUILDER_THREAD and thread.is_alive() for thread in threading.enumerate()):
         # Stopped while the agent was being built: a JAX compile cannot be interrupted, and an interpreter exit with a
         # thread inside XLA aborts the process. Nothing is lost by not waiting (the transition log has it all).
+        for cleanup in _BEFORE_EXIT:  # again, at the last moment: the builder may have written there meanwhile
+            cleanup()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)

@@ -5,17 +5,23 @@
 - :func:`clock_seconds`: a node clock's "now" as float seconds (what robot_rl.ros.convert stamps take).
 - :func:`run_node`: the main loop every node module uses: environment bootstrap, rclpy without its own signal
   handlers, SIGINT / SIGTERM / SIGHUP (the terminal of a node started by hand closed) set a :class:`StopFlag`, the
-  node object is spun until then (or until it is finished), stopped, destroyed, and rclpy shut down.
+  node object is spun until then (or until it is finished), stopped, destroyed, and rclpy shut down. A stop signal
+  while the node object is still being built ends the process within 2 s should the build not finish by then
+  (:func:`watch_startup`: a start-up stuck in native code no longer ignores SIGINT and SIGTERM until SIGKILL).
 - :func:`declare_parameters`: a node's parameter table (each node module's ``PARAMETERS``) declared at once; a
   parameter the node does not know, or a value of the wrong type, is a :class:`NodeStartupError` (exit status 2).
+- :class:`Range` / :func:`check_ranges`: the range checks of parameters that have no in-process twin (a config
+  class whose own checks a node reuses by building it from its parameters); out of range is a NodeStartupError too.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import faulthandler
+import math
 import signal
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 
 def relative_name(name: str) -> str:
@@ -51,16 +57,76 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def install_stop_signals(flag: StopFlag, signals: Iterable[int] = STOP_SIGNALS) -> Callable[[], None]:
-    """Make each of `signals` set `flag`; return a function that restores the previous handlers (main thread only)."""
+    """Make each of `signals` set `flag` (and record the stop request for the `robot-rl` command that may run the
+    node, robot_rl.interrupts); return a function that restores the previous handlers (main thread only)."""
+    from robot_rl import interrupts
+
+    def handle(received: int, _frame) -> None:
+        flag.set(received)
+        interrupts.note(received)
+
     previous = {}
     for number in signals:
-        previous[number] = signal.signal(number, lambda received, _frame: flag.set(received))
+        previous[number] = signal.signal(number, handle)
 
     def restore() -> None:
         for number, handler in previous.items():
             signal.signal(number, handler)
 
     return restore
+
+
+STARTUP_STOP_GRACE_S = 2.0
+"""Seconds a node's start-up may still take once SIGINT / SIGTERM came before it ends the process (see
+:func:`watch_startup`)."""
+
+
+def watch_startup(started: threading.Event, grace_s: float = STARTUP_STOP_GRACE_S) -> Callable[[], None]:
+    """While a node starts, its stop handlers only set a flag that the node loop reads once the start-up is done; a
+    start-up that takes long (a policy to load, a model to compile) or is stuck in native code (a DDS participant,
+    an EGL display), where no Python signal handler can run at all, would ignore SIGINT and SIGTERM until SIGKILL.
+    A thread learns of a stop signal through the wakeup fd (written by the C-level handler, even then) and, if
+    `started` is not set within `grace_s`, ends the process with one line (`interrupted` / `terminated`) and
+    status 128 + the signal number: nothing has been made that a stop would need to finish. Returns the function
+    that ends the watch (main thread only; elsewhere this does nothing)."""
+    import os
+    import sys
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    try:
+        previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    except ValueError:  # not the main interpreter
+        os.close(read_fd)
+        os.close(write_fd)
+        return lambda: None
+    stops = {int(number) for number in STOP_SIGNALS}
+
+    def watch() -> None:
+        from robot_rl import interrupts
+
+        try:
+            while not started.is_set():
+                data = os.read(read_fd, 64)
+                if not data:
+                    return
+                signum = next((number for number in data if number in stops), None)
+                if signum is None or started.wait(grace_s):
+                    continue
+                print(interrupts.message(signum), file=sys.stderr, flush=True)
+                os._exit(128 + signum)
+        finally:
+            os.close(read_fd)
+
+    threading.Thread(target=watch, name="startup-stop-watch", daemon=True).start()
+
+    def stop_watching() -> None:
+        signal.set_wakeup_fd(previous)
+        os.close(write_fd)  # the watch thread reads the end of the pipe and returns
+
+    return stop_watching
 
 
 class NodeStartupError(RuntimeError):
@@ -98,6 +164,8 @@ def run_node(build: Callable[[], object], argv: list[str], name: str) -> int:
     logging.getLogger("robot_rl").setLevel(logging.INFO)
     flag = StopFlag()
     restore = install_stop_signals(flag)
+    started = threading.Event()
+    stop_watch = watch_startup(started)
     rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
     host = None
     try:
@@ -107,6 +175,9 @@ def run_node(build: Callable[[], object], argv: list[str], name: str) -> int:
         except NodeStartupError as error:
             rclpy.logging.get_logger(name).error(str(error))
             return error.status
+        finally:
+            started.set()
+            stop_watch()
         executor = SingleThreadedExecutor()
         executor.add_node(host.node)
         work = getattr(host, "work", None)
@@ -165,18 +236,60 @@ def declare_parameters(node, table: Iterable[tuple[str, object, str]]) -> Callab
 
 def check_parameter_overrides(node) -> None:
     """NodeStartupError if the node was given a parameter it does not declare (a typo would otherwise be ignored)."""
-    import difflib
+    from robot_rl.suggest import closest
 
     declared = sorted(node.get_parameters_by_prefix(""))
     unknown = sorted(name for name in getattr(node, "_parameter_overrides", {})
                      if not node.has_parameter(name) and not name.startswith("qos_overrides."))
     if unknown:
         name = unknown[0]
-        close = difflib.get_close_matches(name, declared, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        close = closest(name, declared)
+        hint = f" (did you mean {close!r}?)" if close else ""
         others = f" (and {', '.join(repr(n) for n in unknown[1:])})" if unknown[1:] else ""
         raise NodeStartupError(f"unknown parameter {name!r}{others} for node {node.get_name()}{hint}; "
                                f"known: {', '.join(declared)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """The values a numeric node parameter takes: a finite number >= `low` (or > `above`) and <= `high`, and the
+    values of `also` (value -> what it stands for, e.g. {0: "run until stopped"}). For a parameter without an
+    in-process twin (a config class whose own checks the node reuses by building it from its parameters), or one
+    whose special values the twin does not know."""
+
+    low: float | None = None
+    above: float | None = None
+    high: float | None = None
+    also: Mapping[float, str] = dataclasses.field(default_factory=dict)
+
+    def allows(self, value: float) -> bool:
+        if value in self.also:
+            return True
+        return (math.isfinite(value) and (self.low is None or value >= self.low)
+                and (self.above is None or value > self.above) and (self.high is None or value <= self.high))
+
+    def __str__(self) -> str:
+        low = f"[{self.low:g}" if self.low is not None else f"({self.above:g}" if self.above is not None else None
+        if low is not None and self.high is not None:
+            text = f"in {low}, {self.high:g}]"
+        elif low is not None:
+            text = f"{'>=' if self.low is not None else '>'} {low[1:]}"
+        elif self.high is not None:
+            text = f"<= {self.high:g}"
+        else:
+            text = "a finite number"
+        return text + (f" ({'; '.join(f'{value:g}: {meaning}' for value, meaning in self.also.items())})"
+                       if self.also else "")
+
+
+def check_ranges(node_name: str, values: Callable[[str], object], ranges: Mapping[str, Range]) -> None:
+    """NodeStartupError (one line, exit status 2) naming every parameter in `ranges` whose value (`values(name)`)
+    is out of its range."""
+    problems = [f"{name}={values(name)!r} must be {rule}" for name, rule in ranges.items()
+                if not rule.allows(float(values(name)))]
+    if problems:
+        raise NodeStartupError(f"invalid parameter{'s' if len(problems) > 1 else ''} of node {node_name}: "
+                               f"{'; '.join(problems)}")
 
 
 MAX_CALLBACKS_PER_WORK = 64

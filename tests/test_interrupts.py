@@ -1,0 +1,188 @@
+"""Stop requests that Python would lose (robot_rl.interrupts) and a node start-up that would ignore them
+(robot_rl.ros.node_util.watch_startup). Each case is a small subprocess: real signals, no JAX."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_script(body: str, *, signum: int | None = None, after_s: float = 0.0, timeout: float = 30.0,
+               env: dict | None = None, wrap=None) -> tuple[int, str, float]:
+    """Run `body` (dedented) with the repo's Python; optionally send `signum` after `after_s`. Returns (exit status,
+    stderr, seconds from the signal, or from the start, to the exit)."""
+    argv = [sys.executable, "-c", textwrap.dedent(body)]
+    process = subprocess.Popen(wrap(argv) if wrap else argv, cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env)
+    start = time.monotonic()
+    if signum is not None:
+        time.sleep(after_s)
+        process.send_signal(signum)
+        start = time.monotonic()
+    try:
+        _, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, stderr = process.communicate()
+        raise AssertionError(f"still running after {timeout} s: {stderr[-2000:]}") from None
+    return process.returncode, stderr, time.monotonic() - start
+
+
+# A command's skeleton, as robot_rl.console and robot_rl.cli.main run one: `job()` is the work, and a stop request
+# ends it with one line and 130 / 143.
+COMMAND = """
+    import gc, os, signal, sys, time
+    from robot_rl import interrupts
+
+    interrupts.install_for_process()
+
+    def run(job):
+        try:
+            job()
+        except KeyboardInterrupt as exc:
+            interrupts.exit_stopped(exc)
+        except Exception as exc:
+            if interrupts.requested() is not None:
+                interrupts.exit_stopped(exc)
+            raise
+        if interrupts.requested() is not None:
+            interrupts.exit_stopped()
+        print("finished", file=sys.stderr)
+"""
+
+
+def test_an_interrupt_eaten_by_a_gc_callback_is_raised_again():
+    """What JAX's _xla_gc_callback did to a Ctrl-C: "Exception ignored ... KeyboardInterrupt", then the command
+    ran to its end and exited 0. Now nothing is printed for it and it is raised again where it can propagate."""
+    status, stderr, seconds = run_script(COMMAND + """
+    def eats_it(phase, info):  # the signal arrives while a gc callback runs: its KeyboardInterrupt is "ignored"
+        if phase == "start" and not eaten:
+            eaten.append(1)
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):
+                pass
+
+    eaten = []
+    gc.callbacks.append(eats_it)
+
+    def job():
+        gc.collect()
+        deadline = time.monotonic() + 3  # the work goes on after the eaten interrupt
+        while time.monotonic() < deadline:
+            sum(range(1000))
+
+    run(job)
+    """)
+    assert (status, stderr) == (130, "interrupted\n"), (status, stderr)
+    assert seconds < 2.0, seconds  # raised again at once, not found only once the 3 s of work are done
+
+
+def test_an_interrupt_turned_into_another_exception_still_stops_the_command():
+    """A ctypes argument conversion turns a KeyboardInterrupt into ctypes.ArgumentError (at 0.85 s, `record`
+    exited 1 with its traceback): a stop request was recorded, so the command ends as stopped."""
+    status, stderr, _ = run_script(COMMAND + """
+    import ctypes
+
+    class Interrupted:
+        @classmethod
+        def from_param(cls, value):
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):
+                pass
+            return 0
+
+    def job():
+        function = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(lambda x: x)
+        function.argtypes = [Interrupted]
+        function(1)
+
+    run(job)
+    """)
+    assert (status, stderr) == (143, "terminated\n"), (status, stderr)
+
+
+def test_an_interrupt_during_an_import_waits_for_the_import_to_finish(tmp_path):
+    """jaxlib died with a segmentation fault when Ctrl-C interrupted its extension module's initialisation: an
+    interrupt that comes during an import is raised as soon as the import is done, not inside it."""
+    (tmp_path / "slow_module.py").write_text(textwrap.dedent("""
+        import os, signal, sys, time
+        os.kill(os.getpid(), signal.SIGINT)
+        deadline = time.monotonic() + 0.3
+        while time.monotonic() < deadline:  # the module goes on initialising
+            sum(range(100))
+        print("imported fully", file=sys.stderr)
+    """))
+    status, stderr, seconds = run_script(COMMAND + f"""
+    sys.path.insert(0, {str(tmp_path)!r})
+
+    def job():
+        import slow_module  # noqa: F401
+        time.sleep(3)
+
+    run(job)
+    """)
+    assert (status, stderr) == (130, "imported fully\ninterrupted\n"), (status, stderr)
+    assert seconds < 2.5, seconds  # at once after the import, not after the job's 3 s
+
+
+def test_a_signal_after_the_command_is_done_still_ends_it_as_stopped():
+    """The command did its work; the signal came while the interpreter shut down: status 143, one line."""
+    status, stderr, _ = run_script(COMMAND + """
+    import atexit
+
+    run(lambda: None)
+    interrupts.record_only()
+    atexit.register(lambda: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(0.2)))
+    """)
+    assert (status, stderr) == (143, "finished\nterminated\n"), (status, stderr)
+
+
+def test_a_node_start_up_that_ignores_signals_ends_within_the_grace_period():
+    """A start-up stuck where no Python handler runs, or busy for long (here: a lock never released, which a stop
+    flag cannot end), ignored SIGINT and SIGTERM until the launcher's SIGKILL; now SIGINT ends it within
+    STARTUP_STOP_GRACE_S with one line and status 130. A start-up that finishes in time is not cut short."""
+    from ros_harness import private_network_or_skip
+
+    from robot_rl.ros.env import ros_environment
+    from robot_rl.ros.node_util import STARTUP_STOP_GRACE_S
+
+    body = """
+    import sys, threading, time
+    from robot_rl.ros.node_util import run_node
+
+    class Host:
+        def __init__(self, stuck):
+            import rclpy
+            print("building", file=sys.stderr, flush=True)
+            if stuck:
+                lock = threading.Lock()
+                lock.acquire()
+                lock.acquire()  # never returns; a signal handler that only sets a flag does not end it
+            time.sleep(0.5)
+            self.node = rclpy.create_node("stand_in")
+
+        def destroy(self):
+            self.node.destroy_node()
+
+    sys.exit(run_node(lambda: Host(sys.argv[1] == "stuck"), sys.argv, "stand_in"))
+    """
+    env = ros_environment(domain_id=153)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+
+    def wrap_with(mode):
+        return lambda argv: private_network_or_skip([*argv, mode])
+
+    status, stderr, seconds = run_script(body, signum=signal.SIGINT, after_s=3.0, env=env, wrap=wrap_with("stuck"))
+    assert "building" in stderr and status == 130 and stderr.strip().splitlines()[-1] == "interrupted", stderr
+    assert seconds < STARTUP_STOP_GRACE_S + 1.5, seconds
+    assert "Traceback" not in stderr
+    # A signal while a short start-up runs: the node starts, sees its stop flag, stops cleanly (status 0).
+    status, stderr, _ = run_script(body, signum=signal.SIGINT, after_s=1.0, env=env, wrap=wrap_with("quick"))
+    assert status == 0 and "interrupted" not in stderr and "Traceback" not in stderr, (status, stderr)
