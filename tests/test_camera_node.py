@@ -215,9 +215,14 @@ def _client(video: str) -> int:
             try:
                 output, _ = process.communicate(timeout=max(1.0, deadline - time.monotonic()))
                 outcome[kind] = {"exit_code": process.returncode, "output": output}
-            except subprocess.TimeoutExpired:
-                process.kill()
-                outcome[kind] = {"exit_code": "killed", "output": process.communicate()[0]}
+            except subprocess.TimeoutExpired:  # stuck: SIGABRT makes faulthandler print where (run_node enables it)
+                process.send_signal(signal.SIGABRT)
+                try:
+                    output, _ = process.communicate(timeout=5.0)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    output, _ = process.communicate()
+                outcome[kind] = {"exit_code": "killed", "output": output}
         summary["processes"] = outcome
         os.close(writer)
         os.unlink(fifo)
@@ -275,7 +280,8 @@ def test_camera_node_over_ros(tmp_path):
         assert all(step > 0 for step in steps), (kind, indices)
 
     missing, unknown = processes["missing"], processes["unknown"]
-    assert missing["exit_code"] == 2 and unknown["exit_code"] == 2, context
+    assert missing["exit_code"] == 2, missing["output"][-3000:]
+    assert unknown["exit_code"] == 2, unknown["output"][-3000:]
     assert len(error_lines(missing["output"])) == 1, missing
     assert ("camera source '/dev/video99': cannot open it (no such device"
             in error_lines(missing["output"])[0]), missing
