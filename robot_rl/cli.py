@@ -315,9 +315,10 @@ def run_record(cfg: Record) -> None:
 
     env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size)
     results = []
-    writer = None
+    writer, held_before = None, 0
     try:
         writer = writer_for_env(env, cfg.out, cfg.task, attrs={"policy": cfg.policy, "noise": cfg.noise})
+        held_before = writer.num_episodes
         seed = first_seed(writer, cfg.seed, max_attempts_for(cfg.episodes, cfg.only_successes))
         expert = make_expert(env, noise=cfg.noise, seed=seed)
         with Progress(
@@ -336,9 +337,10 @@ def run_record(cfg: Record) -> None:
             record_episodes(env, expert, writer, cfg.episodes, seed=seed, only_successes=cfg.only_successes,
                             on_episode=on_episode)
     except KeyboardInterrupt:  # every finished episode is committed; the one under way is dropped
-        if results:
-            print(f"kept the {len(results)} finished episodes in {cfg.out} (seeds {results[0].seed}.."
-                  f"{results[-1].seed}); dataset now holds {writer.num_episodes} episodes", file=sys.stderr)
+        kept = writer.seeds[held_before:] if writer is not None else []  # the dataset's count: committed is kept
+        if len(kept):
+            print(f"kept the {len(kept)} finished episodes in {cfg.out} (seeds {kept[0]}..{kept[-1]}); dataset now "
+                  f"holds {writer.num_episodes} episodes", file=sys.stderr)
         raise
     finally:
         if writer is not None:
