@@ -85,6 +85,33 @@ def test_ros_environment_respects_a_user_range_and_domain_and_rejects_bad_values
         ros_environment(base={"ROS_DOMAIN_ID": "abc"})
 
 
+def test_network_modes_local_by_default_lan_for_several_hosts_and_a_users_profile_wins(tmp_path):
+    _wheels_or_skip()
+    local = ros_environment(base={"ROS_DOMAIN_ID": "5"})
+    assert local["FASTDDS_DEFAULT_PROFILES_FILE"] == str(FASTDDS_PROFILE_PATH)
+    assert ros_env.network_summary(local) == (f"network local: discovery LOCALHOST, domain 5, profile "
+                                              f"{FASTDDS_PROFILE_PATH}")
+    # lan: Fast DDS's transports (a parent's shipped loopback profile is dropped), SUBNET, the peers given
+    lan = ros_environment(base={"ROBOT_RL_NETWORK": "lan", "ROS_STATIC_PEERS": "10.231.0.2",
+                                "FASTDDS_DEFAULT_PROFILES_FILE": str(FASTDDS_PROFILE_PATH)})
+    assert "FASTDDS_DEFAULT_PROFILES_FILE" not in lan and lan["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SUBNET"
+    assert ros_env.network_summary(lan) == ("network lan: discovery SUBNET, static peers 10.231.0.2, domain 0, "
+                                            "profile Fast DDS defaults")
+    assert ros_environment(base={"ROBOT_RL_NETWORK": "lan", "ROS_AUTOMATIC_DISCOVERY_RANGE": "SYSTEM_DEFAULT"})[
+        "ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SYSTEM_DEFAULT"  # the standard variable is honoured
+    # a profile the user set wins over every mode
+    mine = tmp_path / "my_profile.xml"
+    mine.write_text("<dds/>")
+    for mode in ("local", "lan"):
+        env = ros_environment(base={"ROBOT_RL_NETWORK": mode, "FASTDDS_DEFAULT_PROFILES_FILE": str(mine)})
+        assert env["FASTDDS_DEFAULT_PROFILES_FILE"] == str(mine)
+        assert ros_env.network_summary(env).endswith(f"profile {mine} (set by the user: it wins over the mode)")
+    with pytest.raises(RosEnvironmentError, match="FASTDDS_DEFAULT_PROFILES_FILE='/nowhere.xml' does not exist"):
+        ros_environment(base={"FASTDDS_DEFAULT_PROFILES_FILE": "/nowhere.xml"})
+    with pytest.raises(RosEnvironmentError, match=r"ROBOT_RL_NETWORK='wan' is not a network mode: local \("):
+        ros_environment(base={"ROBOT_RL_NETWORK": "wan"})
+
+
 def test_missing_wheels_name_the_install_command(monkeypatch):
     monkeypatch.setattr(ros_env.importlib.machinery.PathFinder, "find_spec", lambda name, path=None, target=None: None)
     with pytest.raises(RosEnvironmentError, match=r"pip install -e '\.\[ros\]'"):

@@ -8,6 +8,11 @@ Every ROS process of the project gets the same environment (see /work/shared/ROS
 - ``RMW_IMPLEMENTATION=rmw_fastrtps_cpp`` (the only middleware shipped as a wheel);
 - ``FASTDDS_DEFAULT_PROFILES_FILE``: the shipped profile (big shared-memory segment, UDPv4 on 127.0.0.1 only,
   builtin transports off);
+- the network mode, ``ROBOT_RL_NETWORK`` (:data:`NETWORK_MODES`): ``local`` (the default: everything above, every
+  node on one host) or ``lan`` (nodes on several hosts: Fast DDS's own transports, shared memory between processes
+  of one host and UDP between hosts, discovery range ``SUBNET`` unless ``ROS_AUTOMATIC_DISCOVERY_RANGE`` says
+  otherwise, peers named by ``ROS_STATIC_PEERS``); a ``FASTDDS_DEFAULT_PROFILES_FILE`` the user set (any file but
+  the shipped one) wins over every mode;
 - ``LD_LIBRARY_PATH`` with the venv's ``lib/`` and ``site-packages/ros_*.libs`` plus
   ``_ROS_WHEELS_BOOTSTRAP_COMPLETE=1``, so the ``ros_wheels_bootstrapper`` .pth does not re-execute the child;
 - ``AMENT_PREFIX_PATH`` starting with the venv prefix (package look-ups).
@@ -37,6 +42,13 @@ DISCOVERY_RANGES = ("OFF", "LOCALHOST", "SUBNET", "SYSTEM_DEFAULT")
 # Fast DDS derives UDP ports from the domain id; 232 is the largest id that keeps them valid.
 MAX_DOMAIN_ID = 232
 FASTDDS_PROFILE_PATH = Path(__file__).resolve().with_name("fastdds_shm.xml")
+NETWORK_VARIABLE = "ROBOT_RL_NETWORK"
+NETWORK_MODES = {
+    "local": "every node on this host: loopback discovery and the shipped shared-memory profile",
+    "lan": "nodes on several hosts: Fast DDS's transports (shared memory on a host, UDP between hosts), discovery "
+           "SUBNET unless ROS_AUTOMATIC_DISCOVERY_RANGE says otherwise, peers from ROS_STATIC_PEERS",
+}
+LAN_DISCOVERY_RANGE = "SUBNET"
 BOOTSTRAP_FLAG = "_ROS_WHEELS_BOOTSTRAP_COMPLETE"
 # The variables rclpy / rmw read when a context or participant is created: they must agree with ours.
 _CONFIG_KEYS = ("RMW_IMPLEMENTATION", "ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID", "FASTDDS_DEFAULT_PROFILES_FILE")
@@ -173,6 +185,36 @@ def _prepend_paths(existing: str | None, new: Sequence[Path | str]) -> str:
     return os.pathsep.join(parts)
 
 
+def network_mode(base: Mapping[str, str] | None = None) -> str:
+    """The network mode `base` (default: os.environ) asks for in ``ROBOT_RL_NETWORK`` (default ``local``)."""
+    mode = (os.environ if base is None else base).get(NETWORK_VARIABLE, "").strip() or "local"
+    if mode not in NETWORK_MODES:
+        raise RosEnvironmentError(f"{NETWORK_VARIABLE}={mode!r} is not a network mode: "
+                                  + "; ".join(f"{name} ({what})" for name, what in NETWORK_MODES.items()))
+    return mode
+
+
+def _user_profile(base: Mapping[str, str]) -> Path | None:
+    """The Fast DDS profile the user chose (FASTDDS_DEFAULT_PROFILES_FILE naming any file but the shipped one)."""
+    given = base.get("FASTDDS_DEFAULT_PROFILES_FILE", "").strip()
+    if not given or Path(given).resolve() == FASTDDS_PROFILE_PATH:
+        return None
+    if not Path(given).is_file():
+        raise RosEnvironmentError(f"FASTDDS_DEFAULT_PROFILES_FILE={given!r} does not exist")
+    return Path(given).resolve()
+
+
+def network_summary(env: Mapping[str, str] | None = None) -> str:
+    """One line naming the network mode and what it uses (every node logs it at start-up)."""
+    env = os.environ if env is None else env
+    profile = env.get("FASTDDS_DEFAULT_PROFILES_FILE") or "Fast DDS defaults"
+    owner = " (set by the user: it wins over the mode)" if _user_profile(env) is not None else ""
+    peers = env.get("ROS_STATIC_PEERS", "").strip()
+    return (f"network {network_mode(env)}: discovery {env.get('ROS_AUTOMATIC_DISCOVERY_RANGE')}"
+            + (f", static peers {peers}" if peers else "")
+            + f", domain {env.get('ROS_DOMAIN_ID')}, profile {profile}{owner}")
+
+
 def ros_environment(
     domain_id: int | None = None,
     base: Mapping[str, str] | None = None,
@@ -180,14 +222,21 @@ def ros_environment(
 ) -> dict[str, str]:
     """Return a copy of `base` (default: os.environ) set up for a ROS 2 process on `domain_id` (see module doc)."""
     env = dict(os.environ if base is None else base)
+    mode = network_mode(env)
     discovery = env.get("ROS_AUTOMATIC_DISCOVERY_RANGE", "").strip()
     if not discovery:
-        env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = DEFAULT_DISCOVERY_RANGE
+        env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = LAN_DISCOVERY_RANGE if mode == "lan" else DEFAULT_DISCOVERY_RANGE
     elif discovery not in DISCOVERY_RANGES:
         raise RosEnvironmentError(f"ROS_AUTOMATIC_DISCOVERY_RANGE={discovery!r} is not one of {DISCOVERY_RANGES}")
     env["ROS_DOMAIN_ID"] = str(_resolve_domain_id(domain_id, env))
     env["RMW_IMPLEMENTATION"] = RMW_IMPLEMENTATION
-    env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(check_fastdds_profile(profile or FASTDDS_PROFILE_PATH).path)
+    user = _user_profile(env) if profile is None else None
+    if user is not None:
+        env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(user)
+    elif mode == "lan" and profile is None:
+        env.pop("FASTDDS_DEFAULT_PROFILES_FILE", None)  # Fast DDS's transports: UDP reaches the other hosts
+    else:
+        env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(check_fastdds_profile(profile or FASTDDS_PROFILE_PATH).path)
     wheels = find_ros_wheels()
     env["LD_LIBRARY_PATH"] = _prepend_paths(env.get("LD_LIBRARY_PATH"), wheels.library_dirs)
     env[BOOTSTRAP_FLAG] = "1"
@@ -206,7 +255,7 @@ def ensure_ros_environment(
     """
     wanted = ros_environment(domain_id, base=os.environ, profile=profile)
     if "rclpy" in sys.modules:
-        conflicts = {k: (os.environ.get(k), wanted[k]) for k in _CONFIG_KEYS if os.environ.get(k) != wanted[k]}
+        conflicts = {k: (os.environ.get(k), wanted.get(k)) for k in _CONFIG_KEYS if os.environ.get(k) != wanted.get(k)}
         if conflicts:
             details = ", ".join(f"{k}: current {cur!r}, wanted {new!r}" for k, (cur, new) in conflicts.items())
             raise RosEnvironmentError(
@@ -223,6 +272,9 @@ def ensure_ros_environment(
         )
     changed = {k: v for k, v in wanted.items() if os.environ.get(k) != v}
     os.environ.update(changed)
+    for key in _CONFIG_KEYS:  # a mode without a profile file (lan) unsets the one a parent process set
+        if key not in wanted and os.environ.pop(key, None) is not None:
+            changed[key] = ""
     return changed
 
 

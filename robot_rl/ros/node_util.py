@@ -167,6 +167,9 @@ def run_node(build: Callable[[], object], argv: list[str], name: str) -> int:
     started = threading.Event()
     stop_watch = watch_startup(started)
     rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
+    from robot_rl.ros.env import network_summary
+
+    rclpy.logging.get_logger(name).info(network_summary())  # which mode and profile this node uses
     host = None
     try:
         try:

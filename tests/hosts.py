@@ -1,0 +1,281 @@
+"""N simulated "hosts" for tests and benches: one set of Linux namespaces per host, joined by a private link.
+
+Each host is a ``sleep infinity`` process started with ``unshare --net --mount --uts --ipc --fork`` that holds:
+
+- a network namespace with ``lo`` up and one interface ``eth0`` carrying ``{subnet}.{i}/24`` (i = 1, 2, ...);
+- a UTS namespace with the host's own name as hostname;
+- a mount namespace (private propagation) with a fresh tmpfs on ``/dev/shm``, so Fast DDS cannot take a
+  shared-memory shortcut between hosts;
+- an IPC namespace.
+
+Two hosts are joined by a veth pair; three or more by a bridge in a separate "switch" network namespace (one veth
+per host into it). Every link is created *inside* a namespace the harness made (``nsenter`` into it, the peer placed
+directly into the other one with ``ip link add ... peer name ... netns PID``), so neither the links nor their
+addresses ever exist in the caller's namespace, and nothing the hosts send can leave them. When the holder processes
+die, the kernel removes the namespaces and their links with them.
+
+Commands run in a host with ``nsenter --target PID --net --mount --uts --ipc`` (:meth:`Host.popen`, :meth:`Host.run`).
+``ip netns add`` is not used: it needs a shared ``/var/run/netns`` mount in the caller's mount namespace; the holder
+processes need nothing outside their own namespaces.
+
+Plain Python, no pytest: use :func:`hosts_unavailable` to skip where the kernel or the user cannot make namespaces
+(fails closed: no namespaces, no test).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import ipaddress
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Mapping, Sequence
+
+LINK = "eth0"  # each host's interface name (inside its own namespace)
+BRIDGE = "br0"  # the switch namespace's bridge (three or more hosts)
+_HOST_OPTIONS = ("--net", "--mount", "--uts", "--ipc")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$")
+_START_TIMEOUT = 10.0
+
+
+def _tool(name: str) -> str | None:
+    return shutil.which(name) or next(
+        (p for p in (f"/usr/sbin/{name}", f"/sbin/{name}", f"/usr/bin/{name}") if os.path.exists(p)), None)
+
+
+class HostsError(RuntimeError):
+    """The hosts could not be made or a command in one of them failed."""
+
+
+def _holder_script(hostname: str | None, shm: bool) -> str:
+    """sh script for a namespace holder: set it up, print its pid, then sleep forever."""
+    steps = []
+    if shm:
+        # A fresh tmpfs on /dev/shm in this mount namespace only (propagation is private).
+        steps.append("mount -t tmpfs -o mode=1777,size=512m hosts-shm /dev/shm")
+    if hostname:
+        steps.append(f"echo {hostname} > /proc/sys/kernel/hostname")
+    steps.append(f'"{_tool("ip") or "ip"}" link set lo up')
+    steps.append("echo $$")
+    return " && ".join(steps) + " && exec sleep infinity"
+
+
+def _start_holder(options: Sequence[str], hostname: str | None, shm: bool) -> tuple[subprocess.Popen, int]:
+    """Start `unshare options --fork` holding new namespaces; return (the unshare process, the holder's pid)."""
+    unshare = _tool("unshare")
+    if unshare is None:
+        raise HostsError("the unshare command (util-linux) is not installed")
+    command = [unshare, *options, "--fork", "--kill-child", "--propagation", "private",
+               "sh", "-c", _holder_script(hostname, shm)]
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    line = process.stdout.readline().strip()  # the holder's pid once it is set up, or EOF on failure
+    if not line.isdigit():
+        try:
+            process.kill()
+        except ProcessLookupError:
+            pass
+        _, stderr = process.communicate(timeout=_START_TIMEOUT)
+        raise HostsError(f"{' '.join(command[:7])} failed: {(stderr or '').strip() or f'exit {process.returncode}'}")
+    pid = int(line)
+    # Belt and braces: never run ip commands against our own network namespace.
+    if os.readlink(f"/proc/{pid}/ns/net") == os.readlink("/proc/self/ns/net"):
+        _stop_holder(process, pid)
+        raise HostsError("the namespace holder shares the caller's network namespace; refusing to go on")
+    return process, pid
+
+
+def _stop_holder(process: subprocess.Popen, pid: int | None) -> None:
+    for target in (pid, process.pid):
+        if target:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(target, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        process.communicate(timeout=5)
+
+
+def _nsenter(pid: int, options: Sequence[str] = _HOST_OPTIONS) -> list[str]:
+    nsenter = _tool("nsenter")
+    if nsenter is None:
+        raise HostsError("the nsenter command (util-linux) is not installed")
+    return [nsenter, "--target", str(pid), *options, "--"]
+
+
+def _check(pid: int, argv: Sequence[str], options: Sequence[str] = ("--net",)) -> str:
+    result = subprocess.run([*_nsenter(pid, options), *argv], capture_output=True, text=True, timeout=30,
+                            check=False)
+    if result.returncode != 0:
+        raise HostsError(f"{' '.join(argv)} (in namespace of pid {pid}) failed: {result.stderr.strip()}")
+    return result.stdout
+
+
+class Host:
+    """One simulated host: `name` (also its hostname), `address` on `link`, `pid` of its namespace holder."""
+
+    def __init__(self, name: str, address: str, pid: int, link: str = LINK):
+        self.name, self.address, self.pid, self.link = name, address, pid, link
+        self._processes: list[subprocess.Popen] = []
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        """`argv` wrapped to run in this host's namespaces."""
+        return [*_nsenter(self.pid), *argv]
+
+    def popen(self, argv: Sequence[str], env: Mapping[str, str] | None = None, **kwargs) -> subprocess.Popen:
+        """Start `argv` in this host (own session, so cleanup can kill it with everything it starts)."""
+        kwargs.setdefault("start_new_session", True)
+        process = subprocess.Popen(self.command(argv), env=None if env is None else dict(env), **kwargs)
+        self._processes.append(process)
+        return process
+
+    def run(self, argv: Sequence[str], env: Mapping[str, str] | None = None, check: bool = True,
+            timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:
+        """Run `argv` in this host to completion (text output captured unless told otherwise)."""
+        kwargs.setdefault("capture_output", True)
+        kwargs.setdefault("text", True)
+        return subprocess.run(self.command(argv), env=None if env is None else dict(env), check=check,
+                              timeout=timeout, **kwargs)
+
+    def kill_processes(self) -> None:
+        """Kill every process started with :meth:`popen` (their whole sessions)."""
+        for process in self._processes:
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+            with contextlib.suppress(Exception):
+                process.wait(timeout=5)
+        self._processes.clear()
+
+    def __repr__(self) -> str:
+        return f"Host({self.name!r}, {self.address!r}, pid={self.pid})"
+
+
+class Hosts:
+    """The hosts made by :func:`hosts`: ``hosts["robot"]``, iteration in creation order, link helpers."""
+
+    def __init__(self, hosts: Sequence[Host], switch_pid: int | None):
+        self._hosts = {h.name: h for h in hosts}
+        self.switch_pid = switch_pid
+
+    def __getitem__(self, name: str) -> Host:
+        return self._hosts[name]
+
+    def __iter__(self) -> Iterator[Host]:
+        return iter(self._hosts.values())
+
+    def __len__(self) -> int:
+        return len(self._hosts)
+
+    def _host(self, host: Host | str) -> Host:
+        return self._hosts[host] if isinstance(host, str) else host
+
+    def link_down(self, host: Host | str) -> None:
+        """Take `host`'s interface down (inside that host): it is cut off from all others."""
+        h = self._host(host)
+        _check(h.pid, [_tool("ip") or "ip", "link", "set", "dev", h.link, "down"])
+
+    def link_up(self, host: Host | str) -> None:
+        """Bring `host`'s interface back up (its address and shaping stay)."""
+        h = self._host(host)
+        _check(h.pid, [_tool("ip") or "ip", "link", "set", "dev", h.link, "up"])
+
+
+def _validate(names: Sequence[str], subnet: str) -> list[str]:
+    names = list(names)
+    if len(names) < 2:
+        raise ValueError("hosts() needs at least two host names")
+    if len(set(names)) != len(names) or not all(_NAME.match(n) for n in names):
+        raise ValueError(f"host names must be distinct hostnames ([A-Za-z0-9-]): {names!r}")
+    if len(names) > 250:
+        raise ValueError("at most 250 hosts per subnet")
+    network = ipaddress.ip_network(f"{subnet}.0/24")  # raises on a malformed prefix
+    if not network.is_private:
+        raise ValueError(f"subnet {subnet} must be a private range")
+    return names
+
+
+@contextlib.contextmanager
+def hosts(names: Sequence[str], subnet: str = "10.231.0", rate_mbit: float | None = None) -> Iterator[Hosts]:
+    """Make one simulated host per name (see module doc) and yield a :class:`Hosts`; host i gets ``{subnet}.{i}``.
+
+    `rate_mbit` shapes each host's outgoing traffic with a tbf qdisc. Everything started is killed and the
+    namespaces (with their links) are gone on exit, also on exceptions.
+    """
+    names = _validate(names, subnet)
+    ip, tc = _tool("ip") or "ip", _tool("tc") or "tc"
+    holders: list[tuple[subprocess.Popen, int]] = []
+    made: list[Host] = []
+    try:
+        for i, name in enumerate(names, start=1):
+            process, pid = _start_holder(_HOST_OPTIONS, hostname=name, shm=True)
+            holders.append((process, pid))
+            made.append(Host(name, f"{subnet}.{i}", pid))
+        switch_pid = None
+        if len(made) == 2:
+            a, b = made
+            # Created inside a's namespace, the peer placed straight into b's: the pair never exists here.
+            _check(a.pid, [ip, "link", "add", a.link, "type", "veth", "peer", "name", b.link, "netns", str(b.pid)])
+        else:
+            process, switch_pid = _start_holder(("--net", "--uts"), hostname="switch", shm=False)
+            holders.append((process, switch_pid))
+            _check(switch_pid, [ip, "link", "add", BRIDGE, "type", "bridge"])
+            _check(switch_pid, [ip, "link", "set", BRIDGE, "up"])
+            for i, h in enumerate(made, start=1):
+                port = f"port{i}"
+                _check(switch_pid, [ip, "link", "add", port, "type", "veth", "peer", "name", h.link,
+                                    "netns", str(h.pid)])
+                _check(switch_pid, [ip, "link", "set", port, "master", BRIDGE])
+                _check(switch_pid, [ip, "link", "set", port, "up"])
+        for h in made:
+            _check(h.pid, [ip, "addr", "add", f"{h.address}/24", "dev", h.link])
+            _check(h.pid, [ip, "link", "set", h.link, "up"])
+            if rate_mbit is not None:
+                _check(h.pid, [tc, "qdisc", "add", "dev", h.link, "root", "tbf", "rate", f"{rate_mbit}mbit",
+                               "burst", "32kbit", "latency", "50ms"])
+        _wait_links_up(made, ip)
+        yield Hosts(made, switch_pid)
+    finally:
+        for h in made:
+            h.kill_processes()
+        for process, pid in reversed(holders):
+            _stop_holder(process, pid)
+
+
+def _wait_links_up(made: Sequence[Host], ip: str, timeout: float = 5.0) -> None:
+    """Wait until every host's link reports carrier (veth/bridge ports take a moment)."""
+    deadline = time.monotonic() + timeout
+    for h in made:
+        while "LOWER_UP" not in _check(h.pid, [ip, "-o", "link", "show", "dev", h.link]):
+            if time.monotonic() > deadline:
+                raise HostsError(f"link {h.link} of host {h.name} did not come up")
+            time.sleep(0.05)
+
+
+@functools.lru_cache(maxsize=1)
+def hosts_unavailable() -> str | None:
+    """Why hosts cannot be made here (a sentence for pytest.skip), or None if they can.
+
+    Probes for real: a namespace holder with all of a host's namespaces, then a veth pair and a tbf qdisc inside it.
+    """
+    for tool, package in (("unshare", "util-linux"), ("nsenter", "util-linux"), ("ip", "iproute2")):
+        if _tool(tool) is None:
+            return f"the {tool} command ({package}) is not installed"
+    ip = _tool("ip")
+    try:
+        process, pid = _start_holder(_HOST_OPTIONS, hostname="probe", shm=True)
+    except (HostsError, OSError, subprocess.TimeoutExpired) as error:
+        return f"cannot make network/mount/UTS/IPC namespaces (needs root or CAP_SYS_ADMIN): {error}"
+    try:
+        _check(pid, [ip, "link", "add", "probe0", "type", "veth", "peer", "name", "probe1"])
+        if _tool("tc") is None:
+            return "the tc command (iproute2) is not installed"
+        return None
+    except (HostsError, OSError, subprocess.TimeoutExpired) as error:
+        return f"cannot make veth links inside a namespace: {error}"
+    finally:
+        _stop_holder(process, pid)
