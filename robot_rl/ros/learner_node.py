@@ -247,6 +247,9 @@ class LearnerNode:
         self._made_dir = first_missing(self.run_dir)
         self._entries_before = set(os.listdir(self.run_dir)) if self._made_dir is None else set()
         self._stopping = self._removed = False
+        from robot_rl.ros.node_util import STARTUP_ABANDONED
+
+        STARTUP_ABANDONED.append(self._remove_unstarted_run)  # a start-up ended by a stop signal leaves nothing
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.budget = int(self.settings["steps"])
         self.checkpoint_every = int(self.settings["checkpoint_every"])
@@ -822,9 +825,10 @@ class LearnerNode:
 
         self._stopping = True
         if not self._removed:  # decided once; main() may do it again, after the builder wrote there meanwhile
-            if (not self._new_run or (self.run_dir / CONFIG_FILE).exists() or self.server.received
-                    or self.server.log.indices()):  # an acknowledged transition is in the log, not yet staged
-                return
+            server = getattr(self, "server", None)  # none yet: a start-up ended early by a stop signal
+            if (not self._new_run or (self.run_dir / CONFIG_FILE).exists()
+                    or (server is not None and (server.received or server.log.indices()))):
+                return  # an acknowledged transition is in the log, not yet staged
             self._removed = True
             if "jax" in sys.modules:  # a compile the builder finishes now writes no cache entry into the folder
                 import jax

@@ -76,6 +76,10 @@ def install_stop_signals(flag: StopFlag, signals: Iterable[int] = STOP_SIGNALS) 
     return restore
 
 
+STARTUP_ABANDONED: list[Callable[[], None]] = []
+"""What a node's start-up registers to undo (a half-made run folder) should a stop signal end the start-up:
+:func:`watch_startup` runs each before it ends the process."""
+
 STARTUP_STOP_GRACE_S = 2.0
 """Seconds a node's start-up may still take once SIGINT / SIGTERM came before it ends the process (see
 :func:`watch_startup`)."""
@@ -115,6 +119,11 @@ def watch_startup(started: threading.Event, grace_s: float = STARTUP_STOP_GRACE_
                 signum = next((number for number in data if number in stops), None)
                 if signum is None or started.wait(grace_s):
                     continue
+                for undo in list(STARTUP_ABANDONED):
+                    try:
+                        undo()
+                    except Exception:  # noqa: BLE001 - the process ends either way
+                        pass
                 print(interrupts.message(signum), file=sys.stderr, flush=True)
                 os._exit(128 + signum)
         finally:
@@ -167,9 +176,6 @@ def run_node(build: Callable[[], object], argv: list[str], name: str) -> int:
     started = threading.Event()
     stop_watch = watch_startup(started)
     rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
-    from robot_rl.ros.env import network_summary
-
-    rclpy.logging.get_logger(name).info(network_summary())  # which mode and profile this node uses
     host = None
     try:
         try:
@@ -181,6 +187,9 @@ def run_node(build: Callable[[], object], argv: list[str], name: str) -> int:
         finally:
             started.set()
             stop_watch()
+        from robot_rl.ros.env import network_summary
+
+        host.node.get_logger().info(network_summary())  # which network mode and profile this node uses
         executor = SingleThreadedExecutor()
         executor.add_node(host.node)
         work = getattr(host, "work", None)
