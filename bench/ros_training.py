@@ -63,6 +63,8 @@ def ros_run(args: Args, robot: str, seed: int, run_dir: Path) -> dict:
         sys.executable, "-m", "robot_rl.cli", "launch", str(REPO / "launch" / "sim_train.yaml"),
         f"robot:={robot}", f"task:={args.task}", "obs_mode:=state", f"steps:={args.steps}", f"demos:={args.demos}",
         f"seed:={seed}", "human:=false", f"eval_episodes:={args.eval_episodes}", f"run_dir:={run_dir}",
+        # evaluations as the in-process baseline's (at the start and the end), no validation (it has none)
+        f"eval_every:={args.steps}", "final_validation:=false",
         "--domain-id", str(DOMAIN_ID)])
     start = time.perf_counter()
     log = run_dir.with_suffix(".log")
