@@ -375,15 +375,18 @@ def record_demos(cfg: TrainConfig, run_dir: Path, *, should_stop=None, on_episod
 
 class DemoProgress:
     """The demo-recording phase's progress: a rich bar on a terminal (like the training bar), otherwise a line
-    every `every_s` seconds. Use as a context manager; call it with (kept, wanted) after every episode."""
+    every few seconds (robot_rl.progress). Use as a context manager; call it with (kept, wanted) after every
+    episode."""
 
-    def __init__(self, wanted: int, every_s: float = 5.0):
+    def __init__(self, wanted: int):
         from rich.console import Console
 
-        self.wanted, self.every_s = wanted, every_s
+        from robot_rl.progress import ProgressLines
+
+        self.wanted = wanted
         self.console = Console()
         self._progress = None
-        self._started = self._last = time.perf_counter()
+        self._lines = ProgressLines("recording demos", wanted, enabled=not self.console.is_terminal, unit="demo")
 
     def __enter__(self) -> DemoProgress:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -398,11 +401,7 @@ class DemoProgress:
     def __call__(self, kept: int, wanted: int) -> None:
         if self._progress is not None:
             self._progress.update(self._bar, completed=kept)
-            return
-        now = time.perf_counter()
-        if now - self._last >= self.every_s:
-            self._last = now
-            print(f"recording demos: {kept}/{wanted} ({now - self._started:.0f} s)", flush=True)
+        self._lines.update(kept)
 
     def __exit__(self, *exc) -> None:
         if self._progress is not None:
