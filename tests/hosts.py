@@ -120,14 +120,18 @@ class Host:
         self.name, self.address, self.pid, self.link = name, address, pid, link
         self._processes: list[subprocess.Popen] = []
 
-    def command(self, argv: Sequence[str]) -> list[str]:
-        """`argv` wrapped to run in this host's namespaces."""
-        return [*_nsenter(self.pid), *argv]
+    def command(self, argv: Sequence[str], cwd: str | os.PathLike[str] | None = None) -> list[str]:
+        """`argv` wrapped to run in this host's namespaces (in folder `cwd`: entering a mount namespace resets it)."""
+        wrapped = _nsenter(self.pid)
+        if cwd is not None:
+            wrapped.insert(-1, f"--wdns={os.path.abspath(cwd)}")
+        return [*wrapped, *argv]
 
     def popen(self, argv: Sequence[str], env: Mapping[str, str] | None = None, **kwargs) -> subprocess.Popen:
         """Start `argv` in this host (own session, so cleanup can kill it with everything it starts)."""
         kwargs.setdefault("start_new_session", True)
-        process = subprocess.Popen(self.command(argv), env=None if env is None else dict(env), **kwargs)
+        process = subprocess.Popen(self.command(argv, kwargs.get("cwd")), env=None if env is None else dict(env),
+                                   **kwargs)
         self._processes.append(process)
         return process
 
@@ -136,7 +140,8 @@ class Host:
         """Run `argv` in this host to completion (text output captured unless told otherwise)."""
         kwargs.setdefault("capture_output", True)
         kwargs.setdefault("text", True)
-        return subprocess.run(self.command(argv), env=None if env is None else dict(env), check=check,
+        return subprocess.run(self.command(argv, kwargs.get("cwd")), env=None if env is None else dict(env),
+                              check=check,
                               timeout=timeout, **kwargs)
 
     def kill_processes(self) -> None:

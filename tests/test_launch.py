@@ -782,16 +782,50 @@ ROBOT_RUN = {"robot": "sim_panda", "camera_driver": "cam_driver", "robot_driver"
              "policy": "runs/x/policy.msgpack"}
 # Each shipped file with arguments that, together, start every node it can start.
 SHIPPED_VARIANTS = {
-    "sim_train.yaml": [{}, {"human": "false"}],
+    "sim_train.yaml": [{}, {"human": "false"}, {"side": "robot"}, {"side": "server"}],
     "sim_eval.yaml": [{"weights": "runs/x/policy.msgpack"}],
     "teleop_record.yaml": [{"out": "demos.zarr", "device": device} for device in ("auto", "gamepad", "scripted",
                                                                                    "none")],
-    "robot_train.yaml": [{**ROBOT_DRIVERS, "device": device} for device in ("auto", "spacemouse", "scripted", "none")],
+    "robot_train.yaml": [{**ROBOT_DRIVERS, "device": device} for device in ("auto", "spacemouse", "scripted", "none")]
+    + [{"robot": "sim_panda", "demo_path": "demos.zarr", "side": "server"}],
     "robot_run.yaml": [{**ROBOT_RUN, "device": device} for device in ("auto", "scripted", "none")],
 }
 VARIANTS = [(name, arguments) for name, variants in SHIPPED_VARIANTS.items() for arguments in variants]
-VARIANT_IDS = [f"{name[:-5]}-{'-'.join(a.get('device', a.get('human', 'default')) for a in [args])}"
+VARIANT_IDS = [f"{name[:-5]}-{'-'.join(a.get('side', a.get('device', a.get('human', 'default'))) for a in [args])}"
                for name, args in VARIANTS]
+
+
+@pytest.mark.parametrize("name,arguments", [("sim_train.yaml", {}), ("robot_train.yaml", ROBOT_DRIVERS)])
+def test_a_side_starts_the_robots_nodes_or_the_learner(name, arguments):
+    every = {spec.name for spec in load_launch_file(LAUNCH_DIR / name, arguments).processes}
+    robot = {spec.name for spec in load_launch_file(LAUNCH_DIR / name, {**arguments, "side": "robot"}).processes}
+    server = {spec.name for spec in load_launch_file(LAUNCH_DIR / name, {**arguments, "side": "server"}).processes}
+    assert server == {"learner"} and robot == every - {"learner"} and "actor" in robot
+    with pytest.raises(LaunchError, match=r"side:='servr' is not one of all, robot, server \(did you mean server\?\)"):
+        load_launch_file(LAUNCH_DIR / name, {**arguments, "side": "servr"})
+
+
+def test_the_robot_side_needs_its_driver_commands():
+    with pytest.raises(LaunchError, match=r"'\$\(var camera_driver\)' is empty: give the launch argument"):
+        load_launch_file(LAUNCH_DIR / "robot_train.yaml", {"robot": "sim_panda", "demo_path": "d.zarr",
+                                                           "side": "robot"})
+
+
+def test_the_network_argument_sets_every_processs_network_mode(tmp_path, monkeypatch):
+    _wheels_or_skip()
+    for name in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "FASTDDS_DEFAULT_PROFILES_FILE", "ROBOT_RL_NETWORK"):
+        monkeypatch.delenv(name, raising=False)
+    path = _write(tmp_path, [{"arg": {"name": "network", "default": "$(env ROBOT_RL_NETWORK local)"}},
+                             {"executable": {"cmd": "true", "name": "x"}}])
+    local = Launcher(load_launch_file(path)).base_env
+    assert local["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "LOCALHOST" and local["FASTDDS_DEFAULT_PROFILES_FILE"]
+    lan = Launcher(load_launch_file(path, {"network": "lan"})).base_env
+    assert lan["ROBOT_RL_NETWORK"] == "lan" and lan["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SUBNET"
+    assert "FASTDDS_DEFAULT_PROFILES_FILE" not in lan
+    monkeypatch.setenv("ROBOT_RL_NETWORK", "lan")  # the variable is the argument's default
+    assert Launcher(load_launch_file(path)).base_env["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SUBNET"
+    with pytest.raises(LaunchError, match="ROBOT_RL_NETWORK='wan' is not a network mode"):
+        Launcher(load_launch_file(path, {"network": "wan"}))
 
 
 def test_shipped_launch_files_are_all_covered():

@@ -1,15 +1,17 @@
 """The project's ROS 2 launcher: the subset of ROS 2's YAML launch format we need. Importable without rclpy.
 
 There are no wheels for ``ros2launch`` / ``launch_ros``, so ``robot-rl launch FILE`` reads a YAML launch file, starts
-every process with the project's ROS environment (:func:`robot_rl.ros.env.ros_environment`: discovery on LOCALHOST,
-the domain id, the Fast DDS profile, the wheels' library paths), prefixes their output with their names and stops
-them all cleanly.
+every process with the project's ROS environment (:func:`robot_rl.ros.env.ros_environment`: the network mode and its
+discovery range and Fast DDS profile, the domain id, the wheels' library paths), prefixes their output with their
+names and stops them all cleanly. A declared argument named ``network`` sets the network mode (``ROBOT_RL_NETWORK``:
+local, lan, secure) of every process; without one, the launcher's own environment decides.
 
 Example (every key shown; ``$(...)`` substitutions work in any string value)::
 
     launch:
     - arg: {name: task, default: PickCube-v0, description: "task id"}  # override: robot-rl launch f.yaml task:=X
     - arg: {name: ns}                                    # no default: must be given on the command line
+    - arg: {name: side, default: all, choices: [all, robot, server]}  # any other value: an error before start
     - arg: {name: with_sim, default: "true"}
     - node:
         pkg: robot_rl                  # pkg + exec: one of the project's nodes (see EXECUTABLES)
@@ -96,7 +98,9 @@ _COMMON_KEYS = {"name", "env", "respawn", "respawn_delay", "on_exit", "required"
                 "preflight"}
 _NODE_KEYS = _COMMON_KEYS | {"pkg", "exec", "module", "namespace", "param", "remap"}
 _EXECUTABLE_KEYS = _COMMON_KEYS | {"cmd"}
-_ARG_KEYS = {"name", "default", "description"}
+_ARG_KEYS = {"name", "default", "description", "choices"}
+# A declared argument of this name sets the network mode (ROBOT_RL_NETWORK) of every process the launch starts.
+NETWORK_ARGUMENT = "network"
 _ON_EXIT_ACTIONS = ("shutdown",)
 _ROS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ROS_NAMESPACE = re.compile(r"/?([A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*)?")
@@ -185,6 +189,7 @@ class LaunchArgument:
     name: str
     value: str
     description: str = ""
+    choices: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -441,15 +446,24 @@ def _parse_arg(body: dict[str, Any], ctx: _Context, given: Mapping[str, str]) ->
         raise ctx.error(f"key 'name': {name!r} is not a valid argument name")
     if name in ctx.variables:
         raise ctx.error(f"key 'name': argument {name!r} is declared twice")
+    choices: tuple[str, ...] = ()
+    if "choices" in body:
+        if not isinstance(body["choices"], list) or not body["choices"]:
+            raise ctx.error("key 'choices': expected a non-empty list of values")
+        choices = tuple(_scalar_text(choice, "choices", ctx) for choice in body["choices"])
     if name in given:
         value = str(given[name])
     elif body.get("default") is not None:
         value = _scalar_text(body["default"], "default", ctx)
     else:
         raise ctx.error(f"argument {name!r} has no default and was not given: pass {name}:=VALUE")
+    if choices and value not in choices:
+        close = closest(value, choices)
+        hint = f" (did you mean {close}?)" if close else ""
+        raise LaunchError(f"{ctx.path}: launch argument {name}:={value!r} is not one of {', '.join(choices)}{hint}")
     ctx.variables[name] = value
     description = body.get("description", "")
-    return LaunchArgument(name=name, value=value, description=str(description))
+    return LaunchArgument(name=name, value=value, description=str(description), choices=choices)
 
 
 def _parse_bool(value: Any, key: str, ctx: _Context) -> bool:
@@ -535,7 +549,7 @@ def _parse_process(kind: str, body: dict[str, Any], ctx: _Context, wanted: bool 
             raise ctx.error(f"key 'cmd': expected a string, got {_yaml_type(body['cmd'])}")
         argv = _split_command(body["cmd"], "cmd", ctx) + extra
         if not argv and wanted:
-            raise ctx.error("key 'cmd': the command is empty")
+            raise ctx.error(f"key 'cmd': the command {body['cmd']!r} is empty: give the launch argument(s) it uses")
         label = name or re.sub(r"\W", "_", Path(argv[0] if argv else "executable").name)
     else:
         module = _node_module(body, ctx)
@@ -693,15 +707,19 @@ class Launcher:
         stdout: IO[str] | None = None,
         stderr: IO[str] | None = None,
     ):
-        from robot_rl.ros.env import RosEnvironmentError, ros_environment
+        from robot_rl.ros.env import NETWORK_VARIABLE, RosEnvironmentError, ros_environment
 
         if grace_s < 0:
             raise LaunchError(f"grace period must be >= 0 s, got {grace_s}")
         self.description = description
         self.grace_s = grace_s
         self.term_timeout_s = min(grace_s, 5.0) if term_timeout_s is None else term_timeout_s
+        base = dict(os.environ)
+        network = next((a.value for a in description.arguments if a.name == NETWORK_ARGUMENT), None)
+        if network is not None:
+            base[NETWORK_VARIABLE] = network
         try:
-            self.base_env = ros_environment(domain_id=domain_id)
+            self.base_env = ros_environment(domain_id=domain_id, base=base)
         except RosEnvironmentError as exc:
             raise LaunchError(f"cannot set up the ROS environment: {exc}") from None
         self.stdout = stdout or sys.stdout

@@ -1,0 +1,143 @@
+"""Training across two hosts, as README's "Two machines" section runs it: the robot host starts
+`robot-rl launch launch/sim_train.yaml side:=robot network:=lan` (sim node, actor, scripted human), the server host
+`... side:=server network:=lan` (the learner), each with the other as ROS_STATIC_PEERS. The hosts are tests/hosts.py's
+namespaces (own network, /dev/shm, hostname and IPC, joined by a veth pair whose addresses exist only inside them).
+
+Checked: the learner receives and acknowledges the robot's transitions and trains to its budget, its weights reach
+the actor, the learner's launch ends on its own (status 0), the robot side stops on SIGINT (130), and the drivers'
+topics stay on the robot host (the learner subscribes to the actor's transitions only). Skips (with the reason) where
+namespaces cannot be made.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from hosts import hosts, hosts_unavailable
+
+DOMAIN_ID = 159
+SUBNET = "10.233.0"
+STEPS = 120
+DEADLINE_S = 200.0
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# Lists, from the robot host, who subscribes to each topic of the graph (the learner's host is seen by discovery).
+GRAPH_PROBE = r"""
+import json, time
+import rclpy
+
+rclpy.init()
+node = rclpy.create_node("graph_probe")
+start = time.monotonic()
+subscribers, seen_s = {}, None
+while time.monotonic() - start < 25.0:
+    rclpy.spin_once(node, timeout_sec=0.2)
+    topics = [name for name, _ in node.get_topic_names_and_types()]
+    subscribers = {t: sorted({i.node_name for i in node.get_subscriptions_info_by_topic(t)}) for t in topics}
+    nodes = set().union(*subscribers.values()) if subscribers else set()
+    if seen_s is None and {"learner", "actor"} <= nodes:
+        seen_s = time.monotonic() - start
+    if seen_s is not None and time.monotonic() - start > seen_s + 2.0:
+        break  # two more seconds for the rest of their endpoints
+print("RESULT " + json.dumps({"subscribers": subscribers, "nodes": node.get_node_names(), "seen_s": seen_s}),
+      flush=True)
+node.destroy_node()
+rclpy.shutdown()
+"""
+
+
+def _host_environment(peer_address: str) -> dict[str, str]:
+    """A user's shell on one host: the domain id and the peer named, the rest left to `network:=lan`."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "FASTDDS_DEFAULT_PROFILES_FILE", "ROBOT_RL_NETWORK")}
+    env.update(ROS_DOMAIN_ID=str(DOMAIN_ID), ROS_STATIC_PEERS=peer_address, PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p))
+    return env
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _wait(condition, what: str, deadline: float, logs: dict[str, Path], running: dict[str, subprocess.Popen]):
+    problem = f"timed out waiting for {what}"
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        ended = {name: p.returncode for name, p in running.items() if p.poll() is not None}
+        if ended:
+            problem = f"{what}: a launch ended first ({ended})"
+            break
+        time.sleep(0.5)
+    tails = "\n".join(f"--- {name}\n{path.read_text()[-2500:]}" for name, path in logs.items())
+    pytest.fail(f"{problem}\n{tails}")
+
+
+def test_robot_host_and_server_host_train_one_policy():
+    reason = hosts_unavailable()
+    if reason:
+        pytest.skip(f"cannot make simulated hosts: {reason}")
+    pytest.importorskip("rclpy", reason="the ROS 2 wheels are not installed")
+    work = Path(tempfile.mkdtemp(prefix="two-hosts-training-"))
+    logs = {"robot": work / "robot.log", "server": work / "server.log"}
+    deadline = time.monotonic() + DEADLINE_S
+    launch = [sys.executable, "-m", "robot_rl.cli", "launch", "--grace-s", "5", "launch/sim_train.yaml", "network:=lan",
+              f"steps:={STEPS}", "demos:=3", "eval_episodes:=0", "final_validation:=false"]
+    with hosts(["robot", "server"], subnet=SUBNET) as machines, \
+            open(logs["robot"], "w") as robot_log, open(logs["server"], "w") as server_log:
+        robot, server = machines["robot"], machines["server"]
+        server_launch = server.popen([*launch, "side:=server", f"run_dir:={work / 'server'}"],
+                                     env=_host_environment(robot.address), cwd=REPO_ROOT, stdout=server_log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        robot_launch = robot.popen([*launch, "side:=robot", f"run_dir:={work / 'robot'}"],
+                                   env=_host_environment(server.address), cwd=REPO_ROOT, stdout=robot_log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            learner_status, actor_status = work / "server" / "learner_status.json", work / "robot" / "actor_status.json"
+
+            def training():
+                status = _read(learner_status)
+                return status if status and status["received"] >= 30 else None
+
+            _wait(training, "the learner on the server host to receive transitions", deadline, logs,
+                  {"robot": robot_launch, "server": server_launch})
+            probe = robot.run([sys.executable, "-c", GRAPH_PROBE], env=_host_environment(server.address),
+                              cwd=REPO_ROOT, timeout=30)
+            graph = json.loads(probe.stdout.split("RESULT ", 1)[1])
+            subscribers = graph["subscribers"]
+            learner_topics = sorted(t for t, names in subscribers.items() if "learner" in names)
+            assert learner_topics == ["/actor/transitions"], graph
+            assert any("actor" in names for names in subscribers.values()), graph
+
+            server_rc = server_launch.wait(timeout=max(1.0, deadline - time.monotonic()))
+            assert server_rc == 0, logs["server"].read_text()[-3000:]
+            status = _read(learner_status)
+            assert status["received"] >= STEPS and status["rejected"] == 0, status
+            actor = _wait(lambda: (s := _read(actor_status)) and s["weights_version"] >= 2 and s, "weights at the actor",
+                          deadline, logs, {"robot": robot_launch})
+            source = actor["source"]
+            assert status["acks"][source] >= STEPS - 1, (status["acks"], source)
+            assert actor["acked_through"] >= STEPS - 1 - 64, actor  # the last batch's ack may still be on its way
+        finally:
+            for process in (robot_launch, server_launch):
+                if process.poll() is None:
+                    os.killpg(process.pid, signal.SIGINT)
+            robot_rc = robot_launch.wait(timeout=30)
+            server_launch.wait(timeout=30)
+    robot_text = logs["robot"].read_text()
+    assert robot_rc == 130, robot_text[-3000:]
+    assert "network lan" in robot_text and "network lan" in logs["server"].read_text()
+    assert "Traceback" not in robot_text, robot_text[-3000:]
