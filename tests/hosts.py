@@ -6,7 +6,10 @@ Each host is a ``sleep infinity`` process started with ``unshare --net --mount -
 - a UTS namespace with the host's own name as hostname;
 - a mount namespace (private propagation) with a fresh tmpfs on ``/dev/shm``, so Fast DDS cannot take a
   shared-memory shortcut between hosts;
-- an IPC namespace.
+- an IPC namespace;
+- with a clock offset (``hosts(..., clock_offsets={"server": 86400})``), a time namespace whose CLOCK_MONOTONIC and
+  CLOCK_BOOTTIME run that many seconds ahead (CLOCK_REALTIME cannot be namespaced: the kernel's time namespaces
+  cover the monotonic and boot-time clocks only).
 
 Two hosts are joined by a veth pair; three or more by a bridge in a separate "switch" network namespace (one veth
 per host into it). Every link is created *inside* a namespace the harness made (``nsenter`` into it, the peer placed
@@ -116,13 +119,14 @@ def _check(pid: int, argv: Sequence[str], options: Sequence[str] = ("--net",)) -
 class Host:
     """One simulated host: `name` (also its hostname), `address` on `link`, `pid` of its namespace holder."""
 
-    def __init__(self, name: str, address: str, pid: int, link: str = LINK):
+    def __init__(self, name: str, address: str, pid: int, link: str = LINK, clock_offset_s: float = 0.0):
         self.name, self.address, self.pid, self.link = name, address, pid, link
+        self.clock_offset_s = clock_offset_s
         self._processes: list[subprocess.Popen] = []
 
     def command(self, argv: Sequence[str], cwd: str | os.PathLike[str] | None = None) -> list[str]:
         """`argv` wrapped to run in this host's namespaces (in folder `cwd`: entering a mount namespace resets it)."""
-        wrapped = _nsenter(self.pid)
+        wrapped = _nsenter(self.pid, (*_HOST_OPTIONS, "--time") if self.clock_offset_s else _HOST_OPTIONS)
         if cwd is not None:
             wrapped.insert(-1, f"--wdns={os.path.abspath(cwd)}")
         return [*wrapped, *argv]
@@ -205,11 +209,13 @@ def _validate(names: Sequence[str], subnet: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def hosts(names: Sequence[str], subnet: str = "10.231.0", rate_mbit: float | None = None) -> Iterator[Hosts]:
+def hosts(names: Sequence[str], subnet: str = "10.231.0", rate_mbit: float | None = None,
+          clock_offsets: Mapping[str, float] | None = None) -> Iterator[Hosts]:
     """Make one simulated host per name (see module doc) and yield a :class:`Hosts`; host i gets ``{subnet}.{i}``.
 
-    `rate_mbit` shapes each host's outgoing traffic with a tbf qdisc. Everything started is killed and the
-    namespaces (with their links) are gone on exit, also on exceptions.
+    `rate_mbit` shapes each host's outgoing traffic with a tbf qdisc; `clock_offsets` puts the named hosts' monotonic
+    and boot-time clocks that many seconds ahead (:func:`time_namespaces_unavailable` says where that cannot be).
+    Everything started is killed and the namespaces (with their links) are gone on exit, also on exceptions.
     """
     names = _validate(names, subnet)
     ip, tc = _tool("ip") or "ip", _tool("tc") or "tc"
@@ -217,9 +223,10 @@ def hosts(names: Sequence[str], subnet: str = "10.231.0", rate_mbit: float | Non
     made: list[Host] = []
     try:
         for i, name in enumerate(names, start=1):
-            process, pid = _start_holder(_HOST_OPTIONS, hostname=name, shm=True)
+            offset = int((clock_offsets or {}).get(name, 0))
+            process, pid = _start_holder((*_HOST_OPTIONS, *_time_options(offset)), hostname=name, shm=True)
             holders.append((process, pid))
-            made.append(Host(name, f"{subnet}.{i}", pid))
+            made.append(Host(name, f"{subnet}.{i}", pid, clock_offset_s=offset))
         switch_pid = None
         if len(made) == 2:
             a, b = made
@@ -259,6 +266,27 @@ def _wait_links_up(made: Sequence[Host], ip: str, timeout: float = 5.0) -> None:
             if time.monotonic() > deadline:
                 raise HostsError(f"link {h.link} of host {h.name} did not come up")
             time.sleep(0.05)
+
+
+def _time_options(offset_s: int) -> tuple[str, ...]:
+    return ("--time", "--monotonic", str(offset_s), "--boottime", str(offset_s)) if offset_s else ()
+
+
+@functools.lru_cache(maxsize=1)
+def time_namespaces_unavailable() -> str | None:
+    """Why hosts cannot get a clock offset here (a sentence), or None if they can."""
+    try:
+        process, pid = _start_holder(("--net", *_time_options(86400)), hostname=None, shm=False)
+    except (HostsError, OSError, subprocess.TimeoutExpired) as error:
+        return f"cannot make time namespaces (Linux >= 5.6, util-linux unshare --time): {error}"
+    try:
+        uptime = float(_check(pid, ["cat", "/proc/uptime"], ("--time",)).split()[0])
+        with open("/proc/uptime") as own:
+            return None if uptime - float(own.read().split()[0]) > 80000 else "the time namespace's offset did not apply"
+    except (HostsError, OSError, ValueError, subprocess.TimeoutExpired) as error:
+        return f"cannot enter a time namespace: {error}"
+    finally:
+        _stop_holder(process, pid)
 
 
 @functools.lru_cache(maxsize=1)
