@@ -19,6 +19,7 @@ from robot_rl.reward_classifier import RewardClassifierConfig
 from robot_rl.train import EVAL_SEED_OFFSET, TrainConfig
 from robot_rl.train_bc import TrainBCConfig
 from robot_rl.replay_in_sim import ReplayInSimConfig
+from robot_rl.ros.secure import DEFAULT_PORT as SECURE_PORT
 from robot_rl.validate import ValidateConfig
 
 ObsMode = Literal["state", "pixels", "state+pixels"]
@@ -269,6 +270,27 @@ class Label:
     """Cameras shown in the window (none given: every stored camera)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Certs:
+    """Make a run's certificates for the `secure` network mode (ROBOT_RL_NETWORK=secure): a certificate authority in
+    OUT/ca, which stays here, and one folder per machine to copy there, OUT/server for the learner's host and
+    OUT/NAME for each robot. Prints what goes where and what to set on each machine."""
+
+    out: Annotated[tyro.conf.Positional[Path], tyro.conf.arg(metavar="OUT")]
+    """Folder to make (it must not exist or be empty)."""
+    server: str
+    """IPv4 address or host name at which the robots reach the learner's host."""
+    robot: tyro.conf.UseAppendAction[tuple[str, ...]] = ()
+    """Name of a robot's computer; repeat --robot for each robot."""
+    port: int = SECURE_PORT
+    """TCP port the learner's host listens on (the only one the robots need to reach)."""
+    days: int = 365
+    """Days the certificates stay valid."""
+    dh: Literal["ffdhe2048", "ffdhe3072", "ffdhe4096", "generate"] = "ffdhe2048"
+    """Diffie-Hellman parameters: a standard RFC 7919 group (made at once), or `generate` fresh 2048-bit ones with
+    openssl dhparam (slow: measured 7 to 70 s)."""
+
+
 Command = (
     Annotated[Train, tyro.conf.subcommand("train")]
     | Annotated[Eval, tyro.conf.subcommand("eval")]
@@ -286,6 +308,7 @@ Command = (
     | Annotated[DistillConfig, tyro.conf.subcommand("distill")]
     | Annotated[ValidateConfig, tyro.conf.subcommand("validate")]
     | Annotated[ReplayInSimConfig, tyro.conf.subcommand("replay-in-sim")]
+    | Annotated[Certs, tyro.conf.subcommand("certs")]
 )
 
 
@@ -875,6 +898,11 @@ def main(argv: list[str] | None = None) -> None:
                     from robot_rl.replay_in_sim import run_replay_in_sim
 
                     run_replay_in_sim(cfg)
+                case Certs():
+                    from robot_rl.ros.secure import create_certificates, instructions
+
+                    print(instructions(create_certificates(cfg.out, cfg.server, cfg.robot, port=cfg.port,
+                                                           days=cfg.days, dh=cfg.dh)))
     except TrainingInterrupted as exc:  # checkpointed and reported: one line saying how to resume
         interrupts.report_once()
         print(exc, file=sys.stderr)

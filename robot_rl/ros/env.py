@@ -9,10 +9,15 @@ Every ROS process of the project gets the same environment (see /work/shared/ROS
 - ``FASTDDS_DEFAULT_PROFILES_FILE``: the shipped profile (big shared-memory segment, UDPv4 on 127.0.0.1 only,
   builtin transports off);
 - the network mode, ``ROBOT_RL_NETWORK`` (:data:`NETWORK_MODES`): ``local`` (the default: everything above, every
-  node on one host) or ``lan`` (nodes on several hosts: Fast DDS's own transports, shared memory between processes
+  node on one host), ``lan`` (nodes on several hosts: Fast DDS's own transports, shared memory between processes
   of one host and UDP between hosts, discovery range ``SUBNET`` unless ``ROS_AUTOMATIC_DISCOVERY_RANGE`` says
-  otherwise, peers named by ``ROS_STATIC_PEERS``); a ``FASTDDS_DEFAULT_PROFILES_FILE`` the user set (any file but
-  the shipped one) wins over every mode;
+  otherwise, peers named by ``ROS_STATIC_PEERS``) or ``secure`` (a network not trusted, or routed between sites:
+  TLS over one TCP port of the learner's host, both sides verify the other's certificate against the run's CA;
+  ``ROBOT_RL_CERTS`` names this host's folder from ``robot-rl certs``; the Fast DDS profile and OpenSSL config
+  generated for it (:mod:`robot_rl.ros.secure`) become ``FASTDDS_DEFAULT_PROFILES_FILE`` and ``OPENSSL_CONF``, and
+  the discovery range ``SYSTEM_DEFAULT``, so the profile decides); a ``FASTDDS_DEFAULT_PROFILES_FILE`` the user set
+  (any file but the shipped one and the generated ones) wins over ``local`` and ``lan``, and ``secure`` refuses one,
+  as it refuses an ``OPENSSL_CONF`` of the user's (either would take certificate verification away);
 - ``LD_LIBRARY_PATH`` with the venv's ``lib/`` and ``site-packages/ros_*.libs`` plus
   ``_ROS_WHEELS_BOOTSTRAP_COMPLETE=1``, so the ``ros_wheels_bootstrapper`` .pth does not re-execute the child;
 - ``AMENT_PREFIX_PATH`` starting with the venv prefix (package look-ups).
@@ -47,11 +52,19 @@ NETWORK_MODES = {
     "local": "every node on this host: loopback discovery and the shipped shared-memory profile",
     "lan": "nodes on several hosts: Fast DDS's transports (shared memory on a host, UDP between hosts), discovery "
            "SUBNET unless ROS_AUTOMATIC_DISCOVERY_RANGE says otherwise, peers from ROS_STATIC_PEERS",
+    "secure": "nodes on several hosts over a network not trusted: TLS with the run's certificates (ROBOT_RL_CERTS, "
+              "made by robot-rl certs) to one TCP port of the learner's host; shared memory within a host",
 }
 LAN_DISCOVERY_RANGE = "SUBNET"
+CERTS_VARIABLE = "ROBOT_RL_CERTS"
+# rmw_fastrtps leaves a profile's discovery settings alone only with SYSTEM_DEFAULT (LOCALHOST replaces the
+# metatraffic locators, SUBNET / LOCALHOST add ROS_STATIC_PEERS as UDP peers).
+SECURE_DISCOVERY_RANGE = "SYSTEM_DEFAULT"
 BOOTSTRAP_FLAG = "_ROS_WHEELS_BOOTSTRAP_COMPLETE"
 # The variables rclpy / rmw read when a context or participant is created: they must agree with ours.
-_CONFIG_KEYS = ("RMW_IMPLEMENTATION", "ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID", "FASTDDS_DEFAULT_PROFILES_FILE")
+# OPENSSL_CONF: Fast DDS's OpenSSL reads it when the secure mode's TLS transport is made.
+_CONFIG_KEYS = ("RMW_IMPLEMENTATION", "ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_DOMAIN_ID", "FASTDDS_DEFAULT_PROFILES_FILE",
+                "OPENSSL_CONF")
 _FASTDDS_NAMESPACE = "{http://www.eprosima.com}"
 _LOOPBACK_ADDRESSES = {"127.0.0.1", "localhost", "lo"}
 
@@ -195,13 +208,44 @@ def network_mode(base: Mapping[str, str] | None = None) -> str:
 
 
 def _user_profile(base: Mapping[str, str]) -> Path | None:
-    """The Fast DDS profile the user chose (FASTDDS_DEFAULT_PROFILES_FILE naming any file but the shipped one)."""
+    """The Fast DDS profile the user chose: FASTDDS_DEFAULT_PROFILES_FILE naming any file but the shipped one and
+    the secure mode's generated ones (a child process inherits those from its parent)."""
+    from robot_rl.ros.secure import is_generated_file
+
     given = base.get("FASTDDS_DEFAULT_PROFILES_FILE", "").strip()
     if not given or Path(given).resolve() == FASTDDS_PROFILE_PATH:
         return None
     if not Path(given).is_file():
         raise RosEnvironmentError(f"FASTDDS_DEFAULT_PROFILES_FILE={given!r} does not exist")
-    return Path(given).resolve()
+    return None if is_generated_file(given) else Path(given).resolve()
+
+
+def _user_openssl_conf(env: dict[str, str]) -> str:
+    """The OPENSSL_CONF the user set, or ""; one the secure mode generated (a parent's) is removed from `env`."""
+    given = env.get("OPENSSL_CONF", "").strip()
+    if given:
+        from robot_rl.ros.secure import is_generated_file
+
+        if is_generated_file(given):
+            del env["OPENSSL_CONF"]  # set again where this process is secure too
+            return ""
+    return given
+
+
+def _secure_host(env: Mapping[str, str]):
+    """This host's checked certificate folder (robot_rl.ros.secure.SecureHost) named by ROBOT_RL_CERTS."""
+    from robot_rl.ros.secure import CertificateError, check_tls_files, read_host_folder
+
+    folder = env.get(CERTS_VARIABLE, "").strip()
+    if not folder:
+        raise RosEnvironmentError(f"{NETWORK_VARIABLE}=secure needs {CERTS_VARIABLE}=<this host's folder made by "
+                                  "`robot-rl certs`>")
+    try:
+        host = read_host_folder(folder)
+        check_tls_files(host)
+    except CertificateError as error:
+        raise RosEnvironmentError(f"{CERTS_VARIABLE}={folder}: {error}") from None
+    return host
 
 
 def network_summary(env: Mapping[str, str] | None = None) -> str:
@@ -209,8 +253,21 @@ def network_summary(env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
     profile = env.get("FASTDDS_DEFAULT_PROFILES_FILE") or "Fast DDS defaults"
     owner = " (set by the user: it wins over the mode)" if _user_profile(env) is not None else ""
+    mode = network_mode(env)
     peers = env.get("ROS_STATIC_PEERS", "").strip()
-    return (f"network {network_mode(env)}: discovery {env.get('ROS_AUTOMATIC_DISCOVERY_RANGE')}"
+    if mode == "secure":
+        from robot_rl.ros.secure import CertificateError, read_host_folder
+
+        try:
+            host = read_host_folder(env.get(CERTS_VARIABLE, ""))
+            tls = (f"TLS as {host.role} {host.host}, server {host.server}:{host.port}, certificates {host.folder}")
+        except CertificateError as error:
+            tls = f"TLS certificates unusable: {error}"
+        peers = ""  # rmw ignores ROS_STATIC_PEERS with the SYSTEM_DEFAULT range
+    else:
+        tls = ""
+    return (f"network {mode}: " + (f"{tls}, " if tls else "")
+            + f"discovery {env.get('ROS_AUTOMATIC_DISCOVERY_RANGE')}"
             + (f", static peers {peers}" if peers else "")
             + f", domain {env.get('ROS_DOMAIN_ID')}, profile {profile}{owner}")
 
@@ -224,14 +281,32 @@ def ros_environment(
     env = dict(os.environ if base is None else base)
     mode = network_mode(env)
     discovery = env.get("ROS_AUTOMATIC_DISCOVERY_RANGE", "").strip()
-    if not discovery:
+    if mode == "secure":
+        env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = SECURE_DISCOVERY_RANGE  # the generated profile decides discovery
+    elif not discovery:
         env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = LAN_DISCOVERY_RANGE if mode == "lan" else DEFAULT_DISCOVERY_RANGE
     elif discovery not in DISCOVERY_RANGES:
         raise RosEnvironmentError(f"ROS_AUTOMATIC_DISCOVERY_RANGE={discovery!r} is not one of {DISCOVERY_RANGES}")
     env["ROS_DOMAIN_ID"] = str(_resolve_domain_id(domain_id, env))
     env["RMW_IMPLEMENTATION"] = RMW_IMPLEMENTATION
     user = _user_profile(env) if profile is None else None
-    if user is not None:
+    openssl_conf = _user_openssl_conf(env)
+    if mode == "secure" and profile is None:
+        for variable, value in (("FASTDDS_DEFAULT_PROFILES_FILE", user), ("OPENSSL_CONF", openssl_conf)):
+            if value:
+                raise RosEnvironmentError(
+                    f"{NETWORK_VARIABLE}=secure writes its own {variable}, and {variable}={value} would replace it "
+                    f"(and certificate verification with it): unset {variable}, or use another mode")
+        from robot_rl.ros.secure import CertificateError, write_network_files
+
+        host = _secure_host(env)
+        try:
+            fastdds_profile, openssl_config = write_network_files(host)
+        except CertificateError as error:
+            raise RosEnvironmentError(str(error)) from None
+        env["FASTDDS_DEFAULT_PROFILES_FILE"], env["OPENSSL_CONF"] = str(fastdds_profile), str(openssl_config)
+        env[CERTS_VARIABLE] = str(host.folder)  # absolute: a child in another working directory finds it too
+    elif user is not None:
         env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(user)
     elif mode == "lan" and profile is None:
         env.pop("FASTDDS_DEFAULT_PROFILES_FILE", None)  # Fast DDS's transports: UDP reaches the other hosts
@@ -250,8 +325,9 @@ def ensure_ros_environment(
     """Apply :func:`ros_environment` to os.environ before rclpy is imported; return the variables that were set.
 
     Raises RosEnvironmentError if the wheels are missing, if this interpreter was started without the wheels' library
-    path (the dynamic loader reads LD_LIBRARY_PATH only at start-up), or if rclpy is already imported with a different
-    configuration.
+    path (the dynamic loader reads LD_LIBRARY_PATH only at start-up), if rclpy is already imported with a different
+    configuration, or, in the secure mode, if the OpenSSL that Fast DDS uses does not require peer certificates
+    (robot_rl.ros.secure.check_fastdds_openssl).
     """
     wanted = ros_environment(domain_id, base=os.environ, profile=profile)
     if "rclpy" in sys.modules:
@@ -275,6 +351,13 @@ def ensure_ros_environment(
     for key in _CONFIG_KEYS:  # a mode without a profile file (lan) unsets the one a parent process set
         if key not in wanted and os.environ.pop(key, None) is not None:
             changed[key] = ""
+    if network_mode(wanted) == "secure" and profile is None:
+        from robot_rl.ros.secure import CertificateError, check_fastdds_openssl
+
+        try:  # the OpenSSL that Fast DDS will use read OPENSSL_CONF: it requires peer certificates
+            check_fastdds_openssl(find_ros_wheels().library_dirs)
+        except CertificateError as error:
+            raise RosEnvironmentError(str(error)) from None
     return changed
 
 

@@ -1,0 +1,366 @@
+"""robot_rl's `secure` network mode between simulated hosts (tests/hosts.py: own network, mount, UTS and IPC
+namespaces joined by a bridge): a robot host and a server host with certificates of one run (`robot-rl certs`)
+exchange 200 kB messages on the project's weights, transitions and command topics, two processes of the robot host
+talk to each other, a `local`-mode process of the server host gets the weights, and intruders on a third host get
+nothing in and nothing out:
+
+- `intruder-lan`: the `lan` mode (Fast DDS's UDP transports) with ROS_STATIC_PEERS naming the robot and the server;
+- `intruder-ca`: the `secure` mode with certificates of another run's CA (it refuses the server's certificate);
+- `intruder-nocert`: TLS to the server's port without any certificate, not verifying the server (Fast DDS's own
+  VERIFY_PEER + VERIFY_FAIL_IF_NO_PEER_CERT would have let it in: robot_rl.ros.secure sets OPENSSL_CONF);
+- `intruder-cert`: the same with another CA's certificate (the server must refuse it).
+
+A second test sends 1 MB messages both ways at 20 Hz over one TLS connection (it stalled with small socket buffers).
+
+Every ROS process runs inside a host with ROS_DOMAIN_ID=158; all addresses exist only inside the namespaces. Each
+host gets its own /etc/machine-id (Fast DDS tells hosts apart by it). Skips (with the reason) where namespaces
+cannot be made, rclpy or the openssl command is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from hosts import hosts, hosts_unavailable
+
+DOMAIN_ID = 158
+SUBNET = "10.232.0"
+ROBOT, SERVER, INTRUDER = f"{SUBNET}.1", f"{SUBNET}.2", f"{SUBNET}.3"  # hosts() numbers hosts in the order given
+PORT = 7650
+PAYLOAD_BYTES = 200_000
+COUNT = 30  # messages each legitimate publisher sends once matched, at 10 Hz
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WEIGHTS, TRANSITIONS, COMMAND = "/learner/weights", "/actor/transitions", "/command/target_pose"
+TRUSTED = ("learner", "actor", "driver", "evaluator")
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # Fast DDS colours its log lines
+
+# One process: publishes COUNT tagged messages per topic (after `wait_for` subscribers, or at once for an intruder,
+# which keeps publishing until its deadline), records who sent what it receives, then prints one RESULT line.
+NODE = r"""
+import faulthandler, json, sys, time
+from robot_rl.ros.env import ensure_ros_environment, network_summary
+
+ensure_ros_environment()
+print("NETWORK " + network_summary(), flush=True)
+import rclpy
+from std_msgs.msg import UInt8MultiArray
+from robot_rl.ros.qos import topic_qos
+
+cfg = json.loads(sys.argv[1])
+faulthandler.dump_traceback_later(cfg["deadline_s"] + 10, exit=True)  # a hang shows where it is, on stderr
+rclpy.init()
+node = rclpy.create_node(cfg["name"].replace("-", "_"))
+started = time.monotonic()
+received = {}  # topic -> sender -> sequence numbers
+sizes, first = set(), {}
+
+def subscriber(topic):
+    def on_message(msg):
+        data = bytes(msg.data)
+        sender = data[:16].rstrip(b"\0").decode(errors="replace")
+        if sender != cfg["name"]:
+            received.setdefault(topic, {}).setdefault(sender, set()).add(int.from_bytes(data[16:20], "little"))
+            sizes.add(len(data))
+            first.setdefault(topic, time.monotonic() - started)
+    return on_message
+
+subscriptions = [node.create_subscription(UInt8MultiArray, t, subscriber(t), topic_qos(t, depth=10))
+                 for t in cfg["subscribe"]]
+publishers = {t: node.create_publisher(UInt8MultiArray, t, topic_qos(t, depth=10)) for t in cfg["publish"]}
+print("READY", flush=True)
+payload = bytearray(cfg["size"])
+payload[:16] = cfg["name"].encode().ljust(16, b"\0")
+sent, matched, next_send = {t: 0 for t in publishers}, {}, time.monotonic()
+most_subscribers = {t: 0 for t in publishers}
+deadline = started + cfg["deadline_s"]
+
+def done():
+    if any(n < cfg["count"] for n in sent.values()) and not cfg["intruder"]:
+        return False
+    expected = cfg["expect"]  # topic -> sender: all of its messages in, and quiet for 0.5 s
+    return bool(expected) and all(len(received.get(t, {}).get(s, ())) >= cfg["count"] for t, s in expected.items())
+
+while time.monotonic() < deadline and not done():
+    rclpy.spin_once(node, timeout_sec=0.01)
+    if time.monotonic() < next_send:
+        continue
+    next_send += 1.0 / cfg["rate_hz"]
+    for topic, publisher in publishers.items():
+        wanted, count = cfg["wait_for"].get(topic, 0), publisher.get_subscription_count()
+        most_subscribers[topic] = max(most_subscribers[topic], count)
+        if count >= max(wanted, 1):
+            matched.setdefault(topic, time.monotonic() - started)
+        if (cfg["intruder"] or (topic in matched and sent[topic] < cfg["count"])):
+            payload[16:20] = sent[topic].to_bytes(4, "little")
+            publisher.publish(UInt8MultiArray(data=bytes(payload)))
+            sent[topic] += 1
+for _ in range(100):  # reliable resends, acknowledgements
+    rclpy.spin_once(node, timeout_sec=0.01)
+print("RESULT " + json.dumps({
+    "received": {t: {s: sorted(q) for s, q in senders.items()} for t, senders in received.items()},
+    "sizes": sorted(sizes), "first_s": first, "matched_s": matched, "sent": sent,
+    "subscribers": most_subscribers,
+    "nodes": sorted(node.get_node_names()), "elapsed_s": time.monotonic() - started}), flush=True)
+node.destroy_node()
+rclpy.shutdown()
+"""
+
+
+# Opens TLS connections to SERVER PORT as a client that trusts any server, with no certificate or with the one in a
+# certificate folder; prints, per attempt, "accepted" (still open after 1 s) or the error that ended it.
+PROBE = r"""
+import json, socket, ssl, sys
+
+server, port, attempts = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+answers = {}
+for name, folder in attempts.items():
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    if folder:
+        context.load_cert_chain(folder + "/cert.pem", folder + "/key.pem")
+    try:
+        with socket.create_connection((server, port), timeout=5) as raw, context.wrap_socket(raw) as tls:
+            tls.settimeout(1.0)
+            try:  # TLS 1.3: a refused client certificate shows as an alert on the first read
+                answers[name] = "closed" if tls.recv(1) == b"" else "accepted"
+            except (socket.timeout, TimeoutError):
+                answers[name] = "accepted"
+    except (ssl.SSLError, OSError) as error:
+        answers[name] = f"{type(error).__name__}: {getattr(error, 'reason', None) or error}"
+print(json.dumps(answers))
+"""
+
+
+def _base_environment() -> dict[str, str]:
+    """This test process's environment without any ROS network choice (each host's process gets its own)."""
+    dropped = ("ROS_AUTOMATIC_DISCOVERY_RANGE", "FASTDDS_DEFAULT_PROFILES_FILE", "OPENSSL_CONF", "ROS_STATIC_PEERS",
+               "ROBOT_RL_NETWORK", "ROBOT_RL_CERTS")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _environment(**variables: str) -> dict[str, str]:
+    from robot_rl.ros.env import ros_environment
+
+    return ros_environment(domain_id=DOMAIN_ID, base={**_base_environment(), **variables})
+
+
+def _result(name: str, output: str, errors: str) -> dict:
+    lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
+    assert lines, f"{name} printed no RESULT line; stderr: {errors[-3000:]}"
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def _own_machine_ids(machines) -> None:
+    """Give each host its own /etc/machine-id (bind-mounted in its own mount namespace), as real computers have:
+    Fast DDS tells hosts apart by it."""
+    for machine in machines:
+        machine.run(["sh", "-c", f"echo {uuid.uuid4().hex} > /dev/shm/machine-id && "
+                                 "mount --bind /dev/shm/machine-id /etc/machine-id"])
+
+
+class _Graph:
+    """The NODE processes of one test, each in its host, their output in log files (no pipe can fill up)."""
+
+    def __init__(self, machines, roles: dict, logs):
+        self.machines, self.roles, self.logs, self.processes = machines, roles, logs, {}
+        logs.mkdir(exist_ok=True)
+
+    def start(self, name: str, deadline_s: float) -> None:
+        host, env, config = self.roles[name]
+        config = {"name": name, "count": COUNT, "size": PAYLOAD_BYTES, "rate_hz": 10.0, "deadline_s": deadline_s,
+                  "intruder": name.startswith("intruder"), **config}
+        with open(self.logs / f"{name}.out", "w") as out, open(self.logs / f"{name}.err", "w") as err:
+            self.processes[name] = self.machines[host].popen(
+                [sys.executable, "-c", NODE, json.dumps(config)], env=env, cwd=REPO_ROOT, stdout=out, stderr=err)
+
+    def start_first(self, name: str, deadline_s: float) -> None:
+        """Start `name` and wait until its node exists (for the server: its port is open)."""
+        self.start(name, deadline_s)
+        while "READY" not in (self.logs / f"{name}.out").read_text():
+            assert self.processes[name].poll() is None, (self.logs / f"{name}.err").read_text()[-3000:]
+            time.sleep(0.05)
+
+    def results(self, timeout: float = 40) -> dict[str, tuple[dict, str, str]]:
+        """name -> (its RESULT, stdout, stderr) once every process has ended (each must exit 0)."""
+        outputs = {}
+        for name, process in self.processes.items():
+            process.wait(timeout=timeout)
+            out, err = (self.logs / f"{name}.out").read_text(), (self.logs / f"{name}.err").read_text()
+            assert process.returncode == 0, f"{name} failed ({process.returncode}): {err[-3000:]}"
+            outputs[name] = (_result(name, out, err), out, err)
+        return outputs
+
+
+def _hostile_profile(rogue_folder, path, with_certificate: bool):
+    """A client profile to the server's port that verifies nothing, with another CA's certificate or none."""
+    from robot_rl.ros import secure
+
+    text = secure.fastdds_profile(secure.read_host_folder(rogue_folder))
+    text = re.sub(r"<verify_mode>.*?</verify_mode>", "<verify_mode><verify>VERIFY_NONE</verify></verify_mode>",
+                  text, flags=re.S)
+    if not with_certificate:
+        text = re.sub(r"\s*<(private_key_file|cert_chain_file)>.*?</\1>", "", text)
+    path.write_text(text.replace(secure.GENERATED_MARK, "hand-made for an intruder"))
+    return path
+
+
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory):
+    """This run's folders (server, robot) and another run's (intruder), as `robot-rl certs` makes them."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is not installed")
+    from robot_rl.ros.secure import create_certificates
+
+    root = tmp_path_factory.mktemp("secure")
+    run = create_certificates(root / "run", server=SERVER, robots=["robot"], port=PORT)
+    rogue = create_certificates(root / "rogue", server=SERVER, robots=["intruder"], port=PORT)
+    return {"server": run.hosts[0].folder, "robot": run.hosts[1].folder, "rogue": rogue.hosts[1].folder,
+            "root": root}
+
+
+def _own_addresses() -> str:
+    return subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True, check=True).stdout
+
+
+def test_secure_mode_connects_the_run_s_hosts_and_shuts_intruders_out(certificates):
+    reason = hosts_unavailable()
+    if reason:
+        pytest.skip(f"cannot make simulated hosts: {reason}")
+    pytest.importorskip("rclpy", reason="the ROS 2 wheels are not installed")
+    assert SUBNET not in _own_addresses(), "the test subnet is already in use in the test's own namespace"
+    started = time.monotonic()
+    secure_robot = _environment(ROBOT_RL_NETWORK="secure", ROBOT_RL_CERTS=str(certificates["robot"]))
+    secure_server = _environment(ROBOT_RL_NETWORK="secure", ROBOT_RL_CERTS=str(certificates["server"]))
+    root = certificates["root"]
+    intruders = {
+        "intruder-lan": _environment(ROBOT_RL_NETWORK="lan", ROS_STATIC_PEERS=f"{ROBOT};{SERVER}"),
+        "intruder-ca": _environment(ROBOT_RL_NETWORK="secure", ROBOT_RL_CERTS=str(certificates["rogue"])),
+        "intruder-nocert": _environment(
+            ROBOT_RL_NETWORK="lan", ROS_AUTOMATIC_DISCOVERY_RANGE="SYSTEM_DEFAULT",
+            FASTDDS_DEFAULT_PROFILES_FILE=str(_hostile_profile(certificates["rogue"], root / "nocert.xml", False))),
+        "intruder-cert": _environment(
+            ROBOT_RL_NETWORK="lan", ROS_AUTOMATIC_DISCOVERY_RANGE="SYSTEM_DEFAULT",
+            FASTDDS_DEFAULT_PROFILES_FILE=str(_hostile_profile(certificates["rogue"], root / "cert.xml", True))),
+    }
+    everything = [WEIGHTS, TRANSITIONS, COMMAND]
+    roles = {  # name: (host, environment, config)
+        "learner": ("server", secure_server, {"publish": [WEIGHTS], "subscribe": [TRANSITIONS],
+                                              "wait_for": {WEIGHTS: 3}, "expect": {TRANSITIONS: "actor"}}),
+        # Another process of the server host, in the local mode: it reaches the learner through shared memory.
+        "evaluator": ("server", _environment(ROBOT_RL_NETWORK="local"), {
+            "publish": [], "subscribe": [WEIGHTS], "wait_for": {}, "expect": {WEIGHTS: "learner"}}),
+        "actor": ("robot", secure_robot, {"publish": [TRANSITIONS, COMMAND], "subscribe": [WEIGHTS],
+                                          "wait_for": {TRANSITIONS: 1, COMMAND: 1}, "expect": {WEIGHTS: "learner"}}),
+        "driver": ("robot", secure_robot, {"publish": [], "subscribe": [COMMAND, WEIGHTS], "wait_for": {},
+                                           "expect": {COMMAND: "actor", WEIGHTS: "learner"}}),
+        **{name: ("intruder", env, {"publish": everything, "subscribe": everything, "wait_for": {}, "expect": {}})
+           for name, env in intruders.items()},
+    }
+    with hosts(["robot", "server", "intruder"], subnet=SUBNET) as machines:
+        _own_machine_ids(machines)
+        graph = _Graph(machines, roles, root / "logs")
+        graph.start_first("learner", deadline_s=20)
+        for name in ("evaluator", "actor", "driver", *intruders):
+            graph.start(name, deadline_s=12 if name.startswith("intruder") else 18)
+        # What the learner's TLS port answers, seen from the intruder's host with Python's ssl module.
+        probes = machines["intruder"].run(
+            [sys.executable, "-c", PROBE, SERVER, str(PORT), json.dumps({
+                "no certificate": None, "another CA's certificate": str(certificates["rogue"]),
+                "this run's robot certificate": str(certificates["robot"])})], env=_base_environment(), timeout=30)
+        answers = json.loads(probes.stdout)
+        outputs = graph.results()
+        assert SUBNET not in _own_addresses()
+    assert SUBNET not in _own_addresses()
+
+    results = {name: result for name, (result, _, _) in outputs.items()}
+    for name in ("learner", "actor", "driver"):
+        network = next(line for line in outputs[name][1].splitlines() if line.startswith("NETWORK "))
+        role = "server" if name == "learner" else "robot"
+        assert f"network secure: TLS as {role} {role}, server {SERVER}:{PORT}" in network, network
+    # Robot and server, both ways; two processes of the robot host; whole 200 kB messages.
+    assert "network local: " in outputs["evaluator"][1]
+    for receiver, topic, sender in (("learner", TRANSITIONS, "actor"), ("actor", WEIGHTS, "learner"),
+                                    ("driver", COMMAND, "actor"), ("driver", WEIGHTS, "learner"),
+                                    ("evaluator", WEIGHTS, "learner")):
+        got = results[receiver]["received"].get(topic, {}).get(sender, [])
+        assert len(got) >= 0.7 * COUNT, f"{receiver} got {len(got)}/{COUNT} {topic} from {sender}: {results}"
+        assert results[receiver]["sizes"] == [PAYLOAD_BYTES]
+    # Nothing of the intruders reached the run's processes: no message, no node in their graph, no extra matches.
+    for name in TRUSTED:
+        senders = {s for topic in results[name]["received"].values() for s in topic}
+        assert senders <= set(TRUSTED), f"{name} received from {senders - set(TRUSTED)}"
+        nodes = results[name]["nodes"]
+        assert not [n for n in nodes if n.startswith("intruder")], f"{name} sees intruder nodes {nodes}"
+    assert results["learner"]["subscribers"] == {WEIGHTS: 3}, results["learner"]  # actor, driver, evaluator
+    assert results["actor"]["subscribers"] == {TRANSITIONS: 1, COMMAND: 1}, results["actor"]
+    # Nothing of the run's processes reached the intruders, though they published all along.
+    for name in intruders:
+        result = results[name]
+        leaked = {t: sorted(set(s) & set(TRUSTED)) for t, s in result["received"].items() if set(s) & set(TRUSTED)}
+        assert not leaked, f"{name} received {leaked}"
+        assert not [n for n in result["nodes"] if n in TRUSTED], f"{name} sees {result['nodes']}"
+        assert all(n > 0 for n in result["sent"].values()), result
+    # The server refuses a client without a certificate of this run's CA: the client gets TLS alerts saying so.
+    print("the learner's port answers: " + "; ".join(f"{k}: {v}" for k, v in answers.items()))
+    assert "CERTIFICATE_REQUIRED" in answers["no certificate"], answers
+    assert "UNKNOWN_CA" in answers["another CA's certificate"], answers
+    assert answers["this run's robot certificate"] == "accepted", answers
+    # A client refused by its own verification logs it (Fast DDS logs nothing on the accepting side).
+    refused = outputs["intruder-ca"][2]
+    assert "Handshake failed: certificate verify failed" in refused, refused[-3000:]
+    actor = results["actor"]
+    print(f"actor matched transitions after {actor['matched_s'][TRANSITIONS]:.2f} s, first weights after "
+          f"{actor['first_s'][WEIGHTS]:.2f} s (from its node's creation); learner got "
+          f"{len(results['learner']['received'][TRANSITIONS]['actor'])}/{COUNT} transitions, actor "
+          f"{len(actor['received'][WEIGHTS]['learner'])}/{COUNT} weights, driver "
+          f"{len(results['driver']['received'][COMMAND]['actor'])}/{COUNT} commands")
+    for name in ("learner", *intruders):
+        lines = sorted({_COLOUR.sub("", line) for line in outputs[name][2].splitlines() if "Error" in line})
+        print(f"{name} stderr: {len(lines)} distinct Fast DDS error lines"
+              + "".join(f"\n  {line}" for line in lines[:4]))
+    print(f"secure network test took {time.monotonic() - started:.1f} s")
+
+
+def test_secure_mode_carries_megabyte_messages_both_ways_at_once(certificates):
+    """1 MB weights down and 1 MB transitions up at 20 Hz each, on one TLS connection. Fast DDS's TLS channel writes
+    and reads on one thread: with the kernel's usual 208 KiB socket buffers both ends ended blocked in a write, for
+    good (measured: every try); robot_rl.ros.secure sizes the buffers to what the kernel allows (4 MiB here)."""
+    reason = hosts_unavailable()
+    if reason:
+        pytest.skip(f"cannot make simulated hosts: {reason}")
+    pytest.importorskip("rclpy", reason="the ROS 2 wheels are not installed")
+    megabyte, count = 1_000_000, 60
+    roles = {
+        "learner": ("server", _environment(ROBOT_RL_NETWORK="secure", ROBOT_RL_CERTS=str(certificates["server"])),
+                    {"publish": [WEIGHTS], "subscribe": [TRANSITIONS], "wait_for": {WEIGHTS: 1},
+                     "expect": {TRANSITIONS: "actor"}, "size": megabyte, "count": count, "rate_hz": 20.0}),
+        "actor": ("robot", _environment(ROBOT_RL_NETWORK="secure", ROBOT_RL_CERTS=str(certificates["robot"])),
+                  {"publish": [TRANSITIONS], "subscribe": [WEIGHTS], "wait_for": {TRANSITIONS: 1},
+                   "expect": {WEIGHTS: "learner"}, "size": megabyte, "count": count, "rate_hz": 20.0}),
+    }
+    started = time.monotonic()
+    with hosts(["robot", "server"], subnet=SUBNET) as machines:
+        _own_machine_ids(machines)
+        graph = _Graph(machines, roles, certificates["root"] / "logs-megabyte")
+        graph.start_first("learner", deadline_s=15)
+        graph.start("actor", deadline_s=15)
+        results = {name: result for name, (result, _, _) in graph.results(timeout=30).items()}
+    for receiver, topic, sender in (("learner", TRANSITIONS, "actor"), ("actor", WEIGHTS, "learner")):
+        got = results[receiver]["received"].get(topic, {}).get(sender, [])
+        assert len(got) >= 0.9 * count, f"{receiver} got {len(got)}/{count} {topic}: {results[receiver]}"
+        assert results[receiver]["sizes"] == [megabyte]
+    print(f"1 MB both ways at 20 Hz: learner got {len(results['learner']['received'][TRANSITIONS]['actor'])}/"
+          f"{count}, actor {len(results['actor']['received'][WEIGHTS]['learner'])}/{count}; took "
+          f"{time.monotonic() - started:.1f} s")
