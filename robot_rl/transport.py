@@ -247,6 +247,9 @@ class WeightsMessage:
     updates: int = 0
     training_done: bool = False
     """The learner reached its budget: no newer weights will come (actors stop waiting for them)."""
+    files: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Bundle digests (robot_rl.file_share) of the files the policy names (its base): name -> sha256. An actor uses
+    its own copy only if it has these bytes, else fetches them from the learner (robot_rl.ros.file_share)."""
 
 
 def encode_weights(message: WeightsMessage) -> bytes:
@@ -257,6 +260,7 @@ def encode_weights(message: WeightsMessage) -> bytes:
         "policy_config": message.policy_config,
         "transitions": int(message.transitions), "updates": int(message.updates),
         **({"training_done": True} if message.training_done else {}),  # policy files stay as they were
+        **({"files": dict(message.files)} if message.files else {}),
     })
 
 
@@ -287,13 +291,20 @@ def decode_weights(payload: bytes | bytearray | memoryview) -> WeightsMessage:
             action_dim=_integer(message["action_dim"], "weights action_dim"), policy_config=config,
             policy_kind=kind, transitions=_integer(message.get("transitions", 0), "weights transitions"),
             updates=_integer(message.get("updates", 0), "weights updates"),
-            training_done=message.get("training_done", False) is True)
+            training_done=message.get("training_done", False) is True, files=_files(message.get("files", {})))
     except KeyError as missing:
         raise TransportError(f"weights payload lacks field {missing}") from None
     except (TypeError, ValueError) as error:
         if isinstance(error, TransportError):
             raise
         raise TransportError(f"weights payload is malformed: {error}") from None
+
+
+def _files(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) and len(v) == 64
+                                              for k, v in value.items()):
+        raise TransportError("weights files must map names to sha256 digests")
+    return dict(value)
 
 
 # ----- actor side -----------------------------------------------------------------------------------------------

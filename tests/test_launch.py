@@ -787,7 +787,7 @@ SHIPPED_VARIANTS = {
     "teleop_record.yaml": [{"out": "demos.zarr", "device": device} for device in ("auto", "gamepad", "scripted",
                                                                                    "none")],
     "robot_train.yaml": [{**ROBOT_DRIVERS, "device": device} for device in ("auto", "spacemouse", "scripted", "none")]
-    + [{"robot": "sim_panda", "demo_path": "demos.zarr", "side": "server"}],
+    + [{"robot": "sim_panda", "demo_path": "demos.zarr", "side": "server"}, {**ROBOT_DRIVERS, "side": "robot"}],
     "robot_run.yaml": [{**ROBOT_RUN, "device": device} for device in ("auto", "scripted", "none")],
 }
 VARIANTS = [(name, arguments) for name, variants in SHIPPED_VARIANTS.items() for arguments in variants]
@@ -800,7 +800,8 @@ def test_a_side_starts_the_robots_nodes_or_the_learner(name, arguments):
     every = {spec.name for spec in load_launch_file(LAUNCH_DIR / name, arguments).processes}
     robot = {spec.name for spec in load_launch_file(LAUNCH_DIR / name, {**arguments, "side": "robot"}).processes}
     server = {spec.name for spec in load_launch_file(LAUNCH_DIR / name, {**arguments, "side": "server"}).processes}
-    assert server == {"learner"} and robot == every - {"learner"} and "actor" in robot
+    shared = {"file_share"} if name == "robot_train.yaml" else set()  # offers the demos to the server
+    assert server == {"learner"} and robot == (every - {"learner"}) | shared and "actor" in robot
     with pytest.raises(LaunchError, match=r"side:='servr' is not one of all, robot, server \(did you mean server\?\)"):
         load_launch_file(LAUNCH_DIR / name, {**arguments, "side": "servr"})
 

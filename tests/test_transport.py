@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -611,3 +612,38 @@ def test_outbox_window_limits_what_is_out():
     outbox.acknowledge(2)  # three acknowledged: three more may go out
     assert [t.seq for t in outbox.due(now=0.5)] == [5, 6, 7]
     assert [t.seq for t in outbox.due(now=2.0)] == [3, 4, 5, 6, 7]  # after the resend timeout: the oldest first
+
+
+# ----- clocks -----------------------------------------------------------------------------------------------------
+
+def _clock_fields(value, path: str = "") -> list[str]:
+    """Keys that name a time, and numbers that look like a clock reading (unix seconds or ns), anywhere in `value`."""
+    found = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}/{key}"
+            if set(re.split(r"[^a-z]+", str(key).lower())) & {"time", "stamp", "clock", "deadline", "age", "at", "now"}:
+                found.append(where)
+            found += _clock_fields(item, where)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found += _clock_fields(item, f"{path}[{i}]")
+    elif isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > 1e8:
+        found.append(f"{path}={value}")
+    return found
+
+
+def test_nothing_that_crosses_hosts_carries_a_clock():
+    """Transitions, acknowledgements and weights carry sequence numbers, episodes, steps and versions, never a stamp
+    of the sender's clock: the actor and the learner may run on hosts whose clocks disagree."""
+    spec = ObservationSpec.from_shapes({"state": ((14,), np.float32)})
+    payloads = {
+        "transitions": encode_transitions(SOURCE, [stamped(5, learner_action=np.zeros(4, np.float32),
+                                                           policy_info={"base_action": np.zeros(4, np.float32)})]),
+        "ack": encode_ack({SOURCE: 4}, {SOURCE: [(7, 9)]}),
+        "weights": encode_weights(WeightsMessage(version=3, policy=b"w", observation_spec=spec, action_dim=4,
+                                                 policy_config={"base": "runs/dp/policy"}, transitions=10,
+                                                 updates=20, training_done=True, files={"runs/dp/policy": "ab" * 32})),
+    }
+    for kind, payload in payloads.items():
+        assert _clock_fields(unpack(payload)) == [], kind

@@ -44,6 +44,10 @@ the sim died or was restarted) gives the episode up and resets again, with a log
 episode. The status file counts ``reset_attempts``, ``reset_timeouts``, ``reset_failures``, ``frame_timeouts`` and
 ``episodes_given_up`` and says what the actor is ``waiting_for``.
 
+The frozen base a learner's head names comes from this host if it has the same bytes (the weights carry its
+sha256), else once over the wire from the learner, into the file cache (robot_rl.ros.file_share); a copy here that
+differs stops the node with one line naming the base and both hashes (exit status 2).
+
 Weights: from the learner (``/learner/weights``), or from a policy file with ``weights_path`` (the learner's or
 ``robot-rl train``'s ``<run_dir>/policy.msgpack``): then the actor acts at once and never waits for a learner. A file
 that is missing or is not a policy file is one error line and exit status 2, as is any invalid parameter (unknown
@@ -280,6 +284,7 @@ class ActorNode:
         self.results: list[dict] = []
         self._episode_started = time.monotonic()
         self.learner_done = False  # the learner's newest weights are its final ones (budget reached)
+        self._policy_files = None  # robot_rl.ros.file_share.PolicyFiles, made for the first weights naming a base
         from robot_rl.learner_evals import RateWindow
 
         self._rate_window = RateWindow()
@@ -718,9 +723,38 @@ class ActorNode:
             return
         if self.policy_kind == "none" or weights.version <= self.weights_version:
             return
+        if self.session.actor is None and origin == "learner" and (weights.policy_config or {}).get("base"):
+            weights = self._base_here(weights)
+            if weights is None:
+                return  # its base is being checked or fetched; used once it is here (_use_learner_weights)
         problem = self._use_weights(weights, origin)
         if problem:
             self._log.error(f"rejected weights from {origin}: {problem}", throttle_duration_sec=5.0)
+
+    def _base_here(self, weights):
+        """`weights` naming this host's copy of their base (the learner's bytes, by sha256; fetched from the learner
+        if this host has none), or None until it is here (robot_rl.ros.file_share)."""
+        if self._policy_files is None:
+            from robot_rl.file_share import FileShareError
+            from robot_rl.ros.file_share import PolicyFiles
+
+            try:
+                self._policy_files = PolicyFiles(self.node, ready=self._use_learner_weights, failed=self._files_failed)
+            except FileShareError as error:  # its settings in the environment
+                self._files_failed(str(error))
+                return None
+        return self._policy_files.local(weights)
+
+    def _use_learner_weights(self, weights) -> None:
+        if self.session.actor is None and weights.version > self.weights_version:
+            problem = self._use_weights(weights, "learner")
+            if problem:
+                self._log.error(f"rejected weights from learner: {problem}", throttle_duration_sec=5.0)
+
+    def _files_failed(self, problem: str) -> None:
+        """The base differs from the learner's, or cannot be fetched: one line, and the node stops (status 2)."""
+        self._log.error(problem)
+        self.exit_status, self.done = 2, True
 
     def _deployment_problem(self, policy: str) -> str | None:
         """The deployment gate for `policy` on this robot: why it may not run (None: it may, or it runs anyway with
@@ -1389,6 +1423,8 @@ class ActorNode:
         self.write_stats()
         if self._recorder is not None:
             self._recorder.close()  # releases the dataset for the next writer
+        if self._policy_files is not None:
+            self._policy_files.share.close()
         self.node.destroy_node()
 
 

@@ -91,6 +91,7 @@ EXECUTABLES: dict[str, dict[str, str]] = {
         "camera_node": "robot_rl.drivers.camera_node",
         "scripted_teleop": "robot_rl.sim.scripted_teleop",
         "doctor": "robot_rl.ros.doctor",
+        "file_share": "robot_rl.ros.file_share",
     }
 }
 

@@ -27,6 +27,11 @@ silent (killed, or no step for ``abandon_after_s``) is closed as truncated and t
 Status: ``<run_dir>/learner_status.json`` (every second; ``robot-rl status RUN_DIR`` shows it), with ``startup``:
 the wall-clock time each start-up stage ended.
 
+Files that cross between hosts (robot_rl.ros.file_share): the node offers its ``base`` to actors on other hosts, its
+sha256 in every weights message; a ``base`` or ``demo_path`` this host lacks is fetched once from the node that
+offers it (the robot host's ``file_share`` node for teleoperated demos), verified, before the agent is built; a
+``demo_path`` copy here that differs from an offered one stops the node with one line naming both hashes.
+
 A start-up that fails on what it was given (a parameter, the demo dataset, a corrupt checkpoint or transition log) is
 one error line and exit status 2, which a restart would only repeat: the launcher does not respawn it then. SIGINT /
 SIGTERM before the agent is built ends the node at once (there is nothing to checkpoint yet).
@@ -63,7 +68,8 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
     ("obs_mode", "pixels", "state | pixels | state+pixels: what the policy sees"),
     ("image_size", 64, "camera image side [px] for pixel modes"),
     ("demos", 20, "scripted demos to record in the sim for a new run (0: none)"),
-    ("demo_path", "", "demo dataset (zarr) to use instead of recording"),
+    ("demo_path", "", "demo dataset (zarr) to use instead of recording (fetched from the node offering it if this "
+                      "host has none)"),
     ("steps", 0, "stop after this many received transitions (0: run until stopped)"),
     ("utd", 2, "gradient steps per learner step"),
     ("batch_size", 256, "batch size"),
@@ -85,7 +91,8 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
     ("jax_cache_dir", "", "JAX persistent compilation cache (empty: <run_dir>/jax_cache), for a fast respawn"),
     ("seed", 0, "seed"),
     ("policy", "plain", "what the SAC action means: plain (the robot action) | residual | noise (on `base`)"),
-    ("base", "", "frozen base policy (folder or file) of a residual / noise head; the actors load it by this path"),
+    ("base", "", "frozen base policy (folder or file) of a residual / noise head; offered to actors on other hosts "
+                 "(fetched from the node offering it if this host has none)"),
     ("residual_scale", 0.1, "residual head: executed = base + residual_scale * SAC action"),
     ("noise_bound", 1.5, "noise head: initial noise = noise_bound * SAC action"),
     ("noise_repeat", False, "noise head: one control step's noise, repeated over the chunk (low-dimensional)"),
@@ -285,9 +292,20 @@ class LearnerNode:
         self._ack_pub = node.create_publisher(
             UInt8MultiArray, qos.LEARNER_ACK, qos.topic_qos(qos.LEARNER_ACK),
             event_callbacks=PublisherEventCallbacks(matched=self._counted(self._on_ack_matched)))
+        # The base goes to actors on other hosts (its digest in every weights message); a base or demo dataset this
+        # host lacks comes from the host that offers it (robot_rl.ros.file_share; fetched by the builder).
+        self.files = None
+        if self.settings["base"] or self.settings["demo_path"]:
+            from robot_rl.file_share import FileShareError
+            from robot_rl.ros.file_share import FileShare
+
+            try:
+                self.files = FileShare(node, on_conflict=self._files_conflict)
+            except FileShareError as error:
+                raise NodeStartupError(str(error)) from None
         stored = self.server.stored_weights()  # the last checkpoint's policy, for actors that start without one
         if stored is not None:
-            self._weights_pub.publish(bytes_to_msg(stored))
+            self._weights_pub.publish(bytes_to_msg(self.files.weights_payload(stored) if self.files else stored))
         # Counted, so the node loop runs every ready callback between gradient steps (node_util.spin_callbacks).
         self.callbacks_run = 0
         node.create_subscription(UInt8MultiArray, qos.ACTOR_TRANSITIONS, self._counted(self._on_transitions),
@@ -358,7 +376,7 @@ class LearnerNode:
             from robot_rl.learner_server import compile_learner_step
             from robot_rl.train import config_to_json, record_demos
 
-            cfg = self.cfg or _checked_train_config(self.settings)
+            cfg = self._files_here(self.cfg or _checked_train_config(self.settings))
             spec, action_dim = self._spaces(cfg)
             self._mark("spaces")
             from robot_rl.ros.actor_node import _sim_task_episode_steps
@@ -399,6 +417,35 @@ class LearnerNode:
             self._built = (learner, message)
         except BaseException as error:  # noqa: BLE001 - reported by the node loop
             self._build_error = error
+
+    def _files_here(self, cfg):
+        """`cfg` with its base and demo dataset on this host: one this host lacks is fetched from the node offering
+        it; a demo dataset here is checked against offered ones (robot_rl.ros.file_share). Builder thread."""
+        if self.files is None:
+            return cfg
+        from robot_rl.file_share import FileShareError
+        from robot_rl.ros.file_share import policy_location
+
+        changes = {}
+        try:
+            if cfg.base is not None and not cfg.base.exists():
+                changes["base"] = self.files.fetch(str(self.settings["base"]), "base", locate=policy_location,
+                                                   should_stop=self._is_stopping).resolve()
+            if cfg.demo_path is not None and cfg.learns_from_demos and self.server.checkpoint_state is None:
+                name = str(self.settings["demo_path"])
+                if cfg.demo_path.exists():  # used now; checked meanwhile: an offer with other bytes stops the node
+                    self.files.resolve(name, "demo_path")
+                else:
+                    changes["demo_path"] = self.files.fetch(name, "demo_path", should_stop=self._is_stopping)
+        except FileShareError as error:
+            raise NodeStartupError(str(error)) from None
+        return dataclasses.replace(cfg, **changes)
+
+    def _files_conflict(self, problem: str) -> None:
+        """A peer offers the demo dataset with other bytes than this host's copy (logged): the node stops."""
+        if self.server.attached and not self.done:
+            self.checkpoint()
+        self.exit_status, self.done = 2, True
 
     def _spaces(self, cfg):
         """(observation spec, action dim): recorded in the checkpoint, else from the task's sim env."""
@@ -510,6 +557,8 @@ class LearnerNode:
         from robot_rl.transport import encode_weights
 
         weights = dataclasses.replace(self.server.weights(), training_done=training_done)
+        if self.files is not None:
+            weights = dataclasses.replace(weights, files=self.files.weights_files(weights))
         self._weights_pub.publish(bytes_to_msg(encode_weights(weights)))
 
     def _write_status(self) -> None:
@@ -809,6 +858,8 @@ class LearnerNode:
         try:
             if self._worker is not None:
                 self._worker.close()
+            if self.files is not None:
+                self.files.close()
             self._write_status()
             self._remove_unstarted_run()
             if self._builder.is_alive():  # it may still make a folder in run_dir (a dataset, JAX's cache)

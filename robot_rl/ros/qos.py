@@ -12,6 +12,9 @@ transitions    volatile         64          actor -> learner; the actor's outbox
 acks           volatile         16          learner -> actor persistence acknowledgements (cumulative)
 weights        transient-local  1           a learner's latest weights reach actors that start (or restart) later
 events         volatile         16          rewards and other per-step scalars
+file_offers    transient-local  16          bundles a node offers (robot_rl.ros.file_share); a writer keeps its last
+file_requests  volatile         16          asks one peer for a bundle (or its missing files)
+file_chunks    volatile         64          paced 256 kB chunks; a receiver asks again for what did not arrive
 =============  ===============  ==========  ======================================================================
 
 Transient-local needs both sides: publish AND subscribe with the same stream's profile.
@@ -58,9 +61,13 @@ TRANSITIONS = StreamQos("transitions", "volatile", 64)
 ACKS = StreamQos("acks", "volatile", 16)
 WEIGHTS = StreamQos("weights", "transient_local", 1)
 EVENTS = StreamQos("events", "volatile", 16)
+FILE_OFFERS = StreamQos("file_offers", "transient_local", 16)
+FILE_REQUESTS = StreamQos("file_requests", "volatile", 16)
+FILE_CHUNKS = StreamQos("file_chunks", "volatile", 64)
 
 STREAMS: dict[str, StreamQos] = {
-    s.name: s for s in (SENSORS, COMMANDS, LATCHED_STATE, TRANSITIONS, ACKS, WEIGHTS, EVENTS)
+    s.name: s for s in (SENSORS, COMMANDS, LATCHED_STATE, TRANSITIONS, ACKS, WEIGHTS, EVENTS, FILE_OFFERS,
+                        FILE_REQUESTS, FILE_CHUNKS)
 }
 
 
@@ -113,6 +120,10 @@ TASK_SUCCESS = "/task/success"  # std_msgs/Bool, the task's success flag of the 
 # expert's action for the current state (the "hands" of the scripted teleop node).
 SIM_OBJECT_STATE = "/sim/object_state"  # std_msgs/Float32MultiArray, the task's OBJECT_STATE_LAYOUT
 SIM_EXPERT_ACTION = "/sim/expert_action"  # std_msgs/Float32MultiArray, expert action in the env's action space
+# Files that cross between hosts once (robot_rl.ros.file_share): msgpack offers, requests and chunks.
+FILES_OFFER = "/files/offer"  # std_msgs/UInt8MultiArray, a node's bundles {name, digest, manifest} (latched)
+FILES_REQUEST = "/files/request"  # std_msgs/UInt8MultiArray, {requester, server, digest, paths}
+FILES_CHUNK = "/files/chunk"  # std_msgs/UInt8MultiArray, {digest, path, offset, data} or {digest, error}
 
 
 @dataclass(frozen=True)
@@ -148,6 +159,9 @@ TOPICS: dict[str, TopicSpec] = {
         TopicSpec(TASK_SUCCESS, "std_msgs/msg/Bool", EVENTS),
         TopicSpec(SIM_OBJECT_STATE, "std_msgs/msg/Float32MultiArray", SENSORS),
         TopicSpec(SIM_EXPERT_ACTION, "std_msgs/msg/Float32MultiArray", SENSORS),
+        TopicSpec(FILES_OFFER, "std_msgs/msg/UInt8MultiArray", FILE_OFFERS),
+        TopicSpec(FILES_REQUEST, "std_msgs/msg/UInt8MultiArray", FILE_REQUESTS),
+        TopicSpec(FILES_CHUNK, "std_msgs/msg/UInt8MultiArray", FILE_CHUNKS),
     )
 }
 
