@@ -282,7 +282,8 @@ def time_namespaces_unavailable() -> str | None:
     try:
         uptime = float(_check(pid, ["cat", "/proc/uptime"], ("--time",)).split()[0])
         with open("/proc/uptime") as own:
-            return None if uptime - float(own.read().split()[0]) > 80000 else "the time namespace's offset did not apply"
+            ahead = uptime - float(own.read().split()[0])
+        return None if ahead > 80000 else "the time namespace's offset did not apply"
     except (HostsError, OSError, ValueError, subprocess.TimeoutExpired) as error:
         return f"cannot enter a time namespace: {error}"
     finally:

@@ -40,6 +40,8 @@ from robot_rl.ros.launch import (
     render_param_value,
 )
 
+from robot_rl.ros.lan import is_lan_profile
+
 REPO = Path(__file__).resolve().parents[1]
 LAUNCH_DIR = REPO / "launch"
 
@@ -822,7 +824,7 @@ def test_the_network_argument_sets_every_processs_network_mode(tmp_path, monkeyp
     assert local["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "LOCALHOST" and local["FASTDDS_DEFAULT_PROFILES_FILE"]
     lan = Launcher(load_launch_file(path, {"network": "lan"})).base_env
     assert lan["ROBOT_RL_NETWORK"] == "lan" and lan["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SUBNET"
-    assert "FASTDDS_DEFAULT_PROFILES_FILE" not in lan
+    assert is_lan_profile(lan["FASTDDS_DEFAULT_PROFILES_FILE"])
     monkeypatch.setenv("ROBOT_RL_NETWORK", "lan")  # the variable is the argument's default
     assert Launcher(load_launch_file(path)).base_env["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SUBNET"
     with pytest.raises(LaunchError, match="ROBOT_RL_NETWORK='wan' is not a network mode"):

@@ -5,6 +5,8 @@ import subprocess
 import sys
 import types
 
+from pathlib import Path
+
 import pytest
 
 from robot_rl.ros import env as ros_env
@@ -17,6 +19,7 @@ from robot_rl.ros.env import (
     private_network_command,
     ros_environment,
 )
+from robot_rl.ros.lan import is_lan_profile
 
 
 def test_shipped_profile_exists_parses_and_stays_on_loopback():
@@ -91,12 +94,22 @@ def test_network_modes_local_by_default_lan_for_several_hosts_and_a_users_profil
     assert local["FASTDDS_DEFAULT_PROFILES_FILE"] == str(FASTDDS_PROFILE_PATH)
     assert ros_env.network_summary(local) == (f"network local: discovery LOCALHOST, domain 5, profile "
                                               f"{FASTDDS_PROFILE_PATH}")
-    # lan: Fast DDS's transports (a parent's shipped loopback profile is dropped), SUBNET, the peers given
+    # lan: the generated lan profile (a parent's shipped loopback profile is dropped), SUBNET, the peers given
     lan = ros_environment(base={"ROBOT_RL_NETWORK": "lan", "ROS_STATIC_PEERS": "10.231.0.2",
                                 "FASTDDS_DEFAULT_PROFILES_FILE": str(FASTDDS_PROFILE_PATH)})
-    assert "FASTDDS_DEFAULT_PROFILES_FILE" not in lan and lan["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SUBNET"
-    assert ros_env.network_summary(lan) == ("network lan: discovery SUBNET, static peers 10.231.0.2, domain 0, "
-                                            "profile Fast DDS defaults")
+    profile = lan["FASTDDS_DEFAULT_PROFILES_FILE"]
+    assert is_lan_profile(profile) and lan["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SUBNET"
+    assert lan["RMW_FASTRTPS_PUBLICATION_MODE"] == "AUTO"
+    assert ros_env.network_summary(lan) == (
+        "network lan: link 20 Mbit/s (weights and transitions paced to 1.25 MB/s), discovery SUBNET, static peers "
+        f"10.231.0.2, domain 0, profile {profile}")
+    assert ros_environment(base=lan)["FASTDDS_DEFAULT_PROFILES_FILE"] == profile  # a child: the same file
+    fast = ros_environment(base={"ROBOT_RL_NETWORK": "lan", "ROBOT_RL_LINK_MBIT": "1000"})
+    assert fast["FASTDDS_DEFAULT_PROFILES_FILE"] != profile
+    paced = Path(fast["FASTDDS_DEFAULT_PROFILES_FILE"]).read_text()
+    assert "<max_bytes_per_period>625000</max_bytes_per_period>" in paced  # 1000 Mbit/s: 62.5 MB/s, 10 ms periods
+    with pytest.raises(RosEnvironmentError, match="ROBOT_RL_LINK_MBIT='fast' must be the slowest link"):
+        ros_environment(base={"ROBOT_RL_NETWORK": "lan", "ROBOT_RL_LINK_MBIT": "fast"})
     assert ros_environment(base={"ROBOT_RL_NETWORK": "lan", "ROS_AUTOMATIC_DISCOVERY_RANGE": "SYSTEM_DEFAULT"})[
         "ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SYSTEM_DEFAULT"  # the standard variable is honoured
     # a profile the user set wins over every mode

@@ -16,6 +16,7 @@ import pytest
 from robot_rl.ros import env as ros_env
 from robot_rl.ros import secure
 from robot_rl.ros.env import FASTDDS_PROFILE_PATH, RosEnvironmentError, ros_environment
+from robot_rl.ros.lan import is_lan_profile
 
 SERVER = "10.232.9.2"  # written into certificates and profiles only: nothing here opens a connection
 NS = "{http://www.eprosima.com}"
@@ -200,7 +201,7 @@ def test_secure_mode_writes_the_role_s_profile_and_openssl_config(folders):
         local = ros_environment(base={**env, "ROBOT_RL_NETWORK": "local", "ROS_AUTOMATIC_DISCOVERY_RANGE": ""})
         assert local["FASTDDS_DEFAULT_PROFILES_FILE"] == str(FASTDDS_PROFILE_PATH) and "OPENSSL_CONF" not in local
         lan = ros_environment(base={**env, "ROBOT_RL_NETWORK": "lan", "ROS_AUTOMATIC_DISCOVERY_RANGE": ""})
-        assert "FASTDDS_DEFAULT_PROFILES_FILE" not in lan and "OPENSSL_CONF" not in lan
+        assert is_lan_profile(lan["FASTDDS_DEFAULT_PROFILES_FILE"]) and "OPENSSL_CONF" not in lan
 
 
 def test_secure_mode_errors_name_what_to_fix(folders, tmp_path):

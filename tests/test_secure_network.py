@@ -1,8 +1,10 @@
 """robot_rl's `secure` network mode between simulated hosts (tests/hosts.py: own network, mount, UTS and IPC
 namespaces joined by a bridge): a robot host and a server host with certificates of one run (`robot-rl certs`)
 exchange 200 kB messages on the project's weights, transitions and command topics, two processes of the robot host
-talk to each other, a `local`-mode process of the server host gets the weights, and intruders on a third host get
-nothing in and nothing out:
+talk to each other, a `local`-mode process of the server host gets the weights, a process started on the robot host
+once the run is under way (the "latecomer": a recorder, a second teleop) sees the whole graph by node name and talks
+both ways with the robot host's processes and the learner, and intruders on a third host get nothing in and nothing
+out:
 
 - `intruder-lan`: the `lan` mode (Fast DDS's UDP transports) with ROS_STATIC_PEERS naming the robot and the server;
 - `intruder-ca`: the `secure` mode with certificates of another run's CA (it refuses the server's certificate);
@@ -37,16 +39,19 @@ SUBNET = "10.232.0"
 ROBOT, SERVER, INTRUDER = f"{SUBNET}.1", f"{SUBNET}.2", f"{SUBNET}.3"  # hosts() numbers hosts in the order given
 PORT = 7650
 PAYLOAD_BYTES = 200_000
-COUNT = 30  # messages each legitimate publisher sends once matched, at 10 Hz
+COUNT = 30  # messages each legitimate publisher sends once matched (at least: most go on till told), at 10 Hz
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WEIGHTS, TRANSITIONS, COMMAND = "/learner/weights", "/actor/transitions", "/command/target_pose"
-TRUSTED = ("learner", "actor", "driver", "evaluator")
+TRUSTED = ("learner", "actor", "driver", "evaluator", "latecomer")
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # Fast DDS colours its log lines
 
 # One process: publishes COUNT tagged messages per topic (after `wait_for` subscribers, or at once for an intruder,
-# which keeps publishing until its deadline), records who sent what it receives, then prints one RESULT line.
+# which keeps publishing until its deadline; with `stop_file`, it keeps publishing until that file exists), records
+# who sent what it receives (printing "GOT topic sender" once it has COUNT from `expect`ed senders), then prints one
+# RESULT line. With `graph`, it also records, twice a second, which nodes its graph shows subscribing to and
+# publishing on those topics, and when it first showed everything in `graph` (the ros_discovery_info names too).
 NODE = r"""
-import faulthandler, json, sys, time
+import faulthandler, json, os, sys, time
 from robot_rl.ros.env import ensure_ros_environment, network_summary
 
 ensure_ros_environment()
@@ -62,6 +67,10 @@ node = rclpy.create_node(cfg["name"].replace("-", "_"))
 started = time.monotonic()
 received = {}  # topic -> sender -> sequence numbers
 sizes, first = set(), {}
+expected = {t: s if isinstance(s, list) else [s] for t, s in cfg["expect"].items()}  # topic -> senders
+announced = set()
+graph = {"subscribers": {}, "publishers": {}, "nodes": [], "complete_s": None}
+next_graph = started
 
 def subscriber(topic):
     def on_message(msg):
@@ -83,14 +92,40 @@ sent, matched, next_send = {t: 0 for t in publishers}, {}, time.monotonic()
 most_subscribers = {t: 0 for t in publishers}
 deadline = started + cfg["deadline_s"]
 
+def got(topic, sender):
+    return len(received.get(topic, {}).get(sender, ())) >= cfg["count"]
+
+def look_at_graph():
+    for kind, info in (("subscribers", node.get_subscriptions_info_by_topic),
+                       ("publishers", node.get_publishers_info_by_topic)):
+        for topic in {t for names in cfg["graph"].values() for t in names}:
+            graph[kind][topic] = sorted(set(graph[kind].get(topic, ())) | {i.node_name for i in info(topic)})
+    graph["nodes"] = sorted(set(graph["nodes"]) | set(node.get_node_names()))
+    if graph["complete_s"] is None and all(set(names) <= set(graph[kind].get(topic, ()))
+                                           for kind in ("subscribers", "publishers")
+                                           for topic, names in cfg["graph"].get(kind, {}).items()):
+        graph["complete_s"] = time.monotonic() - started
+
 def done():
-    if any(n < cfg["count"] for n in sent.values()) and not cfg["intruder"]:
+    if cfg.get("graph") and graph["complete_s"] is None:
         return False
-    expected = cfg["expect"]  # topic -> sender: all of its messages in, and quiet for 0.5 s
-    return bool(expected) and all(len(received.get(t, {}).get(s, ())) >= cfg["count"] for t, s in expected.items())
+    if cfg.get("stop_file"):
+        if not os.path.exists(cfg["stop_file"]):
+            return False
+    elif not expected or (any(n < cfg["count"] for n in sent.values()) and not cfg["intruder"]):
+        return False
+    return all(got(t, s) for t, senders in expected.items() for s in senders)
 
 while time.monotonic() < deadline and not done():
     rclpy.spin_once(node, timeout_sec=0.01)
+    for topic, senders in expected.items():
+        for sender in senders:
+            if (topic, sender) not in announced and got(topic, sender):
+                announced.add((topic, sender))
+                print(f"GOT {topic} {sender}", flush=True)
+    if cfg.get("graph") and time.monotonic() >= next_graph:
+        next_graph += 0.5
+        look_at_graph()
     if time.monotonic() < next_send:
         continue
     next_send += 1.0 / cfg["rate_hz"]
@@ -99,7 +134,7 @@ while time.monotonic() < deadline and not done():
         most_subscribers[topic] = max(most_subscribers[topic], count)
         if count >= max(wanted, 1):
             matched.setdefault(topic, time.monotonic() - started)
-        if (cfg["intruder"] or (topic in matched and sent[topic] < cfg["count"])):
+        if cfg["intruder"] or (topic in matched and (cfg.get("stop_file") or sent[topic] < cfg["count"])):
             payload[16:20] = sent[topic].to_bytes(4, "little")
             publisher.publish(UInt8MultiArray(data=bytes(payload)))
             sent[topic] += 1
@@ -108,7 +143,7 @@ for _ in range(100):  # reliable resends, acknowledgements
 print("RESULT " + json.dumps({
     "received": {t: {s: sorted(q) for s, q in senders.items()} for t, senders in received.items()},
     "sizes": sorted(sizes), "first_s": first, "matched_s": matched, "sent": sent,
-    "subscribers": most_subscribers,
+    "subscribers": most_subscribers, "graph": graph,
     "nodes": sorted(node.get_node_names()), "elapsed_s": time.monotonic() - started}), flush=True)
 node.destroy_node()
 rclpy.shutdown()
@@ -147,6 +182,7 @@ def _base_environment() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in dropped}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
+    env["ROBOT_RL_LINK_MBIT"] = "10000"  # an unshaped link: paced to it, megabyte messages at 20 Hz still fit
     return env
 
 
@@ -191,6 +227,14 @@ class _Graph:
         while "READY" not in (self.logs / f"{name}.out").read_text():
             assert self.processes[name].poll() is None, (self.logs / f"{name}.err").read_text()[-3000:]
             time.sleep(0.05)
+
+    def wait_for_line(self, name: str, line: str, timeout: float) -> None:
+        """Wait until `name` printed `line` (it must not end first)."""
+        deadline = time.monotonic() + timeout
+        while line not in (self.logs / f"{name}.out").read_text().splitlines():
+            assert self.processes[name].poll() is None, f"{name} ended: {(self.logs / f'{name}.err').read_text()}"
+            assert time.monotonic() < deadline, f"{name} did not print {line!r} in {timeout} s"
+            time.sleep(0.1)
 
     def results(self, timeout: float = 40) -> dict[str, tuple[dict, str, str]]:
         """name -> (its RESULT, stdout, stderr) once every process has ended (each must exit 0)."""
@@ -249,43 +293,71 @@ def test_secure_mode_connects_the_run_s_hosts_and_shuts_intruders_out(certificat
         "intruder-ca": _environment(ROBOT_RL_NETWORK="secure", ROBOT_RL_CERTS=str(certificates["rogue"])),
         "intruder-nocert": _environment(
             ROBOT_RL_NETWORK="lan", ROS_AUTOMATIC_DISCOVERY_RANGE="SYSTEM_DEFAULT",
+            RMW_FASTRTPS_PUBLICATION_MODE="AUTO",
             FASTDDS_DEFAULT_PROFILES_FILE=str(_hostile_profile(certificates["rogue"], root / "nocert.xml", False))),
         "intruder-cert": _environment(
             ROBOT_RL_NETWORK="lan", ROS_AUTOMATIC_DISCOVERY_RANGE="SYSTEM_DEFAULT",
+            RMW_FASTRTPS_PUBLICATION_MODE="AUTO",
             FASTDDS_DEFAULT_PROFILES_FILE=str(_hostile_profile(certificates["rogue"], root / "cert.xml", True))),
     }
     everything = [WEIGHTS, TRANSITIONS, COMMAND]
+    # Every process but the latecomer publishes (once matched) until the test creates `stop`.
+    stop = root / "logs" / "stop"
+    until_stop = {"stop_file": str(stop)}
     roles = {  # name: (host, environment, config)
         "learner": ("server", secure_server, {"publish": [WEIGHTS], "subscribe": [TRANSITIONS],
-                                              "wait_for": {WEIGHTS: 3}, "expect": {TRANSITIONS: "actor"}}),
+                                              "wait_for": {WEIGHTS: 3}, "expect": {TRANSITIONS: ["actor", "latecomer"]},
+                                              **until_stop}),
         # Another process of the server host, in the local mode: it reaches the learner through shared memory.
         "evaluator": ("server", _environment(ROBOT_RL_NETWORK="local"), {
-            "publish": [], "subscribe": [WEIGHTS], "wait_for": {}, "expect": {WEIGHTS: "learner"}}),
+            "publish": [], "subscribe": [WEIGHTS], "wait_for": {}, "expect": {WEIGHTS: "learner"}, **until_stop}),
         "actor": ("robot", secure_robot, {"publish": [TRANSITIONS, COMMAND], "subscribe": [WEIGHTS],
-                                          "wait_for": {TRANSITIONS: 1, COMMAND: 1}, "expect": {WEIGHTS: "learner"}}),
+                                          "wait_for": {TRANSITIONS: 1, COMMAND: 1}, "expect": {WEIGHTS: "learner"},
+                                          **until_stop}),
         "driver": ("robot", secure_robot, {"publish": [], "subscribe": [COMMAND, WEIGHTS], "wait_for": {},
-                                           "expect": {COMMAND: "actor", WEIGHTS: "learner"}}),
-        **{name: ("intruder", env, {"publish": everything, "subscribe": everything, "wait_for": {}, "expect": {}})
+                                           "expect": {COMMAND: ["actor", "latecomer"], WEIGHTS: "learner"},
+                                           **until_stop}),
+        # A process started on the robot host once the run is under way (a recorder, a second teleop, `robot-rl
+        # doctor`): it must see the whole graph (with the nodes' names) and talk both ways with the robot host's
+        # processes and the learner. COMMAND: its own subscription counts too.
+        "latecomer": ("robot", secure_robot, {
+            "publish": [TRANSITIONS, COMMAND], "subscribe": [WEIGHTS, COMMAND],
+            "wait_for": {TRANSITIONS: 1, COMMAND: 2},
+            "expect": {WEIGHTS: "learner", COMMAND: "actor"},
+            "graph": {"subscribers": {TRANSITIONS: ["learner"], WEIGHTS: ["actor", "driver", "latecomer"],
+                                      COMMAND: ["driver", "latecomer"]},
+                      "publishers": {WEIGHTS: ["learner"], TRANSITIONS: ["actor", "latecomer"],
+                                     COMMAND: ["actor", "latecomer"]}}}),
+        **{name: ("intruder", env, {"publish": everything, "subscribe": everything, "wait_for": {}, "expect": {},
+                                    **until_stop})
            for name, env in intruders.items()},
     }
     with hosts(["robot", "server", "intruder"], subnet=SUBNET) as machines:
         _own_machine_ids(machines)
         graph = _Graph(machines, roles, root / "logs")
-        graph.start_first("learner", deadline_s=20)
+        graph.start_first("learner", deadline_s=60)
         for name in ("evaluator", "actor", "driver", *intruders):
-            graph.start(name, deadline_s=12 if name.startswith("intruder") else 18)
+            graph.start(name, deadline_s=60)
         # What the learner's TLS port answers, seen from the intruder's host with Python's ssl module.
         probes = machines["intruder"].run(
             [sys.executable, "-c", PROBE, SERVER, str(PORT), json.dumps({
                 "no certificate": None, "another CA's certificate": str(certificates["rogue"]),
                 "this run's robot certificate": str(certificates["robot"])})], env=_base_environment(), timeout=30)
         answers = json.loads(probes.stdout)
+        # The run is under way (both ways across the hosts, and within the robot host): the latecomer joins.
+        for name, line in (("learner", f"GOT {TRANSITIONS} actor"), ("actor", f"GOT {WEIGHTS} learner"),
+                           ("driver", f"GOT {COMMAND} actor")):
+            graph.wait_for_line(name, line, timeout=30)
+        latecomer_started = time.monotonic() - started
+        graph.start("latecomer", deadline_s=25)
+        graph.processes["latecomer"].wait(timeout=40)
+        stop.touch()
         outputs = graph.results()
         assert SUBNET not in _own_addresses()
     assert SUBNET not in _own_addresses()
 
     results = {name: result for name, (result, _, _) in outputs.items()}
-    for name in ("learner", "actor", "driver"):
+    for name in ("learner", "actor", "driver", "latecomer"):
         network = next(line for line in outputs[name][1].splitlines() if line.startswith("NETWORK "))
         role = "server" if name == "learner" else "robot"
         assert f"network secure: TLS as {role} {role}, server {SERVER}:{PORT}" in network, network
@@ -293,7 +365,9 @@ def test_secure_mode_connects_the_run_s_hosts_and_shuts_intruders_out(certificat
     assert "network local: " in outputs["evaluator"][1]
     for receiver, topic, sender in (("learner", TRANSITIONS, "actor"), ("actor", WEIGHTS, "learner"),
                                     ("driver", COMMAND, "actor"), ("driver", WEIGHTS, "learner"),
-                                    ("evaluator", WEIGHTS, "learner")):
+                                    ("evaluator", WEIGHTS, "learner"), ("learner", TRANSITIONS, "latecomer"),
+                                    ("driver", COMMAND, "latecomer"), ("latecomer", WEIGHTS, "learner"),
+                                    ("latecomer", COMMAND, "actor")):
         got = results[receiver]["received"].get(topic, {}).get(sender, [])
         assert len(got) >= 0.7 * COUNT, f"{receiver} got {len(got)}/{COUNT} {topic} from {sender}: {results}"
         assert results[receiver]["sizes"] == [PAYLOAD_BYTES]
@@ -303,8 +377,15 @@ def test_secure_mode_connects_the_run_s_hosts_and_shuts_intruders_out(certificat
         assert senders <= set(TRUSTED), f"{name} received from {senders - set(TRUSTED)}"
         nodes = results[name]["nodes"]
         assert not [n for n in nodes if n.startswith("intruder")], f"{name} sees intruder nodes {nodes}"
-    assert results["learner"]["subscribers"] == {WEIGHTS: 3}, results["learner"]  # actor, driver, evaluator
-    assert results["actor"]["subscribers"] == {TRANSITIONS: 1, COMMAND: 1}, results["actor"]
+    # WEIGHTS: actor, driver, evaluator, latecomer; COMMAND: driver, latecomer.
+    assert results["learner"]["subscribers"] == {WEIGHTS: 4}, results["learner"]
+    assert results["actor"]["subscribers"] == {TRANSITIONS: 1, COMMAND: 2}, results["actor"]
+    assert results["latecomer"]["subscribers"] == {TRANSITIONS: 1, COMMAND: 2}, results["latecomer"]
+    # The latecomer's graph: every endpoint of the robot host and the learner, by node name (ros_discovery_info
+    # reached it from each), and no other node (the evaluator talks to the learner's host only).
+    latecomer = results["latecomer"]
+    assert latecomer["graph"]["complete_s"] is not None, latecomer["graph"]
+    assert latecomer["graph"]["nodes"] == ["actor", "driver", "latecomer", "learner"], latecomer["graph"]
     # Nothing of the run's processes reached the intruders, though they published all along.
     for name in intruders:
         result = results[name]
@@ -322,10 +403,14 @@ def test_secure_mode_connects_the_run_s_hosts_and_shuts_intruders_out(certificat
     assert "Handshake failed: certificate verify failed" in refused, refused[-3000:]
     actor = results["actor"]
     print(f"actor matched transitions after {actor['matched_s'][TRANSITIONS]:.2f} s, first weights after "
-          f"{actor['first_s'][WEIGHTS]:.2f} s (from its node's creation); learner got "
-          f"{len(results['learner']['received'][TRANSITIONS]['actor'])}/{COUNT} transitions, actor "
-          f"{len(actor['received'][WEIGHTS]['learner'])}/{COUNT} weights, driver "
-          f"{len(results['driver']['received'][COMMAND]['actor'])}/{COUNT} commands")
+          f"{actor['first_s'][WEIGHTS]:.2f} s (from its node's creation); till the end, learner got "
+          f"{len(results['learner']['received'][TRANSITIONS]['actor'])} transitions, actor "
+          f"{len(actor['received'][WEIGHTS]['learner'])} weights, driver "
+          f"{len(results['driver']['received'][COMMAND]['actor'])} commands")
+    print(f"latecomer started {latecomer_started:.1f} s into the run; from its node's creation: whole graph after "
+          f"{latecomer['graph']['complete_s']:.2f} s, first weights after {latecomer['first_s'][WEIGHTS]:.2f} s, "
+          f"first commands after {latecomer['first_s'][COMMAND]:.2f} s; transitions matched after "
+          f"{latecomer['matched_s'][TRANSITIONS]:.2f} s")
     for name in ("learner", *intruders):
         lines = sorted({_COLOUR.sub("", line) for line in outputs[name][2].splitlines() if "Error" in line})
         print(f"{name} stderr: {len(lines)} distinct Fast DDS error lines"

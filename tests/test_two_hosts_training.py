@@ -1,9 +1,11 @@
 """Training across two hosts, as README's "Two machines" section runs it: the robot host starts
 `robot-rl launch launch/sim_train.yaml side:=robot network:=lan` (sim node, actor, scripted human), the server host
-`... side:=server network:=lan` (the learner), each with the other as ROS_STATIC_PEERS. The hosts are tests/hosts.py's
+`... side:=server network:=lan` (the learner), each with the other as ROS_STATIC_PEERS; and the same in `secure` mode,
+each host with its folder from `robot-rl certs` (TLS between the hosts). The hosts are tests/hosts.py's
 namespaces (own network, /dev/shm, hostname and IPC, joined by a veth pair whose addresses exist only inside them);
 where the kernel allows, the server's monotonic and boot-time clocks run a day ahead of the robot's (a time
-namespace: nothing may compare stamps taken on different hosts).
+namespace: nothing may compare stamps taken on different hosts). The harness itself is checked on the way: each host
+has its own hostname and /dev/shm, and the link's addresses exist only inside the hosts.
 
 Checked: the learner receives and acknowledges the robot's transitions and trains to its budget, its weights reach
 the actor, the learner's launch ends on its own (status 0), the robot side stops on SIGINT (130), and the drivers'
@@ -36,6 +38,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # Lists, from the robot host, who subscribes to each topic of the graph (the learner's host is seen by discovery).
 GRAPH_PROBE = r"""
 import json, time
+from robot_rl.ros.env import ensure_ros_environment
+ensure_ros_environment()  # this host's network mode, as every robot_rl process has it
 import rclpy
 
 rclpy.init()
@@ -58,12 +62,16 @@ rclpy.shutdown()
 """
 
 
-def _host_environment(peer_address: str) -> dict[str, str]:
-    """A user's shell on one host: the domain id and the peer named, the rest left to `network:=lan`."""
+def _host_environment(peer_address: str, certs: Path | None = None) -> dict[str, str]:
+    """A user's shell on one host: the domain id, the peer named (lan) or the host's certificates (secure)."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "FASTDDS_DEFAULT_PROFILES_FILE", "ROBOT_RL_NETWORK")}
-    env.update(ROS_DOMAIN_ID=str(DOMAIN_ID), ROS_STATIC_PEERS=peer_address, PYTHONUNBUFFERED="1",
+    env.update(ROS_DOMAIN_ID=str(DOMAIN_ID), PYTHONUNBUFFERED="1",
                PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p))
+    if certs is None:
+        env["ROS_STATIC_PEERS"] = peer_address
+    else:
+        env.update(ROBOT_RL_NETWORK="secure", ROBOT_RL_CERTS=str(certs))
     return env
 
 
@@ -89,7 +97,8 @@ def _wait(condition, what: str, deadline: float, logs: dict[str, Path], running:
     pytest.fail(f"{problem}\n{tails}")
 
 
-def test_robot_host_and_server_host_train_one_policy():
+@pytest.mark.parametrize("network", ["lan", "secure"])
+def test_robot_host_and_server_host_train_one_policy(network):
     reason = hosts_unavailable()
     if reason:
         pytest.skip(f"cannot make simulated hosts: {reason}")
@@ -97,7 +106,8 @@ def test_robot_host_and_server_host_train_one_policy():
     work = Path(tempfile.mkdtemp(prefix="two-hosts-training-"))
     logs = {"robot": work / "robot.log", "server": work / "server.log"}
     deadline = time.monotonic() + DEADLINE_S
-    launch = [sys.executable, "-m", "robot_rl.cli", "launch", "--grace-s", "5", "launch/sim_train.yaml", "network:=lan",
+    launch = [sys.executable, "-m", "robot_rl.cli", "launch", "--grace-s", "5", "launch/sim_train.yaml",
+              f"network:={network}",
               f"steps:={STEPS}", "demos:=3", "eval_episodes:=0", "final_validation:=false"]
     clock_problem = time_namespaces_unavailable()
     if clock_problem:
@@ -106,25 +116,44 @@ def test_robot_host_and_server_host_train_one_policy():
     with hosts(["robot", "server"], subnet=SUBNET, clock_offsets=offsets) as machines, \
             open(logs["robot"], "w") as robot_log, open(logs["server"], "w") as server_log:
         robot, server = machines["robot"], machines["server"]
+        certs = {}
+        if network == "secure":
+            subprocess.run([sys.executable, "-m", "robot_rl.cli", "certs", str(work / "certs"), "--server",
+                            server.address, "--robot", "robot"], check=True, capture_output=True, cwd=REPO_ROOT)
+            certs = {"robot": work / "certs" / "robot", "server": work / "certs" / "server"}
+        # Each host has its own hostname and /dev/shm (no shared-memory shortcut between them); its address exists in
+        # the hosts only.
+        assert [h.run(["cat", "/proc/sys/kernel/hostname"]).stdout.strip() for h in (robot, server)] == ["robot",
+                                                                                                      "server"]
+        marker = f"/dev/shm/two-hosts-{os.getpid()}"
+        robot.run(["sh", "-c", f"echo robot > {marker}"])
+        assert server.run(["test", "-e", marker], check=False).returncode != 0 and not os.path.exists(marker)
+        assert f"{robot.address}/24" in robot.run(["ip", "-o", "addr"]).stdout
+        assert SUBNET not in subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True).stdout
         clocks = [float(h.run([sys.executable, "-c", "import time; print(time.monotonic())"]).stdout)
                   for h in (robot, server)]
         assert clocks[1] - clocks[0] > 0.9 * offsets.get("server", 0), clocks
         server_launch = server.popen([*launch, "side:=server", f"run_dir:={work / 'server'}"],
-                                     env=_host_environment(robot.address), cwd=REPO_ROOT, stdout=server_log,
+                                     env=_host_environment(robot.address, certs.get("server")), cwd=REPO_ROOT,
+                                     stdout=server_log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         robot_launch = robot.popen([*launch, "side:=robot", f"run_dir:={work / 'robot'}"],
-                                   env=_host_environment(server.address), cwd=REPO_ROOT, stdout=robot_log,
+                                   env=_host_environment(server.address, certs.get("robot")), cwd=REPO_ROOT,
+                                   stdout=robot_log,
                                    stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            learner_status, actor_status = work / "server" / "learner_status.json", work / "robot" / "actor_status.json"
+            learner_status = work / "server" / "learner_status.json"
+            actor_status = work / "robot" / "actor_status.json"
 
             def training():
                 status = _read(learner_status)
-                return status if status and status["received"] >= 30 else None
+                return status if status and status["received"] >= 10 else None
 
             _wait(training, "the learner on the server host to receive transitions", deadline, logs,
                   {"robot": robot_launch, "server": server_launch})
-            probe = robot.run([sys.executable, "-c", GRAPH_PROBE], env=_host_environment(server.address),
+            probe = robot.run([sys.executable, "-c", GRAPH_PROBE],
+                              env={**_host_environment(server.address, certs.get("robot")),
+                                   "ROBOT_RL_NETWORK": network},  # as the launch's network:= gives its nodes
                               cwd=REPO_ROOT, timeout=30)
             graph = json.loads(probe.stdout.split("RESULT ", 1)[1])
             subscribers = graph["subscribers"]
@@ -149,5 +178,5 @@ def test_robot_host_and_server_host_train_one_policy():
             server_launch.wait(timeout=30)
     robot_text = logs["robot"].read_text()
     assert robot_rc == 130, robot_text[-3000:]
-    assert "network lan" in robot_text and "network lan" in logs["server"].read_text()
+    assert f"network {network}" in robot_text and f"network {network}" in logs["server"].read_text()
     assert "Traceback" not in robot_text, robot_text[-3000:]

@@ -285,6 +285,8 @@ class ActorNode:
         self._episode_started = time.monotonic()
         self.learner_done = False  # the learner's newest weights are its final ones (budget reached)
         self._policy_files = None  # robot_rl.ros.file_share.PolicyFiles, made for the first weights naming a base
+        self.weights_used_at: collections.deque[tuple[int, float]] = collections.deque(maxlen=200)
+        self.transitions_out_bytes = 0
         from robot_rl.learner_evals import RateWindow
 
         self._rate_window = RateWindow()
@@ -809,6 +811,8 @@ class ActorNode:
             return str(error)
         first = self.weights_version == 0
         self.weights_version, self.weights_transitions = weights.version, weights.transitions
+        # unix time: for a bench on hosts that share a clock (learner publish -> acting with it); nothing compares it
+        self.weights_used_at.append((weights.version, round(time.time(), 4)))
         if self._trained_base is None and not self.weights_path:
             self._trained_base = weights.transitions
         if first:
@@ -857,7 +861,9 @@ class ActorNode:
                 due = self.outbox.due(now, max_items)
                 if not due:
                     break
-                self._transitions_pub.publish(bytes_to_msg(encode_transitions(self.source, due)))
+                payload = encode_transitions(self.source, due)
+                self._transitions_pub.publish(bytes_to_msg(payload))
+                self.transitions_out_bytes += len(payload)
                 self.outbox.mark_sent(due, now)
         else:
             self._forget_unstreamed()
@@ -888,6 +894,8 @@ class ActorNode:
                 missed = int((now - self._tick_expected) // self.control_dt)
                 self.ticks_missed += missed
                 self._tick_expected += missed * self.control_dt
+            elif now < self._tick_expected:  # earlier than any tick so far: the timer's phase is this one
+                self._tick_expected = now
         self._tick_late.append(now - self._tick_expected)
 
     def tick_lateness(self) -> dict:
@@ -1400,7 +1408,8 @@ class ActorNode:
             "episodes_given_up": self.reset_counters["episodes_given_up"], "robot": self.robot.name,
             "waits_s": {reason: round(seconds, 3) for reason, seconds in self.waits.items()},
             "holds": dict(self.holds), "incompatible_qos": dict(self.incompatible_qos), "time": time.time(),
-            "unvalidated": self.unvalidated,
+            "unvalidated": self.unvalidated, "transitions_out_bytes": self.transitions_out_bytes,
+            "weights_used_at": list(self.weights_used_at),
         }
 
     def write_stats(self) -> None:

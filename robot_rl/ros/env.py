@@ -9,9 +9,10 @@ Every ROS process of the project gets the same environment (see /work/shared/ROS
 - ``FASTDDS_DEFAULT_PROFILES_FILE``: the shipped profile (big shared-memory segment, UDPv4 on 127.0.0.1 only,
   builtin transports off);
 - the network mode, ``ROBOT_RL_NETWORK`` (:data:`NETWORK_MODES`): ``local`` (the default: everything above, every
-  node on one host), ``lan`` (nodes on several hosts: Fast DDS's own transports, shared memory between processes
-  of one host and UDP between hosts, discovery range ``SUBNET`` unless ``ROS_AUTOMATIC_DISCOVERY_RANGE`` says
-  otherwise, peers named by ``ROS_STATIC_PEERS``) or ``secure`` (a network not trusted, or routed between sites:
+  node on one host), ``lan`` (nodes on several hosts: shared memory between processes of one host and UDP between
+  hosts, the weights and transitions paced to the link ``ROBOT_RL_LINK_MBIT`` by a generated profile
+  (:mod:`robot_rl.ros.lan`), discovery range ``SUBNET`` unless ``ROS_AUTOMATIC_DISCOVERY_RANGE`` says otherwise,
+  peers named by ``ROS_STATIC_PEERS``) or ``secure`` (a network not trusted, or routed between sites:
   TLS over one TCP port of the learner's host, both sides verify the other's certificate against the run's CA;
   ``ROBOT_RL_CERTS`` names this host's folder from ``robot-rl certs``; the Fast DDS profile and OpenSSL config
   generated for it (:mod:`robot_rl.ros.secure`) become ``FASTDDS_DEFAULT_PROFILES_FILE`` and ``OPENSSL_CONF``, and
@@ -50,8 +51,9 @@ FASTDDS_PROFILE_PATH = Path(__file__).resolve().with_name("fastdds_shm.xml")
 NETWORK_VARIABLE = "ROBOT_RL_NETWORK"
 NETWORK_MODES = {
     "local": "every node on this host: loopback discovery and the shipped shared-memory profile",
-    "lan": "nodes on several hosts: Fast DDS's transports (shared memory on a host, UDP between hosts), discovery "
-           "SUBNET unless ROS_AUTOMATIC_DISCOVERY_RANGE says otherwise, peers from ROS_STATIC_PEERS",
+    "lan": "nodes on several hosts: shared memory on a host, UDP between hosts (weights and transitions paced to "
+           "ROBOT_RL_LINK_MBIT), discovery SUBNET unless ROS_AUTOMATIC_DISCOVERY_RANGE says otherwise, peers from "
+           "ROS_STATIC_PEERS",
     "secure": "nodes on several hosts over a network not trusted: TLS with the run's certificates (ROBOT_RL_CERTS, "
               "made by robot-rl certs) to one TCP port of the learner's host; shared memory within a host",
 }
@@ -210,6 +212,7 @@ def network_mode(base: Mapping[str, str] | None = None) -> str:
 def _user_profile(base: Mapping[str, str]) -> Path | None:
     """The Fast DDS profile the user chose: FASTDDS_DEFAULT_PROFILES_FILE naming any file but the shipped one and
     the secure mode's generated ones (a child process inherits those from its parent)."""
+    from robot_rl.ros.lan import is_lan_profile
     from robot_rl.ros.secure import is_generated_file
 
     given = base.get("FASTDDS_DEFAULT_PROFILES_FILE", "").strip()
@@ -217,7 +220,7 @@ def _user_profile(base: Mapping[str, str]) -> Path | None:
         return None
     if not Path(given).is_file():
         raise RosEnvironmentError(f"FASTDDS_DEFAULT_PROFILES_FILE={given!r} does not exist")
-    return None if is_generated_file(given) else Path(given).resolve()
+    return None if is_generated_file(given) or is_lan_profile(given) else Path(given).resolve()
 
 
 def _user_openssl_conf(env: dict[str, str]) -> str:
@@ -264,6 +267,14 @@ def network_summary(env: Mapping[str, str] | None = None) -> str:
         except CertificateError as error:
             tls = f"TLS certificates unusable: {error}"
         peers = ""  # rmw ignores ROS_STATIC_PEERS with the SYSTEM_DEFAULT range
+    elif mode == "lan" and _user_profile(env) is None:
+        from robot_rl.ros.lan import LanSettingError, link_mbit, paced_bytes_per_s
+
+        try:
+            mbit = link_mbit(env)
+            tls = f"link {mbit:g} Mbit/s (weights and transitions paced to {paced_bytes_per_s(mbit) / 1e6:.2f} MB/s)"
+        except LanSettingError as error:
+            tls = str(error)
     else:
         tls = ""
     return (f"network {mode}: " + (f"{tls}, " if tls else "")
@@ -297,19 +308,27 @@ def ros_environment(
                 raise RosEnvironmentError(
                     f"{NETWORK_VARIABLE}=secure writes its own {variable}, and {variable}={value} would replace it "
                     f"(and certificate verification with it): unset {variable}, or use another mode")
+        from robot_rl.ros.lan import LanSettingError, link_mbit
         from robot_rl.ros.secure import CertificateError, write_network_files
 
         host = _secure_host(env)
         try:
-            fastdds_profile, openssl_config = write_network_files(host)
-        except CertificateError as error:
+            fastdds_profile, openssl_config = write_network_files(host, link_mbit(env))
+        except (CertificateError, LanSettingError) as error:
             raise RosEnvironmentError(str(error)) from None
         env["FASTDDS_DEFAULT_PROFILES_FILE"], env["OPENSSL_CONF"] = str(fastdds_profile), str(openssl_config)
+        env["RMW_FASTRTPS_PUBLICATION_MODE"] = "AUTO"  # the profile's publish modes (pacing) apply
         env[CERTS_VARIABLE] = str(host.folder)  # absolute: a child in another working directory finds it too
     elif user is not None:
         env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(user)
     elif mode == "lan" and profile is None:
-        env.pop("FASTDDS_DEFAULT_PROFILES_FILE", None)  # Fast DDS's transports: UDP reaches the other hosts
+        from robot_rl.ros.lan import LanSettingError, link_mbit, write_lan_profile
+
+        try:  # UDP reaches the other hosts; the big messages paced to the link (robot_rl.ros.lan)
+            env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(write_lan_profile(link_mbit(env)))
+        except LanSettingError as error:
+            raise RosEnvironmentError(str(error)) from None
+        env["RMW_FASTRTPS_PUBLICATION_MODE"] = "AUTO"  # the profile's publish modes apply
     else:
         env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(check_fastdds_profile(profile or FASTDDS_PROFILE_PATH).path)
     wheels = find_ros_wheels()

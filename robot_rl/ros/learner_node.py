@@ -39,8 +39,10 @@ SIGTERM before the agent is built ends the node at once (there is nothing to che
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
+import math
 import os
 import sys
 import threading
@@ -57,6 +59,9 @@ CONFIG_FILE = "config.json"
 JAX_CACHE_DIR = "jax_cache"
 BUILDER_THREAD = "learner-build"
 VIDEO_FILE = "eval.mp4"
+# A weights broadcast waits until every actor has the previous one (a slow link gets them as often as it carries
+# them), but not longer than this: an actor that is gone for good must not hold back the others' weights.
+WEIGHTS_MAX_WAIT_S = 5.0
 # Settings that shape the observation spec and the task: a run folder cannot be resumed with others.
 RUN_SETTINGS = ("task", "obs_mode", "image_size", "policy")
 _started_at = time.time()  # module import: the node's start-up stages are measured from the earliest point we see
@@ -287,6 +292,12 @@ class LearnerNode:
             raise NodeStartupError(f"cannot resume run_dir {self.run_dir}: {error}") from None
         self._weights_pub = node.create_publisher(UInt8MultiArray, qos.LEARNER_WEIGHTS,
                                                   qos.topic_qos(qos.LEARNER_WEIGHTS))
+        # What crosses the link (bytes on this node's topics, times the matched readers for what it sends) and when
+        # each weights version went out (unix time: for a bench on hosts that share a clock; nothing compares it).
+        self.link = {"transitions_in_bytes": 0, "weights_out_bytes": 0, "acks_out_bytes": 0, "weights_published": 0,
+                     "weights_skipped": 0, "weights_bytes": 0}
+        self.weights_published_at: collections.deque[tuple[int, float]] = collections.deque(maxlen=200)
+        self._weights_sent_at = -math.inf
         # Acks are volatile: those sent before an actor's subscription matched are lost, so a new match (an actor, or
         # every actor after this node respawned) gets the current acks at once rather than at the next timer tick.
         self._ack_pub = node.create_publisher(
@@ -518,8 +529,10 @@ class LearnerNode:
         from robot_rl.transport import TransportError
 
         abandoned = self.server.abandoned
+        payload = payload_view(msg)
+        self.link["transitions_in_bytes"] += len(payload)
         try:
-            self.server.ingest(payload_view(msg))
+            self.server.ingest(payload)
         except TransportError as error:
             self._log.warning(f"dropped a malformed transitions message: {error}", throttle_duration_sec=1.0)
             return
@@ -549,17 +562,37 @@ class LearnerNode:
 
         acks = self.server.inbox.acks()
         if acks:
-            self._ack_pub.publish(bytes_to_msg(encode_ack(acks, self.server.inbox.acks_above())))
+            payload = encode_ack(acks, self.server.inbox.acks_above())
+            self._ack_pub.publish(bytes_to_msg(payload))
+            self.link["acks_out_bytes"] += len(payload) * self._ack_pub.get_subscription_count()
 
-    def publish_weights(self, training_done: bool = False) -> None:
-        """Broadcast the current policy as a new weights version (`training_done`: the final ones, at the budget)."""
+    def publish_weights(self, training_done: bool = False) -> bool:
+        """Broadcast the current policy as a new weights version (`training_done`: the final ones, at the budget);
+        returns False, sending nothing, while an actor still lacks the previous version (for at most
+        WEIGHTS_MAX_WAIT_S): a newer sample would replace the one in flight, and on a link slower than the broadcasts
+        no actor would ever get a whole one."""
+        from rclpy.duration import Duration
+
         from robot_rl.ros.convert import bytes_to_msg
         from robot_rl.transport import encode_weights
 
+        link = self.link
+        now = time.monotonic()
+        if (not training_done and now - self._weights_sent_at < WEIGHTS_MAX_WAIT_S
+                and not self._weights_pub.wait_for_all_acked(Duration(seconds=0))):
+            link["weights_skipped"] += 1
+            return False
         weights = dataclasses.replace(self.server.weights(), training_done=training_done)
         if self.files is not None:
             weights = dataclasses.replace(weights, files=self.files.weights_files(weights))
-        self._weights_pub.publish(bytes_to_msg(encode_weights(weights)))
+        payload = encode_weights(weights)
+        self._weights_pub.publish(bytes_to_msg(payload))
+        self._weights_sent_at = now
+        link["weights_published"] += 1
+        link["weights_bytes"] = len(payload)
+        link["weights_out_bytes"] += len(payload) * self._weights_pub.get_subscription_count()
+        self.weights_published_at.append((weights.version, round(time.time(), 4)))
+        return True
 
     def _write_status(self) -> None:
         server = self.server
@@ -572,7 +605,8 @@ class LearnerNode:
             rates=self._rates, eval_every=self.eval_every, evals=len(server.evals),
             last_eval=server.evals[-1] if server.evals else None,
             worker={"job": worker.current, "progress": worker.progress} if worker is not None else None,
-            robots=robot_summary(server.episode_log), result=self._result)
+            robots=robot_summary(server.episode_log), result=self._result, link=dict(self.link),
+            weights_published_at=list(self.weights_published_at))
 
     @property
     def phase(self) -> str:
@@ -620,8 +654,7 @@ class LearnerNode:
             self.finish()
             return True
         if server.pending_steps <= 0:
-            if server.warmup_weights_due:
-                self.publish_weights()
+            if server.warmup_weights_due and self.publish_weights():
                 return True
             self._maybe_evaluate()
             return False

@@ -16,7 +16,9 @@ certificates (:func:`write_network_files`) and point ``FASTDDS_DEFAULT_PROFILES_
   peer: the server's address and port). A peer without a certificate of this run's CA is refused in the handshake;
 - within a host: shared memory and UDP on 127.0.0.1 only (discovery through 127.0.0.1), so the processes of one host
   (drivers, actor, teleop; learner, evaluation) talk to each other as in the ``local`` mode;
-- builtin transports off: nothing else listens or sends.
+- builtin transports off: nothing else listens or sends;
+- the weights and the transitions paced to half of ``ROBOT_RL_LINK_MBIT`` as in the lan mode
+  (:func:`robot_rl.ros.lan.pacing_xml`).
 
 Fast DDS 3.2 behaviours this works around (measured with the wheels' build):
 
@@ -40,7 +42,28 @@ TLS alert (certificate required, unknown CA).
 
 Only the process that binds the port listens: on the server host, start the learner first (a later process there
 logs Fast DDS's "Error binding at port" and talks to that host's processes only), or run the others in ``local``
-mode, which reaches the learner through shared memory.
+mode, which reaches the learner through shared memory. The robots look for it behind the port at the participant
+ids 0..SERVER_PEERS-1 of the server host: started first, it has id 0.
+
+Processes started later (a recorder, a second teleop, ``robot-rl doctor``) on a robot host: one in this mode finds
+that host's processes in about a second (it announces itself on 127.0.0.1 to the ports of participant ids
+0..LOCAL_PEERS-1 and they answer) and the learner in 1 to 4 s, through its own TLS connection (measured:
+tests/test_secure_network.py's latecomer, started once the run is under way, sees every endpoint by node name and
+talks both ways with the robot's processes and the learner). Participants beyond the first LOCAL_PEERS of a host
+find those but not each other (a consequence of the initial-peer list, not measured). What puts a process in this
+mode is :func:`robot_rl.ros.env.ensure_ros_environment` (every robot_rl node and command calls it before rclpy):
+``ROBOT_RL_NETWORK`` and ``ROBOT_RL_CERTS`` mean nothing to Fast DDS. A ROS 2 program that does not go through it
+(the ``ros2`` CLI, rviz, a plain ``import rclpy`` script) runs Fast DDS's defaults: UDP on every interface in the
+clear with multicast discovery, so an intruder on the network reaches it (measured: a plain rclpy node on the robot
+host received a ``lan``-mode intruder's messages and listed its node), it never reaches the learner (no TLS
+transport), and it sees this host's processes only as far as their announcements to 127.0.0.1 and shared memory
+carry (a plain graph probe on the robot host of a two-host training run, after 25 s: some of the robot's nodes,
+endpoints named ``_NODE_NAME_UNKNOWN_``, not always the actor's subscriptions, nothing of the learner). Call
+``ensure_ros_environment()`` before importing rclpy, or start such a program with what it sets:
+``FASTDDS_DEFAULT_PROFILES_FILE`` and ``OPENSSL_CONF`` naming the generated files (the ``profile`` path in a robot_rl
+process's "network secure" log line, and the ``openssl_secure*.cnf`` next to it),
+``ROS_AUTOMATIC_DISCOVERY_RANGE=SYSTEM_DEFAULT`` and ``RMW_FASTRTPS_PUBLICATION_MODE=AUTO`` (without it, a
+publisher on a paced topic is refused: "Cannot use a flow controller in synchronously publication mode").
 """
 
 from __future__ import annotations
@@ -61,6 +84,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape as _html_escape
 from pathlib import Path
+
+from robot_rl.ros.lan import DEFAULT_LINK_MBIT, pacing_xml
 
 ROLES = ("server", "robot")
 DEFAULT_PORT = 7650
@@ -451,10 +476,12 @@ def tcp_buffer_size() -> int:
     return max(min(sizes), MIN_TCP_BUFFER)
 
 
-def fastdds_profile(host: SecureHost, tcp_buffer: int | None = None) -> str:
+def fastdds_profile(host: SecureHost, tcp_buffer: int | None = None, link_mbit: float = DEFAULT_LINK_MBIT) -> str:
     """The Fast DDS XML profile of `host`'s role (see module doc); `tcp_buffer`: TCP socket buffer size in bytes
-    (default :func:`tcp_buffer_size`)."""
+    (default :func:`tcp_buffer_size`); `link_mbit`: the link the weights and transitions are paced to
+    (robot_rl.ros.lan.pacing_xml)."""
     tcp_buffer = tcp_buffer_size() if tcp_buffer is None else tcp_buffer
+    controller, writers = pacing_xml(link_mbit)
 
     def path(name: str) -> str:
         return _xml_text(str(host.path(name)))
@@ -478,7 +505,8 @@ def fastdds_profile(host: SecureHost, tcp_buffer: int | None = None) -> str:
 <!--
   ROBOT_RL_NETWORK=secure, role {host.role}, host {_xml_text(host.host)}, server {_xml_text(host.server)}:{host.port},
   certificates from {_xml_text(str(host.folder))}.
-  Between hosts: TCPv4 + TLS, both sides verify the peer's certificate against the run's CA. Within the host:
+  Between hosts: TCPv4 + TLS, both sides verify the peer's certificate against the run's CA, the weights and
+  transitions paced to {link_mbit:g} Mbit/s / 2. Within the host:
   shared memory and UDP on 127.0.0.1. Builtin transports off.
 -->
 <dds xmlns="http://www.eprosima.com">
@@ -538,9 +566,9 @@ def fastdds_profile(host: SecureHost, tcp_buffer: int | None = None) -> str:
           <transport_id>robot_rl_udp_loopback</transport_id>
           <transport_id>robot_rl_tls</transport_id>
         </userTransports>
-        <useBuiltinTransports>false</useBuiltinTransports>
+        <useBuiltinTransports>false</useBuiltinTransports>{controller}
       </rtps>
-    </participant>
+    </participant>{writers}
   </profiles>
 </dds>
 """
@@ -581,9 +609,9 @@ def _write_if_changed(text: str, name: str, folder: Path) -> Path:
     raise CertificateError(f"cannot write the secure network's {name} ({'; '.join(problems)})")
 
 
-def write_network_files(host: SecureHost) -> tuple[Path, Path]:
+def write_network_files(host: SecureHost, link_mbit: float = DEFAULT_LINK_MBIT) -> tuple[Path, Path]:
     """Write (or reuse, where up to date) `host`'s Fast DDS profile and OpenSSL config; return their paths."""
-    return (_write_if_changed(fastdds_profile(host), PROFILE_FILE, host.folder),
+    return (_write_if_changed(fastdds_profile(host, link_mbit=link_mbit), PROFILE_FILE, host.folder),
             _write_if_changed(openssl_config(), OPENSSL_CONFIG_FILE, host.folder))
 
 
