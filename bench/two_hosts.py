@@ -62,6 +62,7 @@ class Args:
     """measured seconds of each run (after every actor has acted with the learner's weights)"""
     image_size: int = 64
     out: Path = Path("runs/bench-two-hosts")
+    """folder for the runs' logs and run folders (one sub-folder per invocation)"""
     smoke: bool = False
     """one short lan run at 20 Mbit/s on state (a test runs this so the bench cannot rot)"""
     link_down_s: float = 0.0
@@ -258,8 +259,8 @@ def main(args: Args) -> dict:
         raise SystemExit(f"bench/two_hosts.py: cannot make namespaced hosts: {reason}")
     if args.smoke:
         args = dataclasses.replace(args, modes=("lan",), rates=(20.0,), obs_modes=("state",), seconds=12.0)
-    root = Path(tempfile.mkdtemp(prefix="two-hosts-", dir=str(args.out.parent) if args.out.parent.is_dir()
-                                 else None))
+    args.out.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="run-", dir=args.out))  # each run's logs and run folders
     runs = []
     for obs_mode in args.obs_modes:
         for mode in args.modes:

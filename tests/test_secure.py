@@ -232,9 +232,9 @@ def test_a_read_only_folder_gets_its_files_in_a_per_user_temporary_folder(folder
     host = secure.read_host_folder(folders["arm1"])
     blocked = tmp_path / "not-a-folder"
     blocked.write_text("")  # files "inside" a regular file cannot be written, even by root
-    first = secure._write_if_changed("text\n", "profile.xml", blocked)
+    first = secure.write_if_changed("text\n", "profile.xml", blocked)
     assert first.parent == tmp_path / "tmp" / f"robot_rl-{os.getuid()}" and first.read_text() == "text\n"
-    assert secure._write_if_changed("text\n", "profile.xml", blocked) == first  # stable for every process
+    assert secure.write_if_changed("text\n", "profile.xml", blocked) == first  # stable for every process
     assert _mode(first.parent) == 0o700
     assert secure.is_generated_file(secure.write_network_files(host)[0])
     assert not secure.is_generated_file(FASTDDS_PROFILE_PATH) and not secure.is_generated_file(tmp_path / "none")

@@ -323,10 +323,11 @@ def ros_environment(
         env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(user)
     elif mode == "lan" and profile is None:
         from robot_rl.ros.lan import LanSettingError, link_mbit, write_lan_profile
+        from robot_rl.ros.secure import CertificateError
 
         try:  # UDP reaches the other hosts; the big messages paced to the link (robot_rl.ros.lan)
             env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(write_lan_profile(link_mbit(env)))
-        except LanSettingError as error:
+        except (LanSettingError, CertificateError) as error:
             raise RosEnvironmentError(str(error)) from None
         env["RMW_FASTRTPS_PUBLICATION_MODE"] = "AUTO"  # the profile's publish modes apply
     else:

@@ -134,19 +134,11 @@ def lan_profile(mbit: float) -> str:
 def write_lan_profile(mbit: float) -> Path:
     """Write (or reuse) the lan profile for `mbit` in a per-user folder of the temporary directory, named by its
     content (the same path for every process of the host); return its path."""
+    from robot_rl.ros.secure import write_if_changed
+
     text = lan_profile(mbit)
-    folder = Path(tempfile.gettempdir()) / f"robot_rl-{os.getuid()}"
-    path = folder / f"fastdds_lan-{hashlib.sha256(text.encode()).hexdigest()[:16]}.xml"
-    try:
-        if path.read_text() == text:
-            return path
-    except OSError:
-        pass
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
-    return path
+    name = f"fastdds_lan-{hashlib.sha256(text.encode()).hexdigest()[:16]}.xml"
+    return write_if_changed(text, name, Path(tempfile.gettempdir()) / f"robot_rl-{os.getuid()}")
 
 
 def is_lan_profile(path: str | os.PathLike[str]) -> bool:

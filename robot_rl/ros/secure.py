@@ -583,7 +583,7 @@ def is_generated_file(path: str | os.PathLike[str]) -> bool:
         return False
 
 
-def _write_if_changed(text: str, name: str, folder: Path) -> Path:
+def write_if_changed(text: str, name: str, folder: Path) -> Path:
     """Write `text` to folder/`name` unless it holds it already; where the folder is read-only, to a per-user folder
     of the temporary directory under a name made from the content (stable for every process of the host)."""
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -606,13 +606,13 @@ def _write_if_changed(text: str, name: str, folder: Path) -> Path:
             with contextlib.suppress(OSError):
                 scratch.unlink(missing_ok=True)
             problems.append(f"{path}: {error.strerror or error}")
-    raise CertificateError(f"cannot write the secure network's {name} ({'; '.join(problems)})")
+    raise CertificateError(f"cannot write the network profile file {name} ({'; '.join(problems)})")
 
 
 def write_network_files(host: SecureHost, link_mbit: float = DEFAULT_LINK_MBIT) -> tuple[Path, Path]:
     """Write (or reuse, where up to date) `host`'s Fast DDS profile and OpenSSL config; return their paths."""
-    return (_write_if_changed(fastdds_profile(host, link_mbit=link_mbit), PROFILE_FILE, host.folder),
-            _write_if_changed(openssl_config(), OPENSSL_CONFIG_FILE, host.folder))
+    return (write_if_changed(fastdds_profile(host, link_mbit=link_mbit), PROFILE_FILE, host.folder),
+            write_if_changed(openssl_config(), OPENSSL_CONFIG_FILE, host.folder))
 
 
 def _fastdds_libssl(library_dirs: Sequence[Path]) -> Path:
