@@ -85,7 +85,7 @@ from dataclasses import dataclass
 from html import escape as _html_escape
 from pathlib import Path
 
-from robot_rl.ros.lan import DEFAULT_LINK_MBIT, pacing_xml
+from robot_rl.ros.lan import DEFAULT_LINK_MBIT, SHM_MAX_MESSAGE_SIZE, SHM_SEGMENT_SIZE, pacing_xml
 
 ROLES = ("server", "robot")
 DEFAULT_PORT = 7650
@@ -105,8 +105,6 @@ MIN_TCP_BUFFER = 65536
 # RFC 7919 groups: standard safe-prime DH parameters made at once (`openssl dhparam 2048` takes 7-70 s here).
 DH_GROUPS = ("ffdhe2048", "ffdhe3072", "ffdhe4096")
 RSA_BITS = 2048
-SHM_SEGMENT_SIZE = 32 * 2**20  # as the shipped local profile: images and policy weights between processes of a host
-SHM_MAX_MESSAGE_SIZE = 16 * 2**20
 LOCAL_PEERS = 32  # participants of one host found through 127.0.0.1 (ports of participant ids 0..31)
 SERVER_PEERS = 8  # participant ids on the server host the robots try behind its TCP port
 _HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
