@@ -2,7 +2,7 @@
 
 Each run trains PickCube in the sim mirror at the robot's rate (`launch/sim_train.yaml mode:=realtime`) for
 `--seconds`: the robot side(s) (sim node, actor, scripted human) on robot host(s), the learner on a server host, as
-README's "Two machines" section runs them; hosts are tests/hosts.py's namespaces (own network, /dev/shm, hostname and
+docs/two_machines.md runs them; hosts are tests/hosts.py's namespaces (own network, /dev/shm, hostname and
 IPC; two joined by a veth pair, three by a bridge), every host's outgoing traffic shaped to `rate_mbit` (tbf).
 `local` is the single-host baseline (every node on one host, nothing on a link), measured in the same invocation.
 
@@ -13,11 +13,22 @@ first acts with it, p50 / p99; the hosts share one wall clock, so the bench may 
 do), ``tick_late_ms`` (the actor's control tick lateness over its run, p50 / p99 / max, and the ticks missed in the
 measured window), ``link_use`` (the busier direction of the server's link, a fraction of its rate), ``acked_lost``
 (transitions an actor let go as acknowledged that the learner does not hold) and ``unacked_at_end`` (sent, never
-acknowledged, once the robots have stopped and flushed).
+acknowledged, once the robots have stopped and flushed). Secure runs add a stranger on a third host with another
+run's certificates (``--no-intruder``: none), which subscribes to every project topic and publishes weights,
+transitions and pose commands all along: ``intruder_received`` (messages of the run it got) and
+``intruder_accepted`` (its transitions the learner took plus its weights an actor used).
 
-    python bench/two_hosts.py                                   # local, lan; 100 and 20 Mbit/s; state and pixels
+    python bench/two_hosts.py                                   # local, lan, secure; 100 and 20 Mbit/s; state, pixels
     python bench/two_hosts.py --modes lan --rates 20 --robots 2 # two robot hosts, one server
+    python bench/two_hosts.py --modes lan --rates 100 --obs-modes state --kill-server-s 10   # kill -9 the server
+    python bench/two_hosts.py --modes lan --rates 20 --obs-modes state --robots 2 --robot-dies  # a robot host dies
     python bench/two_hosts.py --smoke                           # one short lan run at 20 Mbit/s (tests run this)
+
+Fault drills (each a JSON section of its run): ``link_down`` (the first robot host's link down for
+``--link-down-s``), ``kill_server`` (every server-host process killed with -9, the server side started again
+``--kill-server-s`` later on the same run folder), ``robot_dies`` (the first of two or more robot hosts loses its link
+and every process mid-episode); ``--learner-lost hold`` runs them with a robot file whose actor holds while the
+learner is away.
 
 Every ROS process runs inside the namespaces (ROS_DOMAIN_ID 96); nothing reaches a real interface.
 """
@@ -32,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +56,91 @@ from hosts import Host, hosts, hosts_unavailable  # noqa: E402
 
 DOMAIN_ID = 96
 SUBNET = "10.236.0"
+INTRUDER_VERSION = 10**9  # the weights version an intruder's re-sent weights carry (an actor that used it took them)
+
+# A stranger on a third host (secure runs): the secure mode with certificates of another run's CA. It subscribes to
+# every project topic, and publishes weights (a real message it got, re-versioned; else junk), transitions (ones it
+# got, under its own actor id; else junk) and pose commands far outside the workspace, until its time is up; then
+# prints one RESULT line with what it received and sent.
+INTRUDER = r"""
+import dataclasses, importlib, json, sys, time
+from robot_rl.ros.env import ensure_ros_environment
+ensure_ros_environment()
+import rclpy
+from geometry_msgs.msg import PoseStamped
+from std_msgs.msg import UInt8MultiArray
+from robot_rl.ros import qos
+from robot_rl.transport import (decode_transitions, decode_weights, encode_transitions, make_source,
+                                 reversion_weights)
+
+seconds, version = float(sys.argv[1]), int(sys.argv[2])
+rclpy.init()
+node = rclpy.create_node("intruder")
+received, last = {}, {}
+source, sent = make_source("intruder"), 0
+junk = bytes(range(256)) * 64
+
+def own(topic, msg):
+    # What this process published comes back to its own subscriptions: not received from the run.
+    if isinstance(msg, PoseStamped):
+        return msg.pose.position.x == 5.0
+    if not isinstance(msg, UInt8MultiArray):
+        return False
+    data = bytes(msg.data)
+    try:
+        if topic == qos.LEARNER_WEIGHTS:
+            return data == junk or decode_weights(data).version >= version
+        if topic == qos.ACTOR_TRANSITIONS:
+            return data == junk or decode_transitions(data)[0] == source
+    except Exception:
+        return False
+    return False
+
+def keep(topic):
+    def on_message(msg):
+        if own(topic, msg):
+            return
+        received[topic] = received.get(topic, 0) + 1
+        if isinstance(msg, UInt8MultiArray):
+            last[topic] = bytes(msg.data)
+    return on_message
+
+def message_class(name):
+    package, _, kind = name.split("/")
+    return getattr(importlib.import_module(f"{package}.msg"), kind)
+
+subscriptions = [node.create_subscription(message_class(spec.message_type), topic, keep(topic), qos.topic_qos(topic))
+                 for topic, spec in qos.TOPICS.items()]
+weights = node.create_publisher(UInt8MultiArray, qos.LEARNER_WEIGHTS, qos.topic_qos(qos.LEARNER_WEIGHTS))
+transitions = node.create_publisher(UInt8MultiArray, qos.ACTOR_TRANSITIONS, qos.topic_qos(qos.ACTOR_TRANSITIONS))
+commands = node.create_publisher(PoseStamped, qos.COMMAND_TARGET_POSE, qos.topic_qos(qos.COMMAND_TARGET_POSE))
+deadline, next_send = time.monotonic() + seconds, time.monotonic()
+while time.monotonic() < deadline:
+    rclpy.spin_once(node, timeout_sec=0.02)
+    if time.monotonic() < next_send:
+        continue
+    next_send += 0.2
+    try:
+        payload = reversion_weights(last[qos.LEARNER_WEIGHTS], version + sent)
+    except Exception:
+        payload = junk
+    weights.publish(UInt8MultiArray(data=payload))
+    try:
+        _, items = decode_transitions(last[qos.ACTOR_TRANSITIONS])
+        payload = encode_transitions(source, [dataclasses.replace(item, seq=64 * sent + i)
+                                              for i, item in enumerate(items)])
+    except Exception:
+        payload = junk
+    transitions.publish(UInt8MultiArray(data=payload))
+    pose = PoseStamped()
+    pose.header.frame_id = "base"
+    pose.pose.position.x, pose.pose.orientation.w = 5.0, 1.0
+    commands.publish(pose)
+    sent += 1
+print("RESULT " + json.dumps({"received": received, "sent": sent, "source": source}), flush=True)
+node.destroy_node()
+rclpy.shutdown()
+"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,10 +161,25 @@ class Args:
     out: Path = Path("runs/bench-two-hosts")
     """folder for the runs' logs and run folders (one sub-folder per invocation)"""
     smoke: bool = False
-    """one short lan run at 20 Mbit/s on state (a test runs this so the bench cannot rot)"""
+    """one short lan run at 20 Mbit/s on state with a 6 s link outage and learner_lost.action hold (a test runs
+    this so the bench cannot rot)"""
     link_down_s: float = 0.0
     """fault drill: take the first robot host's link down this long in the middle of each (two-host) run, then
     measure how the actor held up and how soon the learner had its transitions again"""
+    kill_server_s: float = 0.0
+    """fault drill: kill -9 every process on the server host in the middle of each (two-host) run, start the server
+    side again (same run folder) this many seconds later, and measure what was lost and how soon training resumed"""
+    intruder: bool = True
+    """secure runs: a third host with another run's certificates tries to read and inject all along"""
+    robot_dies: bool = False
+    """fault drill (--robots 2 or more): the first robot host dies mid-episode (link down, every process killed with
+    -9): the learner must close that episode and keep training the other robots"""
+    learner_lost: str = "act"
+    """the robot file's learner_lost.action in the runs: act (as the shipped sim_panda) | hold"""
+    learner_lost_after_s: float = 5.0
+    """the robot file's learner_lost.after_s in the runs"""
+    abandon_after_s: float = 20.0
+    """the learner's abandon_after_s: it closes a silent robot's open episode after this long"""
 
 
 def _read(path: Path) -> dict | None:
@@ -154,14 +266,118 @@ def _link_down_drill(machines, robot: Host, learner_file: Path, actor_file: Path
             "dropped": during["dropped"] - before["dropped"], "learner_has_all_s_after_up": caught_up_s}
 
 
+def _kill_server_drill(server: Host, restart: Callable[[], subprocess.Popen], learner_file: Path,
+                       actor_files: list[Path], args: Args) -> dict:
+    """Kill -9 every process on the server host, start its side again `args.kill_server_s` later: the actors'
+    commands meanwhile, acknowledged transitions lost (the restarted learner must hold every one acknowledged
+    before), and how soon it acknowledged again and the actors acted with newer weights."""
+    time.sleep(max(0.0, (args.seconds - args.kill_server_s) / 4))
+    before, learner = [_read(p) for p in actor_files], _read(learner_file)
+    acked = {a["source"]: learner["acks"].get(a["source"], -1) for a in before}
+    killed = server.kill_all()
+    time.sleep(args.kill_server_s)
+    dead = [_read(p) for p in actor_files]
+    restarted_at = time.monotonic()
+    process = restart()
+    acks_s = weights_s = None
+    while time.monotonic() - restarted_at < 180 and process.poll() is None and (acks_s is None or weights_s is None):
+        actors = [_read(p) or d for p, d in zip(actor_files, dead)]
+        if acks_s is None and all(a["acked_through"] > d["acked_through"] for a, d in zip(actors, dead)):
+            acks_s = round(time.monotonic() - restarted_at, 1)
+        if weights_s is None and all(a["weights_version"] > d["weights_version"] for a, d in zip(actors, dead)):
+            weights_s = round(time.monotonic() - restarted_at, 1)
+        time.sleep(0.25)
+    after = _read(learner_file) or {}
+    return {"processes_killed": killed, "dead_s": args.kill_server_s,
+            "commands_while_dead": sum(d["commands"] - b["commands"] for d, b in zip(dead, before)),
+            "held_while_dead": sum(d["held"] - b["held"] for d, b in zip(dead, before)),
+            "acked_before_kill": acked,
+            "acked_lost": sum(max(0, through - after.get("acks", {}).get(source, -1))
+                              for source, through in acked.items()),
+            "acks_again_s_after_restart": acks_s, "newer_weights_at_actors_s_after_restart": weights_s,
+            "restarted": process.poll() is None}
+
+
+def _robot_dies_drill(machines, robots: list[Host], learner_file: Path, actor_files: list[Path], args: Args
+                      ) -> dict:
+    """The first robot host dies mid-episode (link down, then kill -9 of its every process): when the learner closed
+    its open episode, and how the other robots trained before and after."""
+    time.sleep(max(0.0, (args.seconds - args.abandon_after_s) / 4))
+    others = actor_files[1:]
+    others0, learner0, t0 = [_read(p) for p in others], _read(learner_file), time.monotonic()
+    time.sleep(5.0)
+    source = _read(actor_files[0])["source"]
+    learner1 = _read(learner_file)
+    others1, t1 = [_read(p) for p in others], time.monotonic()
+    machines.link_down(robots[0])
+    killed = robots[0].kill_all()
+    died_at = time.monotonic()
+    time.sleep(1.5)  # the learner's next status: the dead robot's episode it holds open
+    open_steps = sum(n for key, n in _read(learner_file)["staged"].items() if key.startswith(f"{source} "))
+    closed_s = None
+    while closed_s is None and time.monotonic() - died_at < args.abandon_after_s + 30:
+        if (_read(learner_file) or learner1)["abandoned"] > learner1["abandoned"]:
+            closed_s = round(time.monotonic() - died_at, 1)
+        time.sleep(0.25)
+    others2, learner2, t2 = [_read(p) for p in others], _read(learner_file), time.monotonic()
+    time.sleep(10.0)
+    others3, learner3, t3 = [_read(p) for p in others], _read(learner_file), time.monotonic()
+
+    def per_s(a: list[dict], b: list[dict], seconds: float) -> float:
+        return round(sum(y["transitions"] - x["transitions"] for x, y in zip(a, b)) / seconds, 2)
+
+    return {"processes_killed": killed, "open_episode_steps_at_death": open_steps,
+            "learner_closed_it_s_after": closed_s, "abandon_after_s": args.abandon_after_s,
+            "episodes_abandoned": learner3["abandoned"] - learner0["abandoned"],
+            "others_transitions_per_s_before": per_s(others0, others1, t1 - t0),
+            "others_transitions_per_s_after": per_s(others2, others3, t3 - t2),
+            "learner_received_per_s_after": round((learner3["received"] - learner2["received"]) / (t3 - t2), 2),
+            "others_weights_versions_after": sum(y["weights_version"] - x["weights_version"]
+                                                 for x, y in zip(others2, others3))}
+
+
+def _intrusion(process: subprocess.Popen, work: Path, learner: dict, actors: list[dict]) -> dict:
+    """What the intruder received (messages, all topics) and what of its own the run accepted (its transitions in the
+    learner, its weights at an actor)."""
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    lines = [line for line in (work / "intruder.out").read_text().splitlines() if line.startswith("RESULT ")]
+    if not lines:
+        raise RuntimeError(f"the intruder printed no result: see {work / 'intruder.log'}")
+    result = json.loads(lines[-1][len("RESULT "):])
+    taken = sum(t["through"] + 1 + len(t["above"]) for s, t in learner.get("sources", {}).items()
+                if s.startswith("intruder/"))
+    weights = sum(1 for a in actors for v, _ in a.get("weights_used_at", []) if int(v) >= INTRUDER_VERSION)
+    return {"received": sum(result["received"].values()), "accepted": taken + weights,
+            "received_by_topic": result["received"], "sent_per_topic": result["sent"],
+            "learner_took_transitions": taken, "actors_took_weights": weights}
+
+
+def _robot_file(args: Args, work: Path) -> str:
+    """The runs' robot file: the shipped sim_panda, or a copy with the asked-for learner_lost setting."""
+    if (args.learner_lost, args.learner_lost_after_s) == ("act", 5.0):
+        return "sim_panda"
+    import yaml
+
+    data = yaml.safe_load((REPO / "robots" / "sim_panda.yaml").read_text())
+    data["learner_lost"] = {"action": args.learner_lost, "after_s": args.learner_lost_after_s}
+    path = work / "sim_panda_learner_lost.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
 def _launch(host: Host, side: str, args: Args, obs_mode: str, run_dir: Path, peers: list[str], log: Path,
-            network: str, actor_id: str = "sim0", certs: Path | None = None, rate: float | None = None
+            network: str, robot: str, actor_id: str = "sim0", certs: Path | None = None, rate: float | None = None
             ) -> subprocess.Popen:
     argv = [sys.executable, "-m", "robot_rl.cli", "launch", "--grace-s", "5", "launch/sim_train.yaml",
             f"side:={side}", f"network:={network}", "mode:=realtime", f"obs_mode:={obs_mode}",
             f"image_size:={args.image_size}", "steps:=0", "demos:=5", "eval_every:=0", "eval_episodes:=0",
-            "final_validation:=false", f"actor_id:={actor_id}", f"run_dir:={run_dir}"]
-    return host.popen(argv, env=_environment(peers, certs, rate), cwd=REPO, stdout=open(log, "w"),
+            "final_validation:=false", f"actor_id:={actor_id}", f"run_dir:={run_dir}", f"robot:={robot}",
+            f"abandon_after_s:={args.abandon_after_s:g}"]
+    return host.popen(argv, env=_environment(peers, certs, rate), cwd=REPO, stdout=open(log, "a"),
                       stderr=subprocess.STDOUT)
 
 
@@ -169,6 +385,8 @@ def run(args: Args, mode: str, rate: float, obs_mode: str, work: Path) -> dict:
     """One measured run; returns its figures."""
     names = ["server"] if mode == "local" else ["server", *(f"robot{i}" for i in range(1, args.robots + 1))]
     names = names if len(names) > 1 else ["server", "spare"]  # the harness makes two or more hosts
+    with_intruder = mode == "secure" and args.intruder
+    names += ["intruder"] if with_intruder else []
     with hosts(names, subnet=SUBNET, rate_mbit=None if mode == "local" else rate) as machines:
         server = machines["server"]
         server_dir = work / "server"
@@ -180,16 +398,24 @@ def run(args: Args, mode: str, rate: float, obs_mode: str, work: Path) -> dict:
                             server.address, *(f"--robot={r.name}" for r in robots)], check=True, capture_output=True,
                            cwd=REPO)
             certs = {h: work / "certs" / h for h in ("server", *(r.name for r in robots))}
+            if with_intruder:  # another run's CA: the stranger has certificates, just not this run's
+                subprocess.run([sys.executable, "-m", "robot_rl.cli", "certs", str(work / "other-certs"), "--server",
+                                server.address, "--robot=intruder"], check=True, capture_output=True, cwd=REPO)
+        robot_file = _robot_file(args, work)
         if mode == "local":
-            processes.append(_launch(server, "all", args, obs_mode, server_dir, [], work / "server.log", "local"))
+            processes.append(_launch(server, "all", args, obs_mode, server_dir, [], work / "server.log", "local",
+                                     robot_file))
             actor_files = [server_dir / "actor_status.json"]
         else:
-            processes.append(_launch(server, "server", args, obs_mode, server_dir, [r.address for r in robots],
-                                     work / "server.log", mode, certs=certs.get("server"), rate=rate))
+            def start_server() -> subprocess.Popen:
+                return _launch(server, "server", args, obs_mode, server_dir, [r.address for r in robots],
+                               work / "server.log", mode, robot_file, certs=certs.get("server"), rate=rate)
+
+            processes.append(start_server())
             time.sleep(1.0 if mode == "secure" else 0.0)  # the server's port first (a client retries, later)
             for robot in robots:
                 processes.append(_launch(robot, "robot", args, obs_mode, work / robot.name, [server.address],
-                                         work / f"{robot.name}.log", mode, actor_id=robot.name,
+                                         work / f"{robot.name}.log", mode, robot_file, actor_id=robot.name,
                                          certs=certs.get(robot.name), rate=rate))
             actor_files = [work / r.name / "actor_status.json" for r in robots]
         learner_file = server_dir / "learner_status.json"
@@ -207,8 +433,24 @@ def run(args: Args, mode: str, rate: float, obs_mode: str, work: Path) -> dict:
             learner0, actors0 = _read(learner_file), [_read(p) for p in actor_files]
             bytes0, start_wall, start = (np.zeros(2) if mode == "local" else _link_bytes(server)), time.time(), \
                 time.monotonic()
-            drill = _link_down_drill(machines, robots[0], learner_file, actor_files[0], args) \
-                if args.link_down_s > 0 and robots else None
+            intruder = None
+            if with_intruder:
+                env = {**_environment([server.address]), "ROBOT_RL_NETWORK": "secure",
+                       "ROBOT_RL_CERTS": str(work / "other-certs" / "intruder")}
+                intruder = machines["intruder"].popen(
+                    [sys.executable, "-c", INTRUDER, f"{max(5.0, args.seconds - 5.0):g}", str(INTRUDER_VERSION)],
+                    env=env, cwd=REPO, stdout=open(work / "intruder.out", "w"), stderr=open(work / "intruder.log", "w"))
+            drills = {}
+            if args.link_down_s > 0 and robots:
+                drills["link_down"] = _link_down_drill(machines, robots[0], learner_file, actor_files[0], args)
+            if args.kill_server_s > 0 and robots:
+                def restart() -> subprocess.Popen:
+                    processes[0] = start_server()
+                    return processes[0]
+
+                drills["kill_server"] = _kill_server_drill(server, restart, learner_file, actor_files, args)
+            if args.robot_dies and len(robots) >= 2:
+                drills["robot_dies"] = _robot_dies_drill(machines, robots, learner_file, actor_files, args)
             time.sleep(max(0.0, args.seconds - (time.monotonic() - start)))
             learner1, actors1 = _read(learner_file), [_read(p) for p in actor_files]
             bytes1, elapsed = (np.zeros(2) if mode == "local" else _link_bytes(server)), time.monotonic() - start
@@ -222,6 +464,7 @@ def run(args: Args, mode: str, rate: float, obs_mode: str, work: Path) -> dict:
                         os.killpg(process.pid, signal.SIGKILL)
                         process.wait()
         finals = [_read(p) or a for p, a in zip(actor_files, actors1)]  # written as the actors stopped
+        intrusion = _intrusion(intruder, work, _read(learner_file) or learner1, finals) if intruder else None
         lost, unacked = _acked_lost(_read(learner_file) or learner1, finals)
         link0, link1 = learner0.get("link", {}), learner1.get("link", {})
         per_s = {key: round((link1.get(key, 0) - link0.get(key, 0)) / elapsed)
@@ -249,7 +492,9 @@ def run(args: Args, mode: str, rate: float, obs_mode: str, work: Path) -> dict:
                              - sum(a["tick_late_ms"].get("missed", 0) for a in actors0 if a.get("tick_late_ms"))},
             "acked_lost": lost, "unacked_at_end": unacked,
             "dropped": sum(a["dropped"] for a in actors1) - sum(a["dropped"] for a in actors0),
-            **({"link_down": drill} if drill else {}),
+            **({"intruder_received": intrusion["received"], "intruder_accepted": intrusion["accepted"],
+                "intruder": intrusion} if intrusion else {}),
+            **drills,
         }
 
 
@@ -258,7 +503,8 @@ def main(args: Args) -> dict:
     if reason:
         raise SystemExit(f"bench/two_hosts.py: cannot make namespaced hosts: {reason}")
     if args.smoke:
-        args = dataclasses.replace(args, modes=("lan",), rates=(20.0,), obs_modes=("state",), seconds=12.0)
+        args = dataclasses.replace(args, modes=("lan",), rates=(20.0,), obs_modes=("state",), seconds=16.0,
+                                   link_down_s=6.0, learner_lost="hold", learner_lost_after_s=2.0)
     args.out.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="run-", dir=args.out))  # each run's logs and run folders
     runs = []

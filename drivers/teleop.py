@@ -1,4 +1,5 @@
-"""Human teleoperation: command type, twist <-> policy-action mapping, and device backends (no rclpy here).
+"""Human teleoperation: command type and device backends (no rclpy here; the twist <-> policy-action mapping is
+robot_rl.teleop_mapping).
 
 Devices (each optional at run time; opening an absent one raises :class:`DeviceNotFound` saying what was looked
 for, how to fix it and which other device to use):
@@ -43,6 +44,8 @@ from typing import Literal, Protocol
 
 import numpy as np
 
+from robot_rl.teleop_mapping import vector3
+
 EpisodeEvent = Literal["success", "failure", "reset"]
 EPISODE_EVENTS: tuple[str, ...] = ("success", "failure", "reset")
 DEVICES: tuple[str, ...] = ("keyboard", "gamepad", "spacemouse")
@@ -63,14 +66,6 @@ class DeviceLost(TeleopDeviceError):
 # ------------------------------------------------------------------------------------------------ commands
 
 
-def _vector3(values, what: str) -> np.ndarray:
-    vector = np.array(values, dtype=np.float64).reshape(-1)
-    if vector.shape != (3,):
-        raise ValueError(f"{what} must have 3 entries, got shape {vector.shape}")
-    vector.setflags(write=False)
-    return vector
-
-
 @dataclasses.dataclass(frozen=True, eq=False)
 class TeleopCommand:
     """One human command: TCP velocity in frame base, gripper opening, engaged flag and an optional episode key."""
@@ -89,8 +84,8 @@ class TeleopCommand:
     """The operator asked to stop the teleop node."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "linear", _vector3(self.linear, "linear velocity"))
-        object.__setattr__(self, "angular", _vector3(self.angular, "angular velocity"))
+        object.__setattr__(self, "linear", vector3(self.linear, "linear velocity"))
+        object.__setattr__(self, "angular", vector3(self.angular, "angular velocity"))
         gripper = float(self.gripper)
         if not 0.0 <= gripper <= 1.0:
             raise ValueError(f"gripper opening {gripper!r} must be in [0 closed, 1 open]")
@@ -121,57 +116,6 @@ class TeleopConfig:
                 raise ValueError(f"TeleopConfig.{name}={value!r} must be a finite number > 0")
         if not (math.isfinite(self.deadzone) and 0.0 <= self.deadzone < 1.0):
             raise ValueError(f"TeleopConfig.deadzone={self.deadzone!r} must be in [0, 1)")
-
-
-# ------------------------------------------------------------------------------------------------ action mapping
-
-
-def twist_to_action(linear, angular, gripper_opening: float, *, control_dt: float, max_translation: float,
-                    max_rotation: float, action_dim: int) -> np.ndarray:
-    """Human command -> env / policy action in [-1, 1] (float32).
-
-    action_dim 4: ``(dx, dy, dz, gripper)``; 7: ``(dx, dy, dz, drx, dry, drz, gripper)``. A translation entry is the
-    distance moved in one control step over ``max_translation`` (rotation likewise over ``max_rotation``); the
-    gripper entry is ``1 - 2 * opening`` (env convention: -1 open .. +1 closed). Raises ValueError on non-finite input.
-    """
-    if action_dim not in (4, 7):
-        raise ValueError(f"action_dim={action_dim!r} must be 4 (dx, dy, dz, gripper) or 7 (with drx, dry, drz)")
-    for name, value in (("control_dt", control_dt), ("max_translation", max_translation),
-                        ("max_rotation", max_rotation)):
-        if not (math.isfinite(value) and value > 0):
-            raise ValueError(f"{name}={value!r} must be a finite number > 0")
-    linear, angular = _vector3(linear, "linear velocity"), _vector3(angular, "angular velocity")
-    opening = float(gripper_opening)
-    if not (np.isfinite(linear).all() and np.isfinite(angular).all() and math.isfinite(opening)):
-        raise ValueError(f"teleop command is not finite: linear {linear.tolist()}, angular {angular.tolist()}, "
-                         f"gripper {opening!r}")
-    parts = [linear * control_dt / max_translation]
-    if action_dim == 7:
-        parts.append(angular * control_dt / max_rotation)
-    parts.append([1.0 - 2.0 * min(max(opening, 0.0), 1.0)])
-    return np.clip(np.concatenate(parts), -1.0, 1.0).astype(np.float32)
-
-
-def action_to_twist(action, *, control_dt: float, max_translation: float,
-                    max_rotation: float) -> tuple[np.ndarray, np.ndarray, float]:
-    """Env / policy action (4 or 7 entries, clipped to [-1, 1]) -> (linear [m/s], angular [rad/s], gripper opening).
-
-    The inverse of :func:`twist_to_action` on [-1, 1]; a 4-entry action has zero angular velocity.
-    """
-    action = np.asarray(action, dtype=np.float64).reshape(-1)
-    if action.shape[0] not in (4, 7):
-        raise ValueError(f"action must have 4 or 7 entries, got {action.shape[0]}")
-    if not np.isfinite(action).all():
-        raise ValueError(f"action is not finite: {action.tolist()}")
-    for name, value in (("control_dt", control_dt), ("max_translation", max_translation),
-                        ("max_rotation", max_rotation)):
-        if not (math.isfinite(value) and value > 0):
-            raise ValueError(f"{name}={value!r} must be a finite number > 0")
-    action = np.clip(action, -1.0, 1.0)
-    linear = action[:3] * max_translation / control_dt
-    angular = action[3:6] * max_rotation / control_dt if action.shape[0] == 7 else np.zeros(3)
-    opening = float((1.0 - action[-1]) / 2.0)
-    return linear, angular, opening
 
 
 def apply_deadzone(value: float, deadzone: float) -> float:
@@ -671,6 +615,5 @@ __all__ = [
     "DEVICES", "DeviceLost", "DeviceNotFound", "EPISODE_EVENTS", "GamepadMapper", "GamepadMapping", "GamepadTeleop",
     "HidDevice", "JsEvent", "KEY_MAP", "KeyMapper", "KeyboardTeleop", "SpaceMouseMapper", "SpaceMouseMapping",
     "SpaceMouseReport", "SpaceMouseTeleop", "TeleopCommand", "TeleopConfig", "TeleopDevice", "TeleopDeviceError",
-    "action_to_twist", "apply_deadzone", "find_spacemice", "open_device", "parse_js_events",
-    "parse_spacemouse_report", "terminal_keys", "twist_to_action",
+    "apply_deadzone", "find_spacemice", "open_device", "parse_js_events", "parse_spacemouse_report", "terminal_keys",
 ]

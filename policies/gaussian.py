@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from robot_rl.config_io import config_from_json, config_to_json
 from robot_rl.policies.base import ActionChunk, Observation, PolicyError
 
 
@@ -35,7 +36,6 @@ class GaussianPolicy:
         import jax
 
         from robot_rl.agents.sac import SACAgent, SACConfig
-        from robot_rl.train import config_from_json
 
         if device.startswith("cuda") and jax.default_backend() != "gpu":
             raise PolicyError(f"--device {device}: a SAC policy runs in JAX, which sees no GPU here (its devices: "
@@ -49,7 +49,6 @@ class GaussianPolicy:
 
     def weights_message(self, *, version: int, transitions: int = 0, updates: int = 0):
         """This policy's weights as a `WeightsMessage` (what the learner broadcasts and policy files hold)."""
-        from robot_rl.train import config_to_json
         from robot_rl.transport import WeightsMessage
 
         agent = self.agent

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from robot_rl.config_io import config_to_json
 from robot_rl.policies.base import ActionChunk, Observation, Policy, PolicyError
 from robot_rl.policies.residual import HeadOnFrozenBase
 
@@ -122,8 +123,6 @@ class NoisePolicy(HeadOnFrozenBase):
         return None  # the noise behind a human's action is unknown
 
     def policy_config(self) -> dict[str, Any]:
-        from robot_rl.train import config_to_json
-
         return {"sac": config_to_json(self.head.agent.config), "bound": self.bound, "base": self.base_path,
                 "execute": self.chunk_length, "repeat": self.repeat}
 

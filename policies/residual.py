@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from robot_rl.config_io import config_from_json, config_to_json
 from robot_rl.policies.base import ActionChunk, ChunkRunner, Observation, Policy, PolicyError
 
 KIND = "residual"
@@ -91,7 +92,6 @@ class HeadOnFrozenBase:
         from robot_rl.agents.sac import SACAgent, SACConfig
         from robot_rl.policies.checkpoint import load_policy
         from robot_rl.policies.gaussian import GaussianPolicy
-        from robot_rl.train import config_from_json
 
         config = message.policy_config
         try:
@@ -176,8 +176,6 @@ class ResidualPolicy(HeadOnFrozenBase):
 
     # ----- files and messages
     def policy_config(self) -> dict[str, Any]:
-        from robot_rl.train import config_to_json
-
         return {"sac": config_to_json(self.head.agent.config), "scale": self.scale, "base": self.base.path,
                 "base_execute": self.base.execute}
 

@@ -16,7 +16,8 @@ import tyro
 from robot_rl import interrupts
 from robot_rl.distill import DistillConfig
 from robot_rl.reward_classifier import RewardClassifierConfig
-from robot_rl.train import EVAL_SEED_OFFSET, TrainConfig
+from robot_rl.sim.evaluate import EVAL_SEED_OFFSET
+from robot_rl.train import TrainConfig
 from robot_rl.train_bc import TrainBCConfig
 from robot_rl.replay_in_sim import ReplayInSimConfig
 from robot_rl.ros.secure import DEFAULT_PORT as SECURE_PORT

@@ -155,6 +155,7 @@ def distill(cfg: DistillConfig, *, on_progress=None, should_stop=None) -> dict[s
     from diffusers.optimization import get_cosine_schedule_with_warmup
     from diffusers.training_utils import EMAModel
 
+    from robot_rl.config_io import config_to_json
     from robot_rl.data.episodes import EpisodeDataset
     from robot_rl.data.sequences import SequenceWindows
     from robot_rl.policies.base import PolicyError, resolve_device
@@ -162,7 +163,6 @@ def distill(cfg: DistillConfig, *, on_progress=None, should_stop=None) -> dict[s
     from robot_rl.policies.diffusion import ACTION_KEY, policy_from_files
     from robot_rl.policies.one_step import OneStepPolicy
     from robot_rl.report import json_safe
-    from robot_rl.train import config_to_json
     from robot_rl.train_bc import fit, sim_task_of
 
     torch.set_num_threads(cfg.threads)

@@ -17,6 +17,8 @@ end and exited 0, or died with an unrelated traceback. While :func:`handling` is
   as stopped: one line (``interrupted`` / ``terminated``) and exit status 130 / 143 (:func:`exit_status`).
 
 :func:`note` lets another handler (a node's stop flag, the launcher's) record a stop request it handles itself.
+:func:`install_stop_signals` is that handler for a :class:`StopFlag` a loop polls (ROS nodes; training outside the
+command's handling).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import contextlib
 import signal
 import sys
 import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -251,3 +254,44 @@ def exit_stopped(exc: BaseException | None = None):
                 stream.flush()
         os._exit(status)
     raise SystemExit(status) from None
+
+
+# ----- stop flags: a signal only sets a flag that a loop polls (ROS nodes; training outside the command's handling)
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""What stops a node: SIGINT, SIGTERM and SIGHUP (the terminal of a node started by hand closed)."""
+
+
+class StopFlag:
+    """Set by a signal handler (or by hand); a loop polls it. Keeps the first signal's number."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.signal_number: int | None = None
+
+    def set(self, signal_number: int | None = None) -> None:
+        if self.signal_number is None:
+            self.signal_number = signal_number
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+
+def install_stop_signals(flag: StopFlag, signals: Iterable[int] = STOP_SIGNALS) -> Callable[[], None]:
+    """Make each of `signals` set `flag` (and record the stop request, :func:`note`, for the `robot-rl` command that
+    may run the node); return a function that restores the previous handlers (main thread only)."""
+
+    def handle(received: int, _frame) -> None:
+        flag.set(received)
+        note(received)
+
+    previous = {}
+    for number in signals:
+        previous[number] = signal.signal(number, handle)
+
+    def restore() -> None:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+    return restore

@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from robot_rl.files import atomic_write_text
 from robot_rl.policy_file import POLICY_FILE, weights_message, write_policy_file
 from robot_rl.transport import (
     ClosedEpisodes,
@@ -480,7 +480,4 @@ class LearnerServer:
         }
 
     def write_status(self, path: str | Path, **extra: Any) -> None:
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps({**self.status(), **extra}))
-        os.replace(tmp, path)
+        atomic_write_text(path, json.dumps({**self.status(), **extra}))

@@ -31,6 +31,16 @@ def make_env(task: str, **kwargs) -> gym.Env:
     return gym.make(name, **kwargs)
 
 
+def sim_task_episode_steps(task: str) -> int:
+    """A registered sim task's episode length (its task spec), or 0 for a task that is not a sim task."""
+    import robot_rl.sim  # noqa: F401  (registers the envs)
+
+    try:
+        return int(gym.spec(env_id(task)).max_episode_steps or 0)
+    except gym.error.Error:
+        return 0
+
+
 @dataclasses.dataclass
 class EpisodeResult:
     """What one episode produced."""

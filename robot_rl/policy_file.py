@@ -8,9 +8,9 @@ the observation spec and agent config an actor needs to build the policy from sc
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from robot_rl.files import atomic_write_bytes
 from robot_rl.transport import TransportError, WeightsMessage, decode_weights, encode_weights
 
 POLICY_FILE = "policy.msgpack"
@@ -31,10 +31,7 @@ def write_policy_file(path: str | Path, message: WeightsMessage) -> Path:
     """Write `message` to `path` atomically (a reader never sees half a file); returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(encode_weights(message))
-    os.replace(tmp, path)
-    return path
+    return atomic_write_bytes(path, encode_weights(message))
 
 
 def resolve_policy_path(path: str | Path) -> Path:

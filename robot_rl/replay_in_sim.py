@@ -33,6 +33,7 @@ import numpy as np
 import tyro
 
 from robot_rl.data.episodes import DatasetError, DatasetReader
+from robot_rl.files import atomic_write_text
 from robot_rl.safety import ACTION_DIMS, SafeCommand, Safety, SafetyConfig
 from robot_rl.sim.env import STATE_SIZE
 
@@ -258,10 +259,7 @@ def replay_dataset(cfg: ReplayInSimConfig,
     }
     out.mkdir(parents=True, exist_ok=True)
     plot_discrepancy(out / DISCREPANCY_PLOT, results, f"{reader.path.name}: sim replay with {robot.name} ({task})")
-    path = out / REPLAY_JSON
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(summary, indent=2) + "\n")
-    tmp.replace(path)
+    atomic_write_text(out / REPLAY_JSON, json.dumps(summary, indent=2) + "\n")
     return summary
 
 

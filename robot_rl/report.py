@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from robot_rl.files import atomic_write_text
+
 LEARNING_CURVE = "learning_curve.png"
 TRAINING_CURVES = "training_curves.png"
 REPORT = "report.md"
@@ -258,8 +260,4 @@ def write_report(
         lines.append(f"| {row['env_step']} | {percent(row['success_rate'])} | {row['episodes']} | "
                      f"{low * 100:.0f}-{percent(high)} | {row['mean_return']:.2f} | {row['mean_length']:.1f} |")
     lines += ["", "## Config", "", "```json", json.dumps(config, indent=2), "```", ""]
-    path = run_dir / REPORT
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("\n".join(lines))
-    tmp.replace(path)
-    return path
+    return atomic_write_text(run_dir / REPORT, "\n".join(lines))

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from robot_rl.data.episodes import DatasetError, DatasetReader
+from robot_rl.files import atomic_write_text
 
 LABELS_FILE = "frame_labels.json"
 LABELS_FORMAT = "robot_rl/frame_labels"
@@ -264,10 +265,8 @@ class FrameLabels:
             }
         head = json.dumps({"format": LABELS_FORMAT, "version": LABELS_VERSION, "crc32": _content_crc(episodes)})
         lines = ",\n".join(f"  {json.dumps(key)}: {json.dumps(entry)}" for key, entry in episodes.items())
-        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
-        tmp.write_text(head[:-1] + ', "episodes": {\n' + lines + ("\n" if lines else "") + "}}\n")  # an episode a line
-        os.replace(tmp, self.path)
-        return self.path
+        # an episode a line
+        return atomic_write_text(self.path, head[:-1] + ', "episodes": {\n' + lines + ("\n" if lines else "") + "}}\n")
 
     # ----- editing -----------------------------------------------------------------------------------------------
     def set(self, episode: int, frames: Iterable[int], label: bool | None) -> int:

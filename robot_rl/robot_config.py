@@ -28,6 +28,8 @@ Schema (see ``robots/*.yaml`` for documented examples; lengths [m], angles [rad]
               command: Float64 | JointTrajectory, command_topic, command_joints: [...]}
     command: {interface: pose | joint_trajectory, pose_topic, joint_trajectory_topic, time_from_start_s}
     reset: {kind: service | move_home | human, service, timeout_s, home_tolerance}
+    learner_lost: {action: act | hold, after_s}   # the learner away (nothing of it for after_s): the policy
+                                                 # keeps acting with its last weights, or its commands are held
 
 Topic names without a leading ``/`` resolve in the actor's namespace (one robot per namespace).
 """
@@ -41,6 +43,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+from robot_rl.rotations import ScalarOps, quat_conjugate, quat_multiply, rotvec_from_quat
 
 
 def _robots_dir() -> Path:
@@ -172,6 +175,19 @@ class ResetConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class LearnerLostConfig:
+    """What the actor does while its learner is away (a lost link, a learner that died or is restarting)."""
+
+    action: Literal["act", "hold"] = "act"
+    """act: the policy keeps acting with the last weights it has (the human and the safety layer supervise as
+    always); hold: the policy's commands are held (the robot stays where it is; a human who takes over still
+    moves it) until the learner is heard again. Transitions are kept either way (the actor's bounded outbox)."""
+    after_s: float = 5.0
+    """The learner counts as away when nothing of it (acknowledgements, weights) arrived for this long [s]; it
+    acknowledges every 0.5 s while it runs."""
+
+
+@dataclasses.dataclass(frozen=True)
 class RobotConfig:
     """A robot as the actor sees it: rate, limits, sensors, commands and reset (one YAML robot file)."""
 
@@ -225,6 +241,8 @@ class RobotConfig:
     """Arm command interface."""
     reset: ResetConfig = ResetConfig()
     """Episode reset."""
+    learner_lost: LearnerLostConfig = LearnerLostConfig()
+    """What the actor does while the learner is away."""
     path: str = ""
     """The file this was loaded from ('' if built in code)."""
 
@@ -288,7 +306,8 @@ _GROUPS = {
                "nominal_quat": "nominal_quat", "rotation_low": "rotation_low", "rotation_high": "rotation_high"},
     "home": {"position": "home_position", "quat": "home_quat", "gripper": "home_gripper"},
 }
-_SECTIONS = {"arm": ArmConfig, "gripper": GripperConfig, "command": CommandConfig, "reset": ResetConfig}
+_SECTIONS = {"arm": ArmConfig, "gripper": GripperConfig, "command": CommandConfig, "reset": ResetConfig,
+             "learner_lost": LearnerLostConfig}
 _TOP_LEVEL = ("name", "description", "sim", "control_rate_hz", "mode", "max_episode_steps", "max_sensor_age_s", "cameras",
               *_GROUPS, *_SECTIONS)
 
@@ -475,22 +494,6 @@ def _convert(value: Any, hint: Any, key: str) -> Any:
     return value
 
 
-def _rotation_from(quat, nominal) -> tuple[float, float, float]:
-    """Rotation vector r with quat = exp(r) * nominal (wxyz; the safety layer's orientation convention)."""
-    w1, x1, y1, z1 = quat
-    w2, x2, y2, z2 = nominal[0], -nominal[1], -nominal[2], -nominal[3]  # conjugate
-    w = w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2
-    v = (w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2, w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2,
-         w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2)
-    if w < 0:
-        w, v = -w, tuple(-c for c in v)
-    norm = math.sqrt(sum(c * c for c in v))
-    if norm < 1e-12:
-        return (0.0, 0.0, 0.0)
-    angle = 2.0 * math.atan2(norm, w)
-    return tuple(c / norm * angle for c in v)
-
-
 def _check_robot(robot: RobotConfig) -> list[str]:
     """Range and consistency checks; returns problems as 'key: what is wrong'."""
     problems = []
@@ -516,7 +519,8 @@ def _check_robot(robot: RobotConfig) -> list[str]:
     for key, quat in (("limits.nominal_quat", robot.nominal_quat), ("home.quat", robot.home_quat)):
         if abs(math.sqrt(sum(q * q for q in quat)) - 1.0) > 1e-3:
             problems.append(f"{key}: {list(quat)} is not a unit quaternion (w, x, y, z)")
-    home_rotation = _rotation_from(robot.home_quat, robot.nominal_quat)
+    # r with home = exp(r) * nominal: the safety layer's orientation convention
+    home_rotation = rotvec_from_quat(ScalarOps, quat_multiply(robot.home_quat, quat_conjugate(robot.nominal_quat)))
     if not all(a - 1e-6 <= r <= b + 1e-6 for a, r, b in zip(robot.rotation_low, home_rotation, robot.rotation_high)):
         problems.append(f"home.quat: {list(robot.home_quat)} is {[round(r, 3) for r in home_rotation]} rad from "
                         f"limits.nominal_quat, outside the orientation box [{list(robot.rotation_low)}, "
@@ -563,6 +567,8 @@ def _check_robot(robot: RobotConfig) -> list[str]:
         problems.append("reset.service: must not be empty with reset.kind service")
     if reset.timeout_s <= 0 or reset.home_tolerance <= 0:
         problems.append("reset: timeout_s and home_tolerance must be > 0")
+    if not (math.isfinite(robot.learner_lost.after_s) and robot.learner_lost.after_s > 0):
+        problems.append(f"learner_lost.after_s: {robot.learner_lost.after_s!r} must be > 0")
     if robot.mode == "lockstep" and reset.kind == "move_home":
         problems.append("mode: lockstep steps once per frame of the sim node; reset.kind move_home needs realtime")
     return problems

@@ -40,6 +40,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from robot_rl.rotations import ArrayOps, ScalarOps, quat_conjugate, quat_from_rotvec, quat_multiply, rotvec_from_quat
+
 logger = logging.getLogger(__name__)
 
 STEP_BOUNDS = ("per_axis", "norm")
@@ -135,65 +137,7 @@ class SafeCommandBatch:
 
 # ----- component-wise math, shared by the scalar (per-call) and the numpy (batch) paths --------------------------
 # Quaternions and vectors are tuples of components: Python floats on the per-call path (a few microseconds) or (N,)
-# arrays on the batch path, so both paths run the very same formulas.
-
-class _ScalarOps:
-    sqrt, sin, cos, atan2 = math.sqrt, math.sin, math.cos, math.atan2
-    absolute, minimum, maximum = abs, min, max
-
-    @staticmethod
-    def where(condition, a, b):
-        return a if condition else b
-
-    @staticmethod
-    def clip(x, low, high):
-        return min(max(x, low), high)
-
-    @staticmethod
-    def any(condition) -> bool:
-        return bool(condition)
-
-
-class _ArrayOps:
-    sqrt, sin, cos, atan2 = np.sqrt, np.sin, np.cos, np.arctan2
-    absolute, minimum, maximum, where, clip = np.abs, np.minimum, np.maximum, np.where, np.clip
-
-    @staticmethod
-    def any(condition) -> bool:
-        return bool(np.any(condition))
-
-
-def _quat_multiply(a, b):
-    aw, ax, ay, az = a
-    bw, bx, by, bz = b
-    return (aw * bw - ax * bx - ay * by - az * bz,
-            aw * bx + ax * bw + ay * bz - az * by,
-            aw * by - ax * bz + ay * bw + az * bx,
-            aw * bz + ax * by - ay * bx + az * bw)
-
-
-def _quat_conjugate(q):
-    return (q[0], -q[1], -q[2], -q[3])
-
-
-def _quat_from_rotvec(ops, r):
-    rx, ry, rz = r
-    angle = ops.sqrt(rx * rx + ry * ry + rz * rz)
-    small = angle < 1e-8
-    # sin(angle/2)/angle, with its Taylor expansion near zero to avoid 0/0
-    scale = ops.where(small, 0.5 - angle * angle / 48.0, ops.sin(0.5 * angle) / ops.where(small, 1.0, angle))
-    return (ops.cos(0.5 * angle), rx * scale, ry * scale, rz * scale)
-
-
-def _rotvec_from_quat(ops, q):
-    w, x, y, z = q
-    sign = ops.where(w < 0, -1.0, 1.0)  # the shorter of the two equivalent rotations (angle <= pi)
-    w, x, y, z = w * sign, x * sign, y * sign, z * sign
-    sine = ops.sqrt(x * x + y * y + z * z)
-    small = sine < 1e-8
-    scale = ops.where(small, 2.0, 2.0 * ops.atan2(sine, w) / ops.where(small, 1.0, sine))
-    return (x * scale, y * scale, z * scale)
-
+# arrays on the batch path (robot_rl.rotations.ScalarOps / ArrayOps), so both paths run the very same formulas.
 
 def _step_size(ops, step_bound: str, v):
     if step_bound == "per_axis":
@@ -250,21 +194,21 @@ def _constrain(ops, config: SafetyConfig, candidate_position, candidate_quat, cu
     # slightly more than one step away: then walk the straight segment from the current orientation vector to the
     # clipped one (inside the box) and keep the farthest point that is verified to be within the step limit.
     nominal = config.nominal_quat
-    nominal_conjugate = _quat_conjugate(nominal)
+    nominal_conjugate = quat_conjugate(nominal)
     rlow, rhigh = config.rotation_low, config.rotation_high
-    current_rotvec = _rotvec_from_quat(ops, _quat_multiply(current_quat, nominal_conjugate))
-    rx, ry, rz = _rotvec_from_quat(ops, _quat_multiply(candidate_quat, nominal_conjugate))
+    current_rotvec = rotvec_from_quat(ops, quat_multiply(current_quat, nominal_conjugate))
+    rx, ry, rz = rotvec_from_quat(ops, quat_multiply(candidate_quat, nominal_conjugate))
     clipped_rotvec = (ops.clip(rx, rlow[0], rhigh[0]), ops.clip(ry, rlow[1], rhigh[1]),
                       ops.clip(rz, rlow[2], rhigh[2]))
     clipped = ((ops.absolute(clipped_rotvec[0] - rx) > 1e-12) | (ops.absolute(clipped_rotvec[1] - ry) > 1e-12)
                | (ops.absolute(clipped_rotvec[2] - rz) > 1e-12))
     flags["orientation_clipped"] = clipped
     flags["outside_orientation_limits"] = _outside(rlow, rhigh, current_rotvec, 1e-9)
-    current_conjugate = _quat_conjugate(current_quat)
+    current_conjugate = quat_conjugate(current_quat)
 
     def orientation_at(rotvec):
-        quat = _quat_multiply(_quat_from_rotvec(ops, rotvec), nominal)
-        step_size = _step_size(ops, step_bound, _rotvec_from_quat(ops, _quat_multiply(quat, current_conjugate)))
+        quat = quat_multiply(quat_from_rotvec(ops, rotvec), nominal)
+        step_size = _step_size(ops, step_bound, rotvec_from_quat(ops, quat_multiply(quat, current_conjugate)))
         return quat, step_size
 
     if candidate_within_step and not ops.any(clipped):
@@ -365,7 +309,7 @@ class Safety:
         if any(abs(v) > 1.0 for v in values):
             reasons.append("action_clipped")
             values = [min(max(v, -1.0), 1.0) for v in values]
-        ops = _ScalarOps
+        ops = ScalarOps
         translation, limited = _limit_vector(
             ops, config.step_bound, tuple(v * config.max_translation for v in values[:3]), config.max_translation)
         candidate_position = tuple(p + t for p, t in zip(position, translation))
@@ -375,7 +319,7 @@ class Safety:
         if config.action_dim == 7:
             rotation, limited = _limit_vector(
                 ops, config.step_bound, tuple(v * config.max_rotation for v in values[3:6]), config.max_rotation)
-            candidate_quat = _quat_multiply(_quat_from_rotvec(ops, rotation), quat)
+            candidate_quat = quat_multiply(quat_from_rotvec(ops, rotation), quat)
             if limited:
                 reasons.append("rotation_step_limited")
         return self._finish(candidate_position, candidate_quat, values[-1], position, quat, reasons, True)
@@ -427,7 +371,7 @@ class Safety:
                 candidate_within_step: bool) -> SafeCommand:
         config = self.config
         target_position, target_quat, flags = _constrain(
-            _ScalarOps, config, candidate_position, candidate_quat, position, quat, candidate_within_step)
+            ScalarOps, config, candidate_position, candidate_quat, position, quat, candidate_within_step)
         reasons.extend(reason for reason, flagged in flags.items() if flagged and reason not in reasons)
         if not config.gripper_low <= gripper <= config.gripper_high:
             reasons.append("gripper_clipped")
@@ -463,7 +407,7 @@ class Safety:
         clean = np.where(finite[:, None], actions, 0.0)
         reasons = {"action_clipped": (np.abs(clean) > 1.0).any(axis=1) & finite}
         clean = np.clip(clean, -1.0, 1.0)
-        ops = _ArrayOps
+        ops = ArrayOps
         translation, translation_limited = _limit_vector(
             ops, config.step_bound, tuple(clean[:, i] * config.max_translation for i in range(3)),
             config.max_translation)
@@ -475,7 +419,7 @@ class Safety:
             rotation, rotation_limited = _limit_vector(
                 ops, config.step_bound, tuple(clean[:, 3 + i] * config.max_rotation for i in range(3)),
                 config.max_rotation)
-            candidate_quat = _quat_multiply(_quat_from_rotvec(ops, rotation), quat)
+            candidate_quat = quat_multiply(quat_from_rotvec(ops, rotation), quat)
         return self._finish_batch(candidate_position, candidate_quat, clean[:, -1], positions, quats, grippers,
                                   reasons, translation_limited, rotation_limited,
                                   invalid=("non_finite_action", ~finite), now=now, sensor_stamps=sensor_stamps,
@@ -527,7 +471,7 @@ class Safety:
         config = self.config
         count = positions.shape[0]
         target_position, target_quat, flags = _constrain(
-            _ArrayOps, config, candidate_position, candidate_quat,
+            ArrayOps, config, candidate_position, candidate_quat,
             tuple(positions[:, i] for i in range(3)), tuple(quats[:, i] for i in range(4)), candidate_within_step)
         flags["translation_step_limited"] = flags["translation_step_limited"] | translation_limited
         flags["rotation_step_limited"] = flags["rotation_step_limited"] | rotation_limited
@@ -591,8 +535,8 @@ def sim_env_action(env: gym.Env, command: SafeCommand, position, quat) -> np.nda
     base = env.unwrapped
     parts = [(command.target_position - np.asarray(position, dtype=np.float64)) / base.max_translation]
     if env.action_space.shape[0] == 7:
-        step = _quat_multiply(tuple(command.target_quat), _quat_conjugate(tuple(np.asarray(quat, np.float64))))
-        parts.append(np.array(_rotvec_from_quat(_ScalarOps, step)) / base.max_rotation)
+        step = quat_multiply(tuple(command.target_quat), quat_conjugate(tuple(np.asarray(quat, np.float64))))
+        parts.append(np.array(rotvec_from_quat(ScalarOps, step)) / base.max_rotation)
     parts.append([command.gripper])
     # The clip only matters if the safety limits are looser than the env's own (the env would clip anyway).
     return np.clip(np.concatenate(parts), -1.0, 1.0).astype(np.float32)

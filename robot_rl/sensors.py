@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from robot_rl.rotations import ScalarOps, quat_conjugate, quat_multiply, rotvec_from_quat
+
 # The sim env's state layout and quaternion sign convention (robot_rl.sim.env.STATE_SIZE / NOMINAL_TCP_QUAT), kept
 # here so that this module (and the actor node) does not import the simulator.
 STATE_SIZE = 14
@@ -157,23 +159,6 @@ def finger_opening(names: Sequence[str], positions, finger_joints: Sequence[str]
     return opening
 
 
-def _rotation_vector(quat: np.ndarray) -> np.ndarray:
-    """Rotation vector (axis * angle, angle in [0, pi]) of a unit quaternion wxyz."""
-    if quat[0] < 0:
-        quat = -quat
-    sin_half = float(np.linalg.norm(quat[1:]))
-    if sin_half < 1e-12:
-        return 2.0 * quat[1:]
-    return quat[1:] * (2.0 * math.atan2(sin_half, quat[0]) / sin_half)
-
-
-def _quat_multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    aw, ax, ay, az = a
-    bw, bx, by, bz = b
-    return np.array([aw * bw - ax * bx - ay * by - az * bz, aw * bx + ax * bw + ay * bz - az * by,
-                     aw * by - ax * bz + ay * bw + az * bx, aw * bz + ax * by - ay * bx + az * bw])
-
-
 class TwistEstimator:
     """TCP twist from successive poses (for arms that publish no velocity): finite differences of the last two.
 
@@ -211,7 +196,6 @@ class TwistEstimator:
             self._twist = None
             return None
         dt = stamp - last[0]
-        last_quat = last[2]
-        relative = _quat_multiply(quat, np.array([last_quat[0], -last_quat[1], -last_quat[2], -last_quat[3]]))
-        self._twist = ((position - last[1]) / dt, _rotation_vector(relative) / dt)
+        rotation = np.array(rotvec_from_quat(ScalarOps, quat_multiply(quat, quat_conjugate(last[2]))))
+        self._twist = ((position - last[1]) / dt, rotation / dt)
         return self._twist

@@ -27,6 +27,7 @@ import signal
 import threading
 import time
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,6 +35,8 @@ import numpy as np
 
 from robot_rl import interrupts
 from robot_rl.agents.sac import ImageEncoderConfig, SACConfig
+from robot_rl.config_io import config_from_json, config_to_json
+from robot_rl.files import atomic_write_text
 from robot_rl.learner import Learner, LearnerConfig
 from robot_rl.sim.evaluate import EVAL_SEED_OFFSET, Evaluation, StopRequested, evaluate
 from robot_rl.sim.human import SimulatedHumanConfig
@@ -185,33 +188,28 @@ class StopSignals:
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self) -> None:
-        self._signum: int | None = None
-        self._previous: dict[int, Any] = {}
+        self._flag = interrupts.StopFlag()
+        self._restore: Callable[[], None] | None = None
         self._deferred = None
 
     @property
     def signum(self) -> int | None:
-        return interrupts.requested() if self._deferred is not None else self._signum
+        return interrupts.requested() if self._deferred is not None else self._flag.signal_number
 
     def __enter__(self) -> StopSignals:
         if interrupts.active():
             self._deferred = interrupts.deferred()
             self._deferred.__enter__()
         elif threading.current_thread() is threading.main_thread():
-            for signum in self.SIGNALS:
-                self._previous[signum] = signal.signal(signum, self._handle)
+            self._restore = interrupts.install_stop_signals(self._flag, self.SIGNALS)
         return self
 
     def __exit__(self, *exc) -> None:
         if self._deferred is not None:
             self._deferred.__exit__(None, None, None)
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous.clear()
-
-    def _handle(self, signum: int, frame) -> None:
-        if self._signum is None:
-            self._signum = signum
+        if self._restore is not None:
+            self._restore()
+            self._restore = None
 
     def __call__(self) -> bool:
         return self.signum is not None
@@ -219,37 +217,6 @@ class StopSignals:
     def interrupt(self) -> KeyboardInterrupt:
         """The interrupt to raise for the stop request (KeyboardInterrupt, or Terminated for SIGTERM)."""
         return interrupts.interrupt_for(self.signum or signal.SIGINT)
-
-
-def config_to_json(config: Any) -> dict[str, Any]:
-    def convert(value):
-        if isinstance(value, Path):
-            return str(value)
-        if isinstance(value, tuple):
-            return [convert(v) for v in value]
-        if isinstance(value, dict):
-            return {k: convert(v) for k, v in value.items()}
-        return value
-
-    return convert(dataclasses.asdict(config))
-
-
-def config_from_json(cls: type, data: dict[str, Any]) -> Any:
-    """Rebuild a (nested, frozen) dataclass config written by `config_to_json`."""
-    hints = typing.get_type_hints(cls)
-    kwargs = {}
-    for field in dataclasses.fields(cls):
-        if field.name not in data:
-            continue
-        value, hint = data[field.name], hints[field.name]
-        if dataclasses.is_dataclass(hint):
-            value = config_from_json(hint, value)
-        elif isinstance(value, list):
-            value = tuple(value)
-        elif value is not None and Path in typing.get_args(hint):
-            value = Path(value)
-        kwargs[field.name] = value
-    return cls(**kwargs)
 
 
 def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -510,7 +477,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
         state.update(learner.restore(run_dir / CHECKPOINT_DIR))
         learner.end_episode()  # a checkpoint taken mid-episode: the episode ends there and restarts from its reset
         if config_changed:
-            _write_json(run_dir / CONFIG_FILE, config_to_json(cfg))
+            atomic_write_text(run_dir / CONFIG_FILE, json.dumps(config_to_json(cfg), indent=2))
         state["finished"] = False
         print(f"resumed {run_dir} from env step {state['env_step']} ({learner.updates} updates); "
               f"training to {cfg.steps} env steps")
@@ -533,7 +500,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
         created = interrupts.first_missing(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         try:
-            _write_json(run_dir / CONFIG_FILE, config_to_json(cfg))
+            atomic_write_text(run_dir / CONFIG_FILE, json.dumps(config_to_json(cfg), indent=2))
             if demos is None and cfg.demos and cfg.learns_from_demos:
                 with DemoProgress(cfg.demos) as on_episode:
                     demos = record_demos(cfg, run_dir, should_stop=stop, on_episode=on_episode)
@@ -780,10 +747,3 @@ def policy_kind(cfg: TrainConfig, observation_spec, action_dim: int) -> PolicyKi
         return ResidualPolicy(own_base, GaussianPolicy(agent, seed=seed), cfg.residual_scale)
 
     return PolicyKind(make_residual_policy, residual_observation_spec(base_policy, provided.keys), action_dim, sac)
-
-
-def _write_json(path: Path, data: Any) -> None:
-    """Write JSON atomically (a crash leaves the old file or the new one)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    tmp.replace(path)

@@ -214,12 +214,12 @@ def train_bc(cfg: TrainBCConfig, *, on_progress=None, should_stop=None) -> dict[
     from diffusers.optimization import get_cosine_schedule_with_warmup
     from diffusers.training_utils import EMAModel
 
+    from robot_rl.config_io import config_to_json
     from robot_rl.data.sequences import SequenceWindows
     from robot_rl.policies.base import resolve_device
     from robot_rl.policies.diffusion import DiffusionPolicy
     from robot_rl.policies.normalizer import Normalizer
     from robot_rl.report import json_safe
-    from robot_rl.train import config_to_json
     from robot_rl.types import ObservationSpec
 
     torch.set_num_threads(cfg.threads)

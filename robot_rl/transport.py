@@ -14,7 +14,6 @@ import bisect
 import collections
 import dataclasses
 import math
-import os
 import re
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from robot_rl.codec import CodecError, pack, unpack
+from robot_rl.files import atomic_write_bytes
 
 if TYPE_CHECKING:  # robot_rl.types imports flax and JAX: the learner acknowledges transitions without them
     from robot_rl.types import ObservationSpec
@@ -319,7 +319,14 @@ class Outbox:
     unacknowledged; re-sending all of it in one burst would overflow the learner's bounded reader queue, which drops
     the oldest messages, the gap itself among them, at every round. A window keeps each round small enough to arrive,
     oldest first, so the gap is filled and the cumulative acknowledgement jumps over what arrived above it.
+
+    Re-send timeout: `resend_after_s` until acknowledgements are timed, then the smoothed round trip plus four times
+    its deviation (RFC 6298's estimator, sampled only from transitions sent once), never below `resend_after_s` nor
+    above MAX_RESEND_S. A learner that acknowledges late (pixel batches on a busy CPU: 2-4 s) would otherwise get every
+    transition again and again, its duplicates filling the link.
     """
+
+    MAX_RESEND_S = 30.0
 
     def __init__(self, capacity: int = 3000, resend_after_s: float = 2.0, max_in_flight: int = 256):
         problems = [f"{name}={value!r} must be {rule}" for name, value, rule, ok in (
@@ -335,6 +342,9 @@ class Outbox:
         self.dropped = 0
         self.acknowledged_through = -1
         self.resent = 0
+        self.round_trip_s: float | None = None  # smoothed send -> acknowledgement time
+        self.round_trip_deviation_s = 0.0
+        self._resent_seqs: set[int] = set()  # sent more than once: their round trip is ambiguous (Karn)
 
     def __len__(self) -> int:
         return len(self._items)
@@ -348,9 +358,17 @@ class Outbox:
             self._sent_at.pop(seq, None)
             self.dropped += 1
 
+    def resend_timeout(self) -> float:
+        """Seconds an unacknowledged transition waits before it is sent again (see the class doc)."""
+        if self.round_trip_s is None:
+            return self.resend_after_s
+        return min(self.MAX_RESEND_S,
+                   max(self.resend_after_s, self.round_trip_s + 4.0 * self.round_trip_deviation_s))
+
     def in_flight(self, now: float) -> int:
-        """Transitions sent less than `resend_after_s` ago and not acknowledged yet."""
-        return sum(1 for sent in self._sent_at.values() if now - sent < self.resend_after_s)
+        """Transitions sent less than the re-send timeout ago and not acknowledged yet."""
+        timeout = self.resend_timeout()
+        return sum(1 for sent in self._sent_at.values() if now - sent < timeout)
 
     def due(self, now: float, max_items: int = 64) -> list[StampedTransition]:
         """Oldest first: transitions never sent, or sent more than `resend_after_s` ago without an ack, as many as
@@ -359,9 +377,10 @@ class Outbox:
         out = []
         if budget <= 0:
             return out
+        timeout = self.resend_timeout()
         for seq, item in self._items.items():
             sent = self._sent_at.get(seq)
-            if sent is None or now - sent >= self.resend_after_s:
+            if sent is None or now - sent >= timeout:
                 out.append(item)
                 if len(out) >= budget:
                     break
@@ -371,44 +390,115 @@ class Outbox:
         for item in items:
             if item.seq in self._sent_at:
                 self.resent += 1
+                self._resent_seqs.add(item.seq)
             self._sent_at[item.seq] = now
 
     def resend_all(self) -> int:
         """Make every unacknowledged transition due now (a learner appeared that may lack them); returns how many."""
         for seq in self._items:
             self._sent_at[seq] = -float("inf")
+            self._resent_seqs.add(seq)
         return len(self._items)
 
-    def acknowledge_ranges(self, ranges: Sequence[tuple[int, int]]) -> int:
+    def _time_round_trip(self, seq: int, now: float | None) -> None:
+        """One round-trip sample from the newest transition an acknowledgement covered (if it was sent once)."""
+        sent = self._sent_at.get(seq)
+        if now is None or sent is None or seq in self._resent_seqs or not math.isfinite(sent):
+            return
+        sample = max(0.0, now - sent)
+        if self.round_trip_s is None:
+            self.round_trip_s, self.round_trip_deviation_s = sample, sample / 2
+        else:
+            self.round_trip_deviation_s = 0.75 * self.round_trip_deviation_s + 0.25 * abs(self.round_trip_s - sample)
+            self.round_trip_s = 0.875 * self.round_trip_s + 0.125 * sample
+
+    def _forget(self, seq: int) -> None:
+        del self._items[seq]
+        self._sent_at.pop(seq, None)
+        self._resent_seqs.discard(seq)
+
+    def acknowledge_ranges(self, ranges: Sequence[tuple[int, int]], now: float | None = None) -> int:
         """Forget the transitions whose seq lies in one of the inclusive `ranges` (selective acknowledgements: the
-        learner has them above a gap); returns how many were removed."""
+        learner has them above a gap); returns how many were removed (`now`: time the round trip)."""
         if not ranges:
             return 0
         starts = sorted(ranges)
         firsts = [a for a, _ in starts]
-        removed = 0
+        covered = []
         for seq in [s for s in self._items if s > self.acknowledged_through]:
             i = bisect.bisect_right(firsts, seq) - 1
             if i >= 0 and seq <= starts[i][1]:
-                del self._items[seq]
-                self._sent_at.pop(seq, None)
-                removed += 1
-        return removed
+                covered.append(seq)
+        if covered:
+            self._time_round_trip(covered[-1], now)
+        for seq in covered:
+            self._forget(seq)
+        return len(covered)
 
-    def acknowledge(self, through: int) -> int:
-        """Forget every transition with seq <= `through`; returns how many were removed."""
+    def acknowledge(self, through: int, now: float | None = None) -> int:
+        """Forget every transition with seq <= `through`; returns how many were removed (`now`: time the round
+        trip)."""
         if through <= self.acknowledged_through:
             return 0
+        if through in self._items:
+            self._time_round_trip(through, now)
         self.acknowledged_through = int(through)
         removed = 0
         while self._items:
             seq = next(iter(self._items))
             if seq > through:
                 break
-            del self._items[seq]
-            self._sent_at.pop(seq, None)
+            self._forget(seq)
             removed += 1
         return removed
+
+
+class LearnerWatch:
+    """When the actor last heard from its learner (an acknowledgement or weights), and whether the learner is away:
+    nothing of it for `after_s` after it was heard once. Counts the outages and their seconds."""
+
+    def __init__(self, after_s: float = 5.0):
+        if not (math.isfinite(after_s) and after_s > 0):
+            raise ValueError(f"invalid LearnerWatch: after_s={after_s!r} must be > 0")
+        self.after_s = float(after_s)
+        self.heard_at: float | None = None
+        self.outages = 0  # times the learner went away
+        self.away_s = 0.0  # seconds away, over the ended outages
+        self._away_since: float | None = None
+
+    def heard(self, now: float) -> float | None:
+        """The learner spoke at `now`; returns how long it had been away [s] if this ends an outage, else None."""
+        self.heard_at = now
+        if self._away_since is None:
+            return None
+        away, self._away_since = now - self._away_since, None
+        self.away_s += away
+        return away
+
+    def away(self, now: float) -> bool:
+        """True while the learner, once heard, has been silent for `after_s` (the first call after that counts an
+        outage, starting when it was last heard)."""
+        if self._away_since is not None:
+            return True
+        if self.heard_at is None or now - self.heard_at < self.after_s:
+            return False
+        self._away_since = self.heard_at
+        self.outages += 1
+        return True
+
+    @property
+    def is_away(self) -> bool:
+        """In an outage (as the last `away` call found)."""
+        return self._away_since is not None
+
+    def silent_s(self, now: float) -> float | None:
+        """Seconds since the learner was last heard (None: never)."""
+        return None if self.heard_at is None else now - self.heard_at
+
+    def to_json(self, now: float) -> dict[str, Any]:
+        silent = self.silent_s(now)
+        return {"away": self.is_away, "silent_s": None if silent is None else round(silent, 2),
+                "outages": self.outages, "away_s": round(self.away_s, 1)}
 
 
 # ----- learner side ---------------------------------------------------------------------------------------------
@@ -555,13 +645,7 @@ class TransitionLog:
     def _write(self, payload: bytes) -> int:
         """Atomically (temp file, fsync, rename) write the next entry."""
         index = self.next_index
-        path = self._path(index)
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "wb") as file:
-            file.write(payload)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
+        atomic_write_bytes(self._path(index), payload, fsync=True)
         self.next_index = index + 1
         return index
 

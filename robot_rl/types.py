@@ -1,4 +1,4 @@
-"""Shared types: observation specs, single transitions and training batches.
+"""Shared types: observation specs and training batches.
 
 Observations are flat dicts of arrays. Image keys are uint8 HxWxC arrays (by convention named `images/<camera>`);
 every other key is a float vector. Shapes always come from an `ObservationSpec`, never from constants.
@@ -114,19 +114,6 @@ class ObservationSpec:
                 raise ValueError(
                     f"{name}[{key!r}] has shape {shape}, expected {batch_dims} batch dim(s) followed by {spec.shape}"
                 )
-
-
-@flax.struct.dataclass
-class Transition:
-    """One environment step as an actor produces it."""
-
-    observations: Observation
-    actions: Any
-    rewards: Any
-    terminated: Any
-    truncated: Any
-    next_observations: Observation
-    intervention: Any = False
 
 
 @flax.struct.dataclass

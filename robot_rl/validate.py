@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import yaml
 
+from robot_rl.files import atomic_write_text
 from robot_rl.report import wilson_interval
 
 if TYPE_CHECKING:
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 
 RECORD_FORMAT = "robot_rl.validation"
 RECORD_VERSION = 1
-EVAL_SEED_OFFSET = 1_000_000  # held-out episode seeds, as robot_rl.sim.evaluate
 BLOCK_EPISODES = 10  # episodes per worker task
 FILM_SIZE = 128
 
@@ -223,10 +223,7 @@ def write_record(policy: str | Path, record: Mapping[str, Any]) -> Path:
     kept = [r for r in read_records(policy)
             if (r.get("robot_sha256"), r.get("suite_sha256")) != (record["robot_sha256"], record["suite_sha256"])]
     data = {"format": RECORD_FORMAT, "version": RECORD_VERSION, "records": kept + [dict(record)]}
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    tmp.replace(path)
-    return path
+    return atomic_write_text(path, json.dumps(data, indent=2))
 
 
 def deployment_problem(policy: str | Path, robot: str | Path, task: str | None = None) -> str | None:
@@ -312,7 +309,7 @@ def run_block(block: Block) -> dict[str, Any]:
     from robot_rl.loop import make_env
     from robot_rl.robot_config import load_robot_config
     from robot_rl.safety import Safety
-    from robot_rl.sim.evaluate import env_settings_for
+    from robot_rl.sim.evaluate import EVAL_SEED_OFFSET, env_settings_for
     from robot_rl.sim.perturb import PerturbedEnv
     from robot_rl.sim.robot_adapter import SimRobotAdapter
 

@@ -42,7 +42,9 @@ def _quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _quat_conj(q: np.ndarray) -> np.ndarray:
-    return np.array([q[0], -q[1], -q[2], -q[3]])
+    out = np.empty(4)
+    mujoco.mju_negQuat(out, q)
+    return out
 
 
 def _quat_from_rotvec(rotvec: np.ndarray) -> np.ndarray:

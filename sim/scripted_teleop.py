@@ -47,10 +47,10 @@ import sys
 
 import numpy as np
 
-from robot_rl.drivers.teleop import action_to_twist
 from robot_rl.ros import qos
 from robot_rl.ros.node_util import declare_parameters, relative_name, topic_publisher
 from robot_rl.sim.human import InterventionConfig, InterventionRule
+from robot_rl.teleop_mapping import action_to_twist
 
 NODE_NAME = "scripted_teleop"
 BASE_FRAME = "base"

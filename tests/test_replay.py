@@ -174,17 +174,6 @@ def test_zarr_round_trip(tmp_path):
     check_next_obs(loaded.gather(np.flatnonzero(loaded.valid)))
 
 
-def test_insert_transition_container():
-    from robot_rl.types import Transition
-
-    buffer = ReplayBuffer(SPEC, 4, 10)
-    buffer.insert_transition(Transition(make_obs(0, 0), np.array([0, 0, 0, 0], np.float32), 1.0, True, False,
-                                        make_obs(0, 1), intervention=True))
-    batch = buffer.sample(4, np.random.default_rng(0))
-    check_next_obs(batch)
-    assert batch.intervention.all() and (batch.masks == 0).all() and batch.rewards.shape == (4,)
-
-
 def test_a_new_episode_without_ending_the_last_one_raises_and_stores_nothing():
     buffer = ReplayBuffer(SPEC, 4, 50)
     for t in range(3):  # an episode still running: no terminated/truncated yet

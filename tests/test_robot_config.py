@@ -89,6 +89,8 @@ def _base() -> dict:
     (lambda d: d.update(limits=[1, 2]), "limits: must be a mapping"),
     (lambda d: d["home"].update(quat=[1.0, 0.0, 0.0, 0.0]), "home.quat: .* outside the orientation box"),
     (lambda d: d.update(sim="yes"), "sim: must be true or false"),
+    (lambda d: d.update(learner_lost={"action": "pause"}), "learner_lost.action: 'pause' must be one of"),
+    (lambda d: d.update(learner_lost={"after_s": 0}), "learner_lost.after_s: 0.0 must be > 0"),
     (lambda d: (d["arm"].update(state="joint_states", model="models/nope.urdf")), "arm.model: .*nope.urdf does not "
                                                                                   "exist"),
 ])

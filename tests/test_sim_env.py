@@ -107,3 +107,12 @@ def test_unwrapped_accessors():
     with pytest.raises(KeyError):
         env.object_pose("nope")
     env.close()
+
+
+def test_sim_task_episode_steps_are_the_registered_lengths_and_0_for_other_tasks():
+    from robot_rl.loop import sim_task_episode_steps
+    from robot_rl.sim.tasks import PEG_INSERT_MAX_EPISODE_STEPS, PICK_CUBE_MAX_EPISODE_STEPS
+
+    assert sim_task_episode_steps("PickCube-v0") == PICK_CUBE_MAX_EPISODE_STEPS
+    assert sim_task_episode_steps("robot_rl/PegInsert-v0") == PEG_INSERT_MAX_EPISODE_STEPS
+    assert sim_task_episode_steps("Nope-v0") == 0 and sim_task_episode_steps("ur5e-real") == 0

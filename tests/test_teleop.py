@@ -15,11 +15,11 @@ import pytest
 from robot_rl.drivers.teleop import (
     JS_EVENT, JS_EVENT_AXIS, JS_EVENT_BUTTON, JS_EVENT_INIT, DeviceLost, DeviceNotFound, GamepadMapper, GamepadTeleop,
     KeyboardTeleop, KeyMapper, SpaceMouseMapper, SpaceMouseReport, SpaceMouseTeleop, TeleopCommand, TeleopConfig,
-    action_to_twist, apply_deadzone, find_spacemice, open_device, parse_js_events, parse_spacemouse_report,
-    terminal_keys, twist_to_action)
+    apply_deadzone, find_spacemice, open_device, parse_js_events, parse_spacemouse_report, terminal_keys)
 from robot_rl.sim.human import (
     TRIGGER_DISAGREES, TRIGGER_NON_FINITE, TRIGGER_PUSHING_OUT, TRIGGER_STUCK, InterventionConfig, InterventionRule)
 from robot_rl.sim.scripted_teleop import ScriptedSupervisor, ScriptedTeleopConfig, inferred_push
+from robot_rl.teleop_mapping import action_to_twist, twist_to_action
 
 SCALE = {"control_dt": 0.1, "max_translation": 0.03, "max_rotation": 0.15}
 LOW, HIGH = np.array([0.35, -0.22, 0.015]), np.array([0.65, 0.22, 0.30])

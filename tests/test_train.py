@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 from robot_rl.cli import main
-from robot_rl.train import RunError, TrainConfig, UpdateRate, config_from_json, config_to_json, train
+from robot_rl.config_io import config_from_json, config_to_json
+from robot_rl.train import RunError, TrainConfig, UpdateRate, train
 
 TINY = dict(demos=3, eval_episodes=2, video=False)
 
@@ -449,6 +450,31 @@ def test_bad_demo_dataset_leaves_no_run_folder(tmp_path):
     with pytest.raises(RunError, match=r"holds demos of task 'PegInsert-v0', this run is --task PickCube-v0"):
         train(TrainConfig(demo_path=tmp_path / "peg.zarr", run_dir=run_dir, **TINY))
     assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_stop_signals_outside_the_commands_handling_set_a_flag_and_restore_the_handlers(signum):
+    from robot_rl import interrupts
+    from robot_rl.train import StopSignals
+
+    with interrupts.handling():  # forget a stop request an earlier test left (a command's handling starts afresh)
+        pass
+    assert not interrupts.active() and interrupts.requested() is None
+    before = signal.getsignal(signum)
+    with StopSignals() as stop:
+        assert not stop() and signal.getsignal(signum) is not before
+        os.kill(os.getpid(), signum)
+        deadline = time.monotonic() + 5.0
+        while not stop() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT if signum == signal.SIGTERM else signal.SIGTERM)  # the first one counts
+        time.sleep(0.05)
+        assert stop() and stop.signum == signum
+        assert isinstance(stop.interrupt(), interrupts.Terminated) == (signum == signal.SIGTERM)
+    assert signal.getsignal(signum) is before
+    assert interrupts.requested() == signum  # noted, as a node's stop flag notes it
+    with interrupts.handling():
+        assert interrupts.requested() is None
 
 
 def test_config_rejects_bad_numbers():

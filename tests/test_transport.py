@@ -12,11 +12,12 @@ import pytest
 
 from robot_rl.agents.sac import SACConfig
 from robot_rl.codec import pack, unpack
-from robot_rl.train import config_to_json
+from robot_rl.config_io import config_to_json
 from robot_rl.transport import (
     PROTOCOL_VERSION,
     ClosedEpisodes,
     Inbox,
+    LearnerWatch,
     LoggedBatch,
     Outbox,
     SequenceTracker,
@@ -277,6 +278,18 @@ def test_reversion_weights_changes_only_the_version():
 
 # ----- outbox -----------------------------------------------------------------------------------------------------
 
+def test_learner_watch_counts_an_outage_from_when_the_learner_was_last_heard():
+    watch = LearnerWatch(after_s=5.0)
+    assert not watch.away(100.0) and watch.silent_s(100.0) is None  # never heard: not away (nothing to lose yet)
+    assert watch.heard(100.0) is None
+    assert not watch.away(104.9)
+    assert watch.away(105.0) and watch.away(130.0) and watch.is_away and watch.outages == 1
+    assert watch.heard(131.0) == pytest.approx(31.0) and not watch.is_away and watch.away_s == pytest.approx(31.0)
+    assert not watch.away(135.0) and watch.away(136.5) and watch.outages == 2
+    with pytest.raises(ValueError, match="after_s"):
+        LearnerWatch(after_s=0)
+
+
 def test_outbox_sends_once_then_resends_after_timeout():
     outbox = Outbox(capacity=10, resend_after_s=2.0)
     for seq in range(3):
@@ -294,6 +307,27 @@ def test_outbox_sends_once_then_resends_after_timeout():
     assert outbox.resent == 3
     assert [t.seq for t in outbox.due(now=103.9)] == [3]
     assert len(outbox) == 4
+
+
+def test_outbox_waits_longer_before_resending_to_a_learner_that_acknowledges_late():
+    outbox = Outbox(capacity=100, resend_after_s=2.0)
+    for seq in range(5):
+        outbox.add(stamped(seq))
+    outbox.mark_sent(outbox.due(0.0), 0.0)
+    assert [t.seq for t in outbox.due(2.0)] == [0, 1, 2, 3, 4]  # no acknowledgement timed yet: resend_after_s
+    outbox.acknowledge(0, now=3.5)  # the learner acknowledges 3.5 s after the send (a busy pixel learner)
+    assert outbox.round_trip_s == 3.5 and outbox.resend_timeout() > 3.5
+    assert outbox.due(5.0) == []  # not re-sent to a learner that is slow, not deaf
+    assert [t.seq for t in outbox.due(outbox.resend_timeout())] == [1, 2, 3, 4]  # a lost one still goes again
+    # A re-sent transition's acknowledgement is no sample (which send it answers is unknown).
+    outbox.mark_sent(outbox.due(20.0), 20.0)
+    outbox.acknowledge(1, now=120.0)
+    assert outbox.round_trip_s == 3.5 and outbox.resent == 4
+    for seq in range(5, 25):  # however late the acknowledgements, the timeout stays bounded
+        outbox.add(stamped(seq))
+        outbox.mark_sent([t for t in outbox.due(1000.0 + seq) if t.seq == seq], 1000.0 + seq)
+        outbox.acknowledge(seq, now=1000.0 + seq + 200.0)
+    assert outbox.resend_timeout() == Outbox.MAX_RESEND_S
 
 
 def test_outbox_resends_everything_at_once_when_a_learner_appears():

@@ -1,4 +1,4 @@
-"""Training across two hosts, as README's "Two machines" section runs it: the robot host starts
+"""Training across two hosts, as docs/two_machines.md runs it: the robot host starts
 `robot-rl launch launch/sim_train.yaml side:=robot network:=lan` (sim node, actor, scripted human), the server host
 `... side:=server network:=lan` (the learner), each with the other as ROS_STATIC_PEERS; and the same in `secure` mode,
 each host with its folder from `robot-rl certs` (TLS between the hosts). The hosts are tests/hosts.py's

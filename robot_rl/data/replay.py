@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from robot_rl.types import Batch, ObservationSpec, Transition
+from robot_rl.types import Batch, ObservationSpec
 
 
 class ReplayBuffer:
@@ -92,11 +92,6 @@ class ReplayBuffer:
         next_slot = self._write_frame(next_observation)
         self.valid[slot] = True
         self._pending_slot = None if (terminated or truncated) else next_slot
-
-    def insert_transition(self, transition: Transition) -> None:
-        """`insert` taking a robot_rl.types.Transition."""
-        t = transition
-        self.insert(t.observations, t.actions, t.rewards, t.terminated, t.truncated, t.next_observations, t.intervention)
 
     def end_episode(self) -> None:
         """End the open episode (if any) as a truncation: its last next_observation stays as a bootstrap target.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from fractions import Fraction
 from pathlib import Path
@@ -10,6 +9,8 @@ from pathlib import Path
 import av
 import cv2
 import numpy as np
+
+from robot_rl.files import atomic_path
 
 CODEC = "libx264"
 PIXEL_FORMAT = "yuv420p"
@@ -138,17 +139,12 @@ def write_video(
     if path.suffix.lower() != ".mp4":
         raise ValueError(f"{path}: the video file name must end in .mp4")
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
     height, width = pad_to_even(frames[0]).shape[:2]
-    try:
-        with VideoEncoder(partial, width, height, fps) as encoder:
-            for index, frame in enumerate(frames):
-                if captions is not None:
-                    frame = draw_caption(frame, captions[index])
-                encoder.write(pad_to_even(frame))
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
+    with atomic_path(path) as partial, VideoEncoder(partial, width, height, fps) as encoder:
+        for index, frame in enumerate(frames):
+            if captions is not None:
+                frame = draw_caption(frame, captions[index])
+            encoder.write(pad_to_even(frame))
     return len(frames)
 
 

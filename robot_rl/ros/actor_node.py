@@ -65,10 +65,12 @@ Modes: ``lockstep`` steps once per new sensor frame (the sim node in lock-step a
 ``max_sensor_age``) holds the robot and is logged (throttled); a malformed message is dropped with a log line. Every
 command goes through robot_rl.safety.
 
-The actor acts with the newest weights it has; while the learner is away it keeps acting with the last ones and keeps
-unacknowledged transitions in a bounded outbox (re-sent until acknowledged). ``max_weight_lag`` (lock-step only)
-makes it wait, at most ``weight_wait_s`` per step, for weights that have seen all but that many of its transitions,
-so a slow learner trains on the same schedule as the in-process loop (one actor per learner: the learner counts the
+The actor acts with the newest weights it has. The learner is away when nothing of it (acks, weights) arrived for the
+robot file's ``learner_lost.after_s``: the actor then keeps acting with the last weights (``learner_lost.action:
+act``) or holds the policy's commands until it is back (``hold``; a human who takes over still moves the robot), and
+either way keeps unacknowledged transitions in a bounded outbox (re-sent until acknowledged). ``max_weight_lag``
+(lock-step only) makes it wait, at most ``weight_wait_s`` per step, for weights that have seen all but that many of
+its transitions, so a slow learner trains on the same schedule as the in-process loop (one actor per learner: the learner counts the
 transitions it trained on over the whole run, so the actor measures that count's growth since its first weights).
 """
 
@@ -77,13 +79,13 @@ from __future__ import annotations
 import collections
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from robot_rl.files import atomic_write_text
 from robot_rl.ros import qos
 from robot_rl.ros.node_util import NodeStartupError, Range, check_ranges, declare_parameters, relative_name, \
     topic_publisher
@@ -125,7 +127,8 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
     ("stream_transitions", True, "send transitions to the learner"),
     ("record_path", "", "write every finished episode to this zarr dataset (demos from teleop)"),
     ("outbox_capacity", 3000, "unacknowledged transitions kept (the oldest is dropped beyond)"),
-    ("resend_after", 2.0, "re-send an unacknowledged transition after this many seconds"),
+    ("resend_after", 2.0, "re-send an unacknowledged transition after this many seconds at least (longer when "
+                          "the learner's acknowledgements are measured to take longer)"),
     ("max_weight_lag", 0, "lockstep: wait for weights that saw all but this many transitions (0: off)"),
     ("weight_wait_s", 5.0, "longest wait per step for such weights"),
     ("reset_service", "", "std_srvs/Trigger service that starts an episode ('': the robot file's reset; none: "
@@ -162,19 +165,6 @@ resend_after are checked by their twin, robot_rl.transport.Outbox; a policy chec
 inference_steps against itself when it is loaded."""
 
 
-def _sim_task_episode_steps(task: str) -> int:
-    """A registered sim task's episode length (its task spec), or 0 for a task that is not a sim task."""
-    import gymnasium as gym
-
-    import robot_rl.sim  # noqa: F401  (registers the sim tasks)
-    from robot_rl.loop import env_id
-
-    try:
-        return int(gym.spec(env_id(task)).max_episode_steps or 0)
-    except gym.error.Error:
-        return 0
-
-
 def _choice(param, name: str, choices: tuple[str, ...]) -> str:
     value = str(param(name))
     if value not in choices:
@@ -199,7 +189,7 @@ class ActorNode:
         from robot_rl.robot_config import RobotConfigError, load_robot_config
         from robot_rl.safety import Safety
         from robot_rl.sensors import SensorCache, TwistEstimator, sensors_for
-        from robot_rl.transport import Outbox, make_source
+        from robot_rl.transport import LearnerWatch, Outbox, make_source
 
         self.node = rclpy.create_node(node_name, context=context, cli_args=cli_args)
         node = self.node
@@ -237,7 +227,11 @@ class ActorNode:
         self.control_dt = float(param("control_period")) or robot.control_period
         self.max_translation, self.max_rotation = robot.max_translation, robot.max_rotation
         self.task = str(param("task"))
-        max_steps = int(param("max_episode_steps")) or _sim_task_episode_steps(self.task) or robot.max_episode_steps
+        max_steps = int(param("max_episode_steps"))
+        if not max_steps:
+            from robot_rl.loop import sim_task_episode_steps
+
+            max_steps = sim_task_episode_steps(self.task) or robot.max_episode_steps
         max_age = float(param("max_sensor_age")) or robot.sensor_age_limit
         safety_config = robot.safety_config(action_dim=self.action_dim, required_sensors=self.required)
         safety = Safety(dataclasses.replace(safety_config, stale_timeout=max_age))
@@ -258,6 +252,7 @@ class ActorNode:
         except ValueError as error:
             raise NodeStartupError(f"outbox_capacity / resend_after: {error}") from None
         self.session = ActorSession(safety, self.source, self.outbox, max_episode_steps=max_steps)
+        self.learner_watch = LearnerWatch(robot.learner_lost.after_s)
         self.sensors = SensorCache(self.observation_keys, max_age_s=max_age)
         self._twist_estimator = TwistEstimator() if robot.arm.twist == "derived" else None
         self._last_pose_stamp, self._lockstep_clock = -math.inf, 0.0
@@ -287,6 +282,7 @@ class ActorNode:
         self._policy_files = None  # robot_rl.ros.file_share.PolicyFiles, made for the first weights naming a base
         self.weights_used_at: collections.deque[tuple[int, float]] = collections.deque(maxlen=200)
         self.transitions_out_bytes = 0
+        self.transitions_out_messages = 0
         from robot_rl.learner_evals import RateWindow
 
         self._rate_window = RateWindow()
@@ -625,6 +621,7 @@ class ActorNode:
     def _on_weights(self, msg) -> None:
         from robot_rl.ros.convert import msg_to_bytes
 
+        self._heard_learner()
         self._load_weights(msg_to_bytes(msg), origin="learner")
 
     def _load_policy_file(self, path: str) -> None:
@@ -833,10 +830,32 @@ class ActorNode:
         except TransportError as error:
             self._reject("learner/ack", error)
             return
+        self._heard_learner()
+        now = time.monotonic()
         if self.source in acks:
-            self.outbox.acknowledge(acks[self.source])
+            self.outbox.acknowledge(acks[self.source], now)
         if self.source in above:  # what the learner has above a gap: re-send only the gap
-            self.outbox.acknowledge_ranges(above[self.source])
+            self.outbox.acknowledge_ranges(above[self.source], now)
+
+    def _heard_learner(self) -> None:
+        away = self.learner_watch.heard(time.monotonic())
+        if away is not None:
+            self._log.info(f"the learner is back after {away:.1f} s away")
+
+    def _learner_away(self) -> bool:
+        """The learner went silent (robot file learner_lost.after_s); logs the start of each outage. Only for
+        weights from a learner: a saved policy or a finished learner has nothing more to send."""
+        if not self.stream or self.weights_path or self.learner_done or self.session.actor is None:
+            return False
+        outages = self.learner_watch.outages
+        away = self.learner_watch.away(time.monotonic())
+        if self.learner_watch.outages > outages:
+            what = ("holding the policy's commands until it is back" if self.robot.learner_lost.action == "hold"
+                    else f"acting with weights v{self.weights_version}")
+            self._log.warning(f"the learner is away (nothing of it for {self.learner_watch.after_s:g} s): {what} "
+                              f"(learner_lost.action: {self.robot.learner_lost.action} in the robot file); "
+                              f"{len(self.outbox)} transitions kept for it")
+        return away
 
     def _on_learner_matched(self, info) -> None:
         """A learner's acks appeared (it started or respawned): re-send what it has not acknowledged now, rather
@@ -864,6 +883,7 @@ class ActorNode:
                 payload = encode_transitions(self.source, due)
                 self._transitions_pub.publish(bytes_to_msg(payload))
                 self.transitions_out_bytes += len(payload)
+                self.transitions_out_messages += 1
                 self.outbox.mark_sent(due, now)
         else:
             self._forget_unstreamed()
@@ -1094,6 +1114,13 @@ class ActorNode:
                 if command is not None:
                     self._publish(command, stamp)
             return
+        if self._learner_away() and self.robot.learner_lost.action == "hold" and not self._teleop_engaged:
+            self.holds["learner_away"] += 1
+            if self.mode == "realtime":
+                command = self.session.hold(now, self.sensors.stamps())
+                if command is not None:
+                    self._publish(command, stamp)
+            return
         reward, success = 0.0, False
         if self._task_events:
             reward = max(r for r, _ in self._task_events)
@@ -1121,7 +1148,7 @@ class ActorNode:
     def _human_action(self) -> np.ndarray | None:
         if not self._teleop_engaged:
             return None
-        from robot_rl.drivers.teleop import twist_to_action
+        from robot_rl.teleop_mapping import twist_to_action
 
         linear, angular = np.zeros(3), np.zeros(3)
         if self._teleop_twist is not None and time.monotonic() - self._teleop_twist[2] <= TELEOP_TIMEOUT_S:
@@ -1400,6 +1427,7 @@ class ActorNode:
             "tick_late_ms": self.tick_lateness(),
             "acked_through": self.outbox.acknowledged_through,
             "outbox": len(self.outbox), "dropped": self.outbox.dropped, "resent": self.outbox.resent,
+            "resend_after_s": round(self.outbox.resend_timeout(), 2),
             "weights_version": self.weights_version, "rejected": dict(self.rejected), "phase": self._phase,
             "waiting_for": self.waiting_for, "reset_attempts": self.reset_counters["reset_attempts"],
             "reset_timeouts": self.reset_counters["reset_timeouts"],
@@ -1409,21 +1437,21 @@ class ActorNode:
             "waits_s": {reason: round(seconds, 3) for reason, seconds in self.waits.items()},
             "holds": dict(self.holds), "incompatible_qos": dict(self.incompatible_qos), "time": time.time(),
             "unvalidated": self.unvalidated, "transitions_out_bytes": self.transitions_out_bytes,
+            "transitions_out_messages": self.transitions_out_messages,
             "weights_used_at": list(self.weights_used_at),
+            "learner": self.learner_watch.to_json(time.monotonic()),
         }
 
     def write_stats(self) -> None:
         if self.stats_path is None:
             return
-        tmp = self.stats_path.with_name(self.stats_path.name + ".tmp")
-        if not tmp.parent.is_dir():
+        if not self.stats_path.parent.is_dir():
             if not self.session.counters["commands"]:
                 # Nothing done yet: no folder made for the status alone (a launch that never got going, e.g. the
                 # learner refused its parameters, leaves no run_dir holding only actor_status.json).
                 return
-            tmp.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(self.stats()))
-        os.replace(tmp, self.stats_path)
+            self.stats_path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.stats_path, json.dumps(self.stats()))
 
     def destroy(self) -> None:
         planner = getattr(self.session.actor, "planner", None)

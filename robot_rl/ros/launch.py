@@ -77,7 +77,7 @@ from typing import IO, Any
 
 import yaml
 
-from robot_rl.ros.node_util import STOP_SIGNALS
+from robot_rl.interrupts import STOP_SIGNALS
 from robot_rl.suggest import closest
 
 # `pkg: robot_rl` + `exec:` -> module run with `python -m`. Never imported by the launcher.

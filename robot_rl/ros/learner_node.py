@@ -49,6 +49,7 @@ import threading
 import time
 from pathlib import Path
 
+from robot_rl.config_io import config_to_json
 from robot_rl.learner_evals import RateWindow, robot_summary
 from robot_rl.ros import qos
 from robot_rl.ros.node_util import NodeStartupError, declare_parameters
@@ -234,7 +235,7 @@ class LearnerNode:
 
     def __init__(self, *, node_name: str = NODE_NAME, context=None, cli_args: list[str] | None = None):
         import rclpy
-        from rclpy.event_handler import PublisherEventCallbacks
+        from rclpy.event_handler import PublisherEventCallbacks, SubscriptionEventCallbacks
         from std_msgs.msg import UInt8MultiArray
 
         from robot_rl.learner_server import LearnerServer, checkpoint_dir
@@ -294,8 +295,9 @@ class LearnerNode:
                                                   qos.topic_qos(qos.LEARNER_WEIGHTS))
         # What crosses the link (bytes on this node's topics, times the matched readers for what it sends) and when
         # each weights version went out (unix time: for a bench on hosts that share a clock; nothing compares it).
-        self.link = {"transitions_in_bytes": 0, "weights_out_bytes": 0, "acks_out_bytes": 0, "weights_published": 0,
-                     "weights_skipped": 0, "weights_bytes": 0}
+        self.link = {"transitions_in_bytes": 0, "transitions_in_messages": 0, "weights_out_bytes": 0,
+                     "acks_out_bytes": 0, "weights_published": 0, "weights_skipped": 0, "weights_bytes": 0,
+                     "transitions_lost_messages": 0}
         self.weights_published_at: collections.deque[tuple[int, float]] = collections.deque(maxlen=200)
         self._weights_sent_at = -math.inf
         # Acks are volatile: those sent before an actor's subscription matched are lost, so a new match (an actor, or
@@ -320,7 +322,8 @@ class LearnerNode:
         # Counted, so the node loop runs every ready callback between gradient steps (node_util.spin_callbacks).
         self.callbacks_run = 0
         node.create_subscription(UInt8MultiArray, qos.ACTOR_TRANSITIONS, self._counted(self._on_transitions),
-                                 qos.topic_qos(qos.ACTOR_TRANSITIONS))
+                                 qos.topic_qos(qos.ACTOR_TRANSITIONS),
+                                 event_callbacks=SubscriptionEventCallbacks(message_lost=self._on_transitions_lost))
         node.create_timer(0.5, self._counted(self._publish_acks))
         node.create_timer(1.0, self._counted(self._write_status))
         node.create_timer(1.0, self._counted(self._close_abandoned))
@@ -385,14 +388,14 @@ class LearnerNode:
             jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
             from robot_rl.learner import Learner
             from robot_rl.learner_server import compile_learner_step
-            from robot_rl.train import config_to_json, record_demos
+            from robot_rl.train import record_demos
 
             cfg = self._files_here(self.cfg or _checked_train_config(self.settings))
             spec, action_dim = self._spaces(cfg)
             self._mark("spaces")
-            from robot_rl.ros.actor_node import _sim_task_episode_steps
+            from robot_rl.loop import sim_task_episode_steps
 
-            self.sim_episode_steps = _sim_task_episode_steps(cfg.task)
+            self.sim_episode_steps = sim_task_episode_steps(cfg.task)
             if cfg.demos and cfg.demo_path is None and not self.sim_episode_steps:
                 raise NodeStartupError(f"demos={cfg.demos}: scripted demos are recorded in a sim task, and task "
                                        f"{cfg.task!r} is not one: give demo_path (teleoperated demos) or demos:=0")
@@ -467,10 +470,9 @@ class LearnerNode:
             recorded = state["observation_spec"].items()
             spec = ObservationSpec.from_shapes({key: ArraySpec.from_json(entry) for key, entry in recorded})
             return spec, int(state["action_dim"])
-        from robot_rl.loop import make_env
-        from robot_rl.ros.actor_node import _sim_task_episode_steps
+        from robot_rl.loop import make_env, sim_task_episode_steps
 
-        if not _sim_task_episode_steps(cfg.task):
+        if not sim_task_episode_steps(cfg.task):
             return robot_task_spaces(str(self.settings["robot"]), cfg.obs_mode, cfg.image_size)
         env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size)
         try:
@@ -531,6 +533,7 @@ class LearnerNode:
         abandoned = self.server.abandoned
         payload = payload_view(msg)
         self.link["transitions_in_bytes"] += len(payload)
+        self.link["transitions_in_messages"] += 1
         try:
             self.server.ingest(payload)
         except TransportError as error:
@@ -541,6 +544,10 @@ class LearnerNode:
             self._log.info(f"an actor restarted: closed {self.server.abandoned - abandoned} episode(s) its previous "
                            "run left open (inserted as truncated)")
         self._publish_acks()
+
+    def _on_transitions_lost(self, info) -> None:
+        """DDS lost transitions messages (the actors re-send what is not acknowledged)."""
+        self.link["transitions_lost_messages"] = int(info.total_count)
 
     def _log_rejections(self) -> None:
         for reason in self.server.rejections:
@@ -736,7 +743,6 @@ class LearnerNode:
         """report.md, learning_curve.png and training_curves.png, as `robot-rl train` writes them; env steps are the
         transitions trained on, as the eval rows and `trained_on` count them."""
         from robot_rl.report import learner_counters, write_report
-        from robot_rl.train import config_to_json
 
         server = self.server
         counters = {**learner_counters(server.learner), "transitions": server.trained_on}

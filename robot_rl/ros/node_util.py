@@ -23,6 +23,8 @@ import signal
 import threading
 from collections.abc import Callable, Iterable, Mapping
 
+from robot_rl.interrupts import STOP_SIGNALS, StopFlag, install_stop_signals
+
 
 def relative_name(name: str) -> str:
     """`/camera/front/image_raw` -> `camera/front/image_raw` (resolved against the node's namespace)."""
@@ -35,45 +37,6 @@ def relative_name(name: str) -> str:
 def clock_seconds(clock) -> float:
     """Float seconds of `clock.now()` (an rclpy Clock; ROS time or system time)."""
     return clock.now().nanoseconds * 1e-9
-
-
-class StopFlag:
-    """Set by a signal handler (or by hand); a spin loop polls it."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self.signal_number: int | None = None
-
-    def set(self, signal_number: int | None = None) -> None:
-        if self.signal_number is None:
-            self.signal_number = signal_number
-        self._event.set()
-
-    def is_set(self) -> bool:
-        return self._event.is_set()
-
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-def install_stop_signals(flag: StopFlag, signals: Iterable[int] = STOP_SIGNALS) -> Callable[[], None]:
-    """Make each of `signals` set `flag` (and record the stop request for the `robot-rl` command that may run the
-    node, robot_rl.interrupts); return a function that restores the previous handlers (main thread only)."""
-    from robot_rl import interrupts
-
-    def handle(received: int, _frame) -> None:
-        flag.set(received)
-        interrupts.note(received)
-
-    previous = {}
-    for number in signals:
-        previous[number] = signal.signal(number, handle)
-
-    def restore() -> None:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-
-    return restore
 
 
 STARTUP_ABANDONED: list[Callable[[], None]] = []
@@ -319,11 +282,13 @@ def spin_callbacks(executor, host, timeout_sec: float, max_callbacks: int = MAX_
     if count is None:
         return 0
     ran = host.callbacks_run - count
-    while ran and ran < max_callbacks:
+    idle = 0
+    # Two empty calls in a row end it: rclpy's zero-timeout spin_once comes back empty every other call while
+    # messages wait (the end of one wait's ready list), so stopping at the first would take one message per work().
+    while ran and ran < max_callbacks and idle < 2:
         before = host.callbacks_run
         executor.spin_once(timeout_sec=0.0)
-        if host.callbacks_run == before:
-            break
+        idle = idle + 1 if host.callbacks_run == before else 0
         ran += host.callbacks_run - before
     return ran
 

@@ -68,7 +68,6 @@ publisher on a paced topic is refused: "Cannot use a flow controller in synchron
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import hashlib
@@ -85,6 +84,7 @@ from dataclasses import dataclass
 from html import escape as _html_escape
 from pathlib import Path
 
+from robot_rl.files import atomic_write_text
 from robot_rl.ros.lan import DEFAULT_LINK_MBIT, SHM_MAX_MESSAGE_SIZE, SHM_SEGMENT_SIZE, pacing_xml
 
 ROLES = ("server", "robot")
@@ -590,19 +590,14 @@ def write_if_changed(text: str, name: str, folder: Path) -> Path:
                   Path(tempfile.gettempdir()) / f"robot_rl-{os.getuid()}" / f"{stem}-{digest}{dot}{suffix}"]
     problems = []
     for path in candidates:
-        scratch = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
         try:
             if path.is_file() and path.read_text() == text:
                 return path
             path.parent.mkdir(mode=0o700, exist_ok=True)
             if path.parent.stat().st_uid != os.getuid() or path.parent.stat().st_mode & 0o022:
                 raise PermissionError(f"{path.parent} belongs to another user or others may write to it")
-            scratch.write_text(text)
-            os.replace(scratch, path)  # atomic: a process starting meanwhile reads the old or the new one whole
-            return path
+            return atomic_write_text(path, text)  # a process starting meanwhile reads the old or the new one whole
         except OSError as error:
-            with contextlib.suppress(OSError):
-                scratch.unlink(missing_ok=True)
             problems.append(f"{path}: {error.strerror or error}")
     raise CertificateError(f"cannot write the network profile file {name} ({'; '.join(problems)})")
 

@@ -1,0 +1,32 @@
+"""Atomic file writes (robot_rl.files)."""
+
+from __future__ import annotations
+
+import pytest
+
+from robot_rl.files import atomic_path, atomic_write_bytes, atomic_write_text
+
+
+def test_atomic_writes_replace_the_file_and_leave_nothing_else(tmp_path):
+    path = tmp_path / "status.json"
+    assert atomic_write_text(path, "old") == path
+    assert atomic_write_text(path, "néw\n") == path
+    assert path.read_text() == "néw\n"
+    assert atomic_write_bytes(path, b"\x00\x01", fsync=True) == path
+    assert path.read_bytes() == b"\x00\x01"
+    assert [p.name for p in tmp_path.iterdir()] == ["status.json"]
+
+
+def test_a_failed_write_keeps_the_old_file_and_removes_its_temporary_one(tmp_path):
+    path = tmp_path / "labels.json"
+    path.write_text("old")
+    with pytest.raises(RuntimeError), atomic_path(path) as tmp:
+        assert tmp.parent == tmp_path and tmp.name.startswith(".labels.json.")
+        tmp.write_text("half")
+        raise RuntimeError("crash mid-write")
+    assert path.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["labels.json"]
+    with pytest.raises(TypeError):
+        atomic_write_text(path, b"not text")
+    assert path.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["labels.json"]
