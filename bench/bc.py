@@ -11,6 +11,7 @@ Target on this 2-core CPU: >= 90 % success over 100 episodes on 3 seeds from 20 
     python bench/bc.py                                        # PickCube pixels, 20 demos, 3 seeds, 100 episodes
     python bench/bc.py --task PegInsert-v0 --demos 50
     python bench/bc.py --seeds 0 --steps 500 --eval-episodes 20   # a quick look
+    python bench/bc.py --smoke          # 1 demo, 1 seed, 2 steps, 1 episode: checks that it runs (tests run this)
 
 The policy re-plans every control step (--execute 1: a 16-step chunk is predicted and its first action executed,
 receding-horizon): on these 11-19 step episodes, open-loop runs of 8 actions (Diffusion Policy's default) miss the
@@ -52,22 +53,31 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="PickCube-v0")
     parser.add_argument("--obs-mode", default="pixels", choices=("pixels", "state"))
-    parser.add_argument("--demos", type=int, default=20)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=3000, help="train-bc gradient steps per seed")
+    parser.add_argument("--demos", type=int, default=None, help="scripted demos (default 20)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="(default 0 1 2)")
+    parser.add_argument("--steps", type=int, default=None, help="train-bc gradient steps per seed (default 3000)")
     parser.add_argument("--execute", type=int, default=1, help="actions executed per predicted chunk "
                         "(--diffusion.action-horizon)")
     parser.add_argument("--validation-fraction", type=float, default=0.0,
                         help="demo episodes held out for train-bc's validation loss (default none: with 20 demos, "
                              "which two are held out moved success by 15 points; the sim evaluation on unseen "
                              "seeds is the test)")
-    parser.add_argument("--eval-episodes", type=int, default=100)
+    parser.add_argument("--eval-episodes", type=int, default=None, help="(default 100)")
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
                         help="more train-bc options, e.g. --extra --diffusion.prediction-type sample")
     parser.add_argument("--keep", type=Path, default=None, help="keep the demos and runs in this folder")
     parser.add_argument("--jobs", type=int, default=1, help="seeds trained at once (each uses one torch thread: "
                         "2 on this 2-core machine measured the same seconds per step as 1)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="1 demo, seed 0, 2 gradient steps (batch 8), 1 evaluation episode: checks that the bench "
+                             "runs (tests run this; the figures mean nothing)")
     args = parser.parse_args()
+    for name, full, smoke in (("demos", 20, 1), ("seeds", [0, 1, 2], [0]), ("steps", 3000, 2),
+                              ("eval_episodes", 100, 1)):  # what was not given
+        if getattr(args, name) is None:
+            setattr(args, name, smoke if args.smoke else full)
+    if args.smoke:
+        args.extra = ["--batch-size", "8", *args.extra]
     os.environ.setdefault("MUJOCO_GL", "egl")
     work = args.keep or Path(tempfile.mkdtemp(prefix="bench_bc_"))
     work.mkdir(parents=True, exist_ok=True)
@@ -94,16 +104,21 @@ def main() -> int:
                 "final_train_loss": summary["final_train_loss"],
                 "final_validation_loss": summary["final_validation_loss"], "parameters": summary["parameters"]}
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs) + int(args.smoke)) as pool:
+        # --smoke: the expert's baseline runs beside the training subprocess (nothing is timed there); otherwise
+        # after it, so that it cannot slow the training the figures time
+        expert = pool.submit(expert_success, args.task, args.eval_episodes, args.obs_mode) if args.smoke else None
         runs = list(pool.map(train, args.seeds))
+        baseline = expert.result() if expert else expert_success(args.task, args.eval_episodes, args.obs_mode)
     rates = [r["success_rate"] for r in runs if "success_rate" in r]
     result = {"bench": "bc", "task": args.task, "obs_mode": args.obs_mode, "demos": args.demos, "steps": args.steps,
-              "execute": args.execute, "validation_fraction": args.validation_fraction, "jobs": args.jobs,
+              "execute": args.execute, "smoke": args.smoke, "validation_fraction": args.validation_fraction,
+              "jobs": args.jobs,
               "extra": args.extra, "eval_episodes": args.eval_episodes, "runs": runs,
               "median_success": statistics.median(rates) if rates else None,
               "median_training_s": statistics.median([r["training_s"] for r in runs if "training_s" in r])
               if rates else None,
-              "baseline_expert_success": expert_success(args.task, args.eval_episodes, args.obs_mode),
+              "baseline_expert_success": baseline,
               "meets_target": bool(rates) and min(rates) >= 0.9 and all(r["training_s"] <= 1200 for r in runs
                                                                         if "training_s" in r),
               "cpus": os.cpu_count(), "wall_s": round(time.monotonic() - started, 1)}

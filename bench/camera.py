@@ -4,6 +4,7 @@ Usage::
 
     python bench/camera.py                   # raw bgr8 and JPEG, 640x480 at 30 Hz, 10 s each (about 30 s)
     python bench/camera.py --seconds 20 --jpeg-quality 80
+    python bench/camera.py --smoke           # 0.5 s per format from a 15-frame video: checks that it runs (tests)
 
 What is measured (milliseconds, on this machine), from a generated 640x480 30 fps MJPG video file (a textured,
 moving scene, so JPEG costs what a camera frame costs):
@@ -21,7 +22,8 @@ moving scene, so JPEG costs what a camera frame costs):
 ``loadavg_1m`` is recorded: compare runs on the same machine only.
 
 Network rule: the script re-executes itself inside a private network namespace (``unshare -n``, only ``lo``) and
-refuses to run without one; every ROS process gets ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` and domain id 96.
+refuses to run without one; every ROS process gets ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` and domain id 96
+(``--domain-id``).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ def percentiles_ms(seconds) -> dict:
     return {"p50": round(float(p50), 3), "p99": round(float(p99), 3), "n": int(values.size)}
 
 
-def write_video(path: str) -> None:
+def write_video(path: str, frames: int = VIDEO_FRAMES) -> None:
     """A textured scene (gradient, moving discs, sensor noise) so that JPEG has a camera frame's work to do."""
     import cv2
 
@@ -69,7 +71,7 @@ def write_video(path: str) -> None:
     yy, xx = np.mgrid[0:HEIGHT, 0:WIDTH]
     background = np.stack([(xx * 200 // WIDTH), (yy * 200 // HEIGHT), ((xx + yy) * 100 // (WIDTH + HEIGHT))], -1)
     writer = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*"MJPG"), FPS, (WIDTH, HEIGHT))
-    for index in range(VIDEO_FRAMES):
+    for index in range(frames):
         frame = background.astype(np.uint8)
         for disc in range(6):
             centre = (int(80 + 90 * disc + 40 * np.sin(index / 9 + disc)), int(240 + 150 * np.cos(index / 13 + disc)))
@@ -79,7 +81,7 @@ def write_video(path: str) -> None:
     writer.release()
 
 
-def baseline(video: str, quality: int) -> dict:
+def baseline(video: str, quality: int, passes: int = 3) -> dict:
     import cv2
 
     from robot_rl.vision import encode_compressed
@@ -87,7 +89,7 @@ def baseline(video: str, quality: int) -> dict:
     cv2.setNumThreads(1)
     capture = cv2.VideoCapture(video)
     reads, encodes = [], []
-    for _ in range(3):  # three passes over the file
+    for _ in range(passes):  # three passes over the file (--smoke: one)
         capture.set(cv2.CAP_PROP_POS_FRAMES, 0)
         while True:
             start = time.perf_counter()
@@ -117,7 +119,7 @@ def role_subscriber(topic: str, compressed: bool) -> int:
 
     from robot_rl.ros import qos
     from robot_rl.ros.convert import stamp_to_seconds
-    from robot_rl.ros.node_util import StopFlag, install_stop_signals
+    from robot_rl.interrupts import StopFlag, install_stop_signals
 
     flag = StopFlag()
     install_stop_signals(flag)
@@ -139,7 +141,7 @@ def role_subscriber(topic: str, compressed: bool) -> int:
 # ------------------------------------------------------------------------------------------------ measurement
 
 
-def measure(video: str, fmt: str, seconds: float, quality: int) -> dict:
+def measure(video: str, fmt: str, seconds: float, quality: int, settle_s: float = 1.0) -> dict:
     from robot_rl.drivers.camera_node import CameraNode
 
     name = f"bench_{fmt}"
@@ -157,7 +159,7 @@ def measure(video: str, fmt: str, seconds: float, quality: int) -> dict:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the subscriber of {topic} did not match in 30 s")
             time.sleep(0.05)
-        time.sleep(1.0)  # let the subscriber's side settle
+        time.sleep(settle_s)  # let the subscriber's side settle
         camera.take_statistics()
         started = time.time()
         time.sleep(seconds)
@@ -189,17 +191,17 @@ def run_inner(args) -> int:
     ensure_ros_environment()
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     result: dict = {"bench": "camera", "size": f"{WIDTH}x{HEIGHT}", "rate_hz": 30.0, "seconds": args.seconds,
-                    "jpeg_quality": args.jpeg_quality, "cpus": os.cpu_count(),
+                    "jpeg_quality": args.jpeg_quality, "smoke": args.smoke, "cpus": os.cpu_count(),
                     "loadavg_1m_start": round(os.getloadavg()[0], 2)}
     with tempfile.TemporaryDirectory(prefix="bench-camera-") as tmp:
         video = os.path.join(tmp, "scene.avi")
-        write_video(video)
-        result["baseline"] = baseline(video, args.jpeg_quality)
+        write_video(video, 15 if args.smoke else VIDEO_FRAMES)
+        result["baseline"] = baseline(video, args.jpeg_quality, 1 if args.smoke else 3)
         rclpy.init()
         try:
             for fmt, key in (("raw", "raw_bgr8"), ("jpeg", "jpeg")):
                 log(f"measuring {key} for {args.seconds:g} s")
-                result[key] = measure(video, fmt, args.seconds, args.jpeg_quality)
+                result[key] = measure(video, fmt, args.seconds, args.jpeg_quality, 0.2 if args.smoke else 1.0)
         finally:
             rclpy.try_shutdown()
     result["loadavg_1m_end"] = round(os.getloadavg()[0], 2)
@@ -210,19 +212,24 @@ def run_inner(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=float, default=10.0, help="measurement time per format")
+    parser.add_argument("--seconds", type=float, default=None, help="measurement time per format (default 10)")
     parser.add_argument("--jpeg-quality", type=int, default=90)
     parser.add_argument("--timeout", type=float, default=300.0, help="kill everything after this many seconds")
+    parser.add_argument("--domain-id", type=int, default=DOMAIN_ID, help=f"ROS_DOMAIN_ID (default {DOMAIN_ID})")
+    parser.add_argument("--smoke", action="store_true",
+                        help="0.5 s per format from a 15-frame video, one baseline pass, 0.2 s settling: checks that "
+                             "the bench runs (tests run this; the figures mean little)")
     parser.add_argument("--role", choices=("subscriber",), help=argparse.SUPPRESS)
     parser.add_argument("--topic", help=argparse.SUPPRESS)
     parser.add_argument("--compressed", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    args.seconds = args.seconds if args.seconds is not None else (0.5 if args.smoke else 10.0)
     if args.role == "subscriber":
         return role_subscriber(args.topic, args.compressed)
     if not os.environ.get(INNER_FLAG):
         from private_network import rerun_in_private_network
 
-        return rerun_in_private_network(__file__, argv, bench="camera", domain_id=DOMAIN_ID, inner_flag=INNER_FLAG,
+        return rerun_in_private_network(__file__, argv, bench="camera", domain_id=args.domain_id, inner_flag=INNER_FLAG,
                                         timeout_s=args.timeout)
     return run_inner(args)
 

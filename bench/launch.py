@@ -4,6 +4,7 @@ Usage::
 
     python bench/launch.py              # every shipped file (about 3 minutes on 2 idle cores)
     python bench/launch.py --only sim_train.yaml sim_eval.yaml
+    python bench/launch.py --smoke      # the launcher + teleop_record until SIGINT (tests run this)
 
 What is measured (seconds, wall clock, on this machine):
 
@@ -23,6 +24,9 @@ What is measured (seconds, wall clock, on this machine):
 
 These were asserts in tests/test_launch.py; on shared cores they are figures, not pass / fail. ``loadavg_1m_*`` is
 recorded: compare runs on the same machine only.
+
+``--smoke`` (what the tests run) measures the launcher and one shipped file, ``teleop_record`` (scripted human, state
+observations) until SIGINT (``start_s``, ``stop_s``, ``exit_status`` 130), on ``--domain-id``.
 """
 
 from __future__ import annotations
@@ -148,13 +152,16 @@ class Launch:
                 self.process.wait()
 
 
-def measure_files(only: set[str], folder: Path, figures: dict) -> None:
-    """Fill `figures` with one entry per measured file (entries measured before an error stay)."""
+def measure_files(only: set[str], folder: Path, figures: dict, domain_id: int | None = None,
+                  smoke: bool = False) -> None:
+    """Fill `figures` with one entry per measured file (entries measured before an error stay); every launch on
+    `domain_id` if given, else on the file's own (DOMAINS). `smoke`: only teleop_record (state observations) until
+    SIGINT."""
     python = shlex.quote(sys.executable)
     demos, policy = folder / "demos.zarr", folder / "sim_train" / "policy.msgpack"
 
     def run(name: str, arguments: dict, until_end: bool = False) -> dict:
-        launch = Launch(name, arguments, DOMAINS[name])
+        launch = Launch(name, arguments, DOMAINS[name] if domain_id is None else domain_id)
         try:
             figure = {"nodes": launch.nodes, "start_s": round(launch.wait_until_up(timeout=300), 2)}
             if until_end:
@@ -168,6 +175,11 @@ def measure_files(only: set[str], folder: Path, figures: dict) -> None:
         finally:
             launch.kill()
 
+    if smoke:
+        log("teleop_record: until SIGINT (smoke: state observations)")
+        figures["teleop_record.yaml"] = run("teleop_record.yaml", {"device": "scripted", "out": folder / "x.zarr",
+                                                                   "obs_mode": "state"})
+        return
     if only & {"teleop_record.yaml", "robot_train.yaml"}:
         log("teleop_record: one scripted episode (the demos robot_train trains on)")
         recorded = run("teleop_record.yaml", {"device": "scripted", "episodes": 1, "out": demos}, until_end=True)
@@ -264,9 +276,16 @@ def measure_launcher(folder: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", nargs="+", choices=FILES, default=list(FILES), help="shipped files to measure")
+    parser.add_argument("--domain-id", type=int, default=None,
+                        help="ROS_DOMAIN_ID of every launch (default: one per file, "
+                             f"{min(DOMAINS.values())}-{max(DOMAINS.values())})")
+    parser.add_argument("--smoke", action="store_true",
+                        help="the launcher and teleop_record (state) until SIGINT only: checks that the bench runs "
+                             "(tests run this)")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    result: dict = {"benchmark": "launch", "cpus": os.cpu_count(), "loadavg_1m_start": round(os.getloadavg()[0], 2)}
+    result: dict = {"benchmark": "launch", "smoke": args.smoke, "cpus": os.cpu_count(),
+                    "loadavg_1m_start": round(os.getloadavg()[0], 2)}
     errors = []
     with tempfile.TemporaryDirectory(prefix="bench-launch-") as tmp:
         folder = Path(tmp)
@@ -276,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             errors.append(f"launcher: {error!r}")
         result["files"] = {}
         try:
-            measure_files(set(args.only), folder, result["files"])
+            measure_files(set(args.only), folder, result["files"], args.domain_id, args.smoke)
         except Exception as error:  # noqa: BLE001 - reported with the figures we have
             errors.append(f"files: {error!r}")
     result["loadavg_1m_end"] = round(os.getloadavg()[0], 2)

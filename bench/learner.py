@@ -6,6 +6,10 @@ K separate jitted single-step calls. Compile time is excluded (warm-up) and repo
 
     python bench/learner.py            # full grid
     python bench/learner.py --quick    # state + 2x64x64 pixels only
+    python bench/learner.py --smoke    # each measurement once at the smallest sizes (tests run this; no figures)
+
+The replay sampling buffer is filled with valid episodes: each transition's observation is the previous one's
+next_observation (frames taken in turn from a small pool of random observations), 100-step episodes.
 """
 
 from __future__ import annotations
@@ -100,7 +104,8 @@ def bench_update(
     }
 
 
-def bench_scan_speedup(spec: ObservationSpec, steps: int, batch_size: int, repeats: int, rng) -> dict:
+def bench_scan_speedup(spec: ObservationSpec, steps: int, batch_size: int, repeats: int, rng,
+                       calls: int | None = None) -> dict:
     """Same K minibatches: one scanned call vs K jitted single-step calls."""
     agent = SACAgent.create(0, spec, ACTION_DIM, SACConfig())
     batch = jax.device_put(random_batch(spec, (steps, batch_size), rng))
@@ -118,19 +123,36 @@ def bench_scan_speedup(spec: ObservationSpec, steps: int, batch_size: int, repea
         jax.block_until_ready(info)
 
     scanned(), stepped()
-    calls = 5 if not spec.image_keys else 2
+    calls = calls or (5 if not spec.image_keys else 2)
     scan_s, step_s = median_seconds(scanned, repeats, calls), median_seconds(stepped, repeats, calls)
     return {"k": steps, "scan_ms": round(1e3 * scan_s, 2), "per_step_calls_ms": round(1e3 * step_s, 2),
             "speedup": round(step_s / scan_s, 3)}
 
 
-def bench_sampling(spec: ObservationSpec, utd: int, batch_size: int, repeats: int, rng) -> float:
-    """ms for one `sample_stacked(utd, batch)` from a 20k-step buffer (the learner's host-side cost per call)."""
-    buffer = ReplayBuffer(spec, ACTION_DIM, capacity=20_000)
-    obs = random_obs(spec, (), rng)
-    for t in range(20_000 - 200):
-        next_obs = random_obs(spec, (), rng) if t % 1000 == 0 else obs  # content does not matter for timing
-        buffer.insert(obs, np.zeros(ACTION_DIM, np.float32), 0.0, False, t % 100 == 99, next_obs)
+SAMPLING_CAPACITY = 20_000
+EPISODE_STEPS = 100
+FRAME_POOL = 16
+
+
+def bench_sampling(spec: ObservationSpec, utd: int, batch_size: int, repeats: int, rng,
+                   capacity: int = SAMPLING_CAPACITY) -> float:
+    """ms for one `sample_stacked(utd, batch)` from a 20k-step buffer (the learner's host-side cost per call).
+
+    The buffer holds valid episodes of EPISODE_STEPS transitions: within an episode each observation is the previous
+    transition's next_observation (as ReplayBuffer.insert requires); frames cycle through a pool of FRAME_POOL random
+    observations (their content does not matter for timing, and making a fresh one per step would dominate the fill).
+    """
+    buffer = ReplayBuffer(spec, ACTION_DIM, capacity=capacity)
+    pool = [random_obs(spec, (), rng) for _ in range(FRAME_POOL)]
+    action = np.zeros(ACTION_DIM, np.float32)
+    frame = 0
+    for t in range(capacity - 200):
+        step = t % EPISODE_STEPS
+        if step == 0:
+            frame += 1  # a new episode starts from a new frame
+        observation, next_observation = pool[frame % FRAME_POOL], pool[(frame + 1) % FRAME_POOL]
+        buffer.insert(observation, action, 0.0, False, step == EPISODE_STEPS - 1, next_observation)
+        frame += 1
     sample_rng = np.random.default_rng(0)
     return round(1e3 * median_seconds(lambda: buffer.sample_stacked(utd, batch_size, sample_rng), repeats, 5), 2)
 
@@ -138,26 +160,45 @@ def bench_sampling(spec: ObservationSpec, utd: int, batch_size: int, repeats: in
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="state and 2x64x64 pixels only, fewer repeats")
-    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--smoke", action="store_true",
+                        help="each kind of measurement once at the smallest sizes (the state update at UTD 2, "
+                             "batch 8, one call; K 2 scan vs steps on state; sampling state and one 32x32 camera from "
+                             "a 500-slot buffer): checks that the bench runs (tests run this), its figures mean "
+                             "nothing")
+    parser.add_argument("--batch", type=int, default=None, help="minibatch size (default 256; --smoke 8)")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    repeats = 3 if args.quick else 5
-    pixel_cases = [(2, 64)] if args.quick else [(1, 64), (2, 64), (1, 128), (2, 128)]
+    batch = args.batch or (8 if args.smoke else 256)
+    if args.smoke:  # two compiles: the state update at UTD 2 is the scan-speedup's scanned call (K 2); pixels are
+        # sampled from replay only (each pixel update would compile for seconds more)
+        repeats, calls, utds, capacity, scan_k, configs = 1, 1, (2,), 500, 2, (SACConfig(),)
+        pixel_cases, speedup_specs, preset_cameras, preset_updates = [], ("state",), (1, 32), False
+    else:
+        repeats, calls, utds, capacity, scan_k = (3 if args.quick else 5), None, (1, 4), SAMPLING_CAPACITY, 4
+        configs = (SACConfig(), LIGHT_CONFIG)
+        pixel_cases = [(2, 64)] if args.quick else [(1, 64), (2, 64), (1, 128), (2, 128)]
+        speedup_specs, preset_cameras, preset_updates = ("state", "2x64px"), (2, 64), True
+    preset_key = f"{preset_cameras[0]}x{preset_cameras[1]}px"
 
     results = []
-    for utd in (1, 4):
-        results.append(bench_update(make_spec(0, 0), utd, args.batch, repeats, 20, rng))
-        results.append(bench_update(make_spec(0, 0), utd, args.batch, repeats, 20, rng, LIGHT_CONFIG))
+    for utd in utds:
+        for config in configs:
+            results.append(bench_update(make_spec(0, 0), utd, batch, repeats, calls or 20, rng, config))
     for cameras, size in pixel_cases:
-        for utd in (1, 4):
-            results.append(bench_update(make_spec(cameras, size), utd, args.batch, repeats, 3 if size == 64 else 2, rng))
-    for utd in (1, 4):  # the CPU training preset (TrainConfig: 2 critics, 16-channel encoder) on 2x64x64 pixels
-        results.append(bench_update(make_spec(2, 64), utd, args.batch, repeats, 3, rng, TrainConfig().sac))
+        for utd in utds:
+            results.append(bench_update(make_spec(cameras, size), utd, batch, repeats, 3 if size == 64 else 2, rng))
+    for utd in utds if preset_updates else ():  # the CPU training preset (TrainConfig: 2 critics, 16 channels)
+        results.append(bench_update(make_spec(*preset_cameras), utd, batch, repeats, calls or 3, rng,
+                                    TrainConfig().sac))
 
-    speedup = {"state": bench_scan_speedup(make_spec(0, 0), 4, args.batch, repeats, rng)}
-    speedup["2x64px"] = bench_scan_speedup(make_spec(2, 64), 4, args.batch, repeats, rng)
-    sampling_ms = {"state_utd4": bench_sampling(make_spec(0, 0), 4, args.batch, repeats, rng)}
-    sampling_ms["2x64px_utd4"] = bench_sampling(make_spec(2, 64), 4, args.batch, repeats, rng)
+    speedup = {}
+    for key, spec in (("state", make_spec(0, 0)), ("2x64px", make_spec(2, 64))):
+        if key in speedup_specs:
+            speedup[key] = bench_scan_speedup(spec, scan_k, batch, repeats, rng, calls)
+    utd = 4 if 4 in utds else utds[-1]
+    sampling_ms = {f"state_utd{utd}": bench_sampling(make_spec(0, 0), utd, batch, repeats, rng, capacity)}
+    sampling_ms[f"{preset_key}_utd{utd}"] = bench_sampling(make_spec(*preset_cameras), utd, batch, repeats, rng,
+                                                           capacity)
 
     print(json.dumps({
         "bench": "learner",
@@ -171,6 +212,8 @@ def main() -> None:
         "scan_vs_per_step": speedup,
         "replay_sample_stacked_ms": sampling_ms,
         "quick": args.quick,
+        "smoke": args.smoke,
+        "batch": batch,
     }))
 
 

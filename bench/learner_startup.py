@@ -4,6 +4,7 @@ Usage::
 
     python bench/learner_startup.py                 # 5 respawns, state PickCube (about 2 min on 2 loaded cores)
     python bench/learner_startup.py --runs 9 --obs-mode pixels
+    python bench/learner_startup.py --smoke         # 1 demo, 1 episode streamed, 1 respawn: checks that it runs
 
 What happens:
 
@@ -29,7 +30,8 @@ starts). A node that does not report stages (an older version) gives the end-to-
 medians over the runs (and every run's values); ``loadavg_1m`` shows how loaded the machine was.
 
 Network rule: the script re-executes itself inside a private network namespace (``unshare -n``, only ``lo``) and
-refuses to run without one; every ROS process gets ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` and domain id 95.
+refuses to run without one; every ROS process gets ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` and domain id 95
+(``--domain-id``).
 """
 
 from __future__ import annotations
@@ -225,7 +227,7 @@ def run_inner(args) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-learner-startup-"))
     run_dir = tmp / "run"
     node_log = open(tmp / "learner.log", "w+")
-    result: dict = {"bench": "learner_startup", "obs_mode": args.obs_mode, "runs": args.runs,
+    result: dict = {"bench": "learner_startup", "smoke": args.smoke, "obs_mode": args.obs_mode, "runs": args.runs,
                     "prepare_transitions": args.transitions, "cpus": os.cpu_count(),
                     "loadavg_1m_start": round(os.getloadavg()[0], 2)}
     actor = None
@@ -311,23 +313,32 @@ def run_inner(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=5, help="respawns to measure")
+    parser.add_argument("--runs", type=int, default=None, help="respawns to measure (default 5)")
     parser.add_argument("--obs-mode", default="state", choices=("state", "pixels", "state+pixels"))
     parser.add_argument("--image-size", type=int, default=64)
-    parser.add_argument("--demos", type=int, default=5, help="scripted demos of the fresh run")
-    parser.add_argument("--transitions", type=int, default=300, help="transitions streamed before the first kill")
-    parser.add_argument("--checkpoint-every", type=int, default=200)
+    parser.add_argument("--demos", type=int, default=None, help="scripted demos of the fresh run (default 5)")
+    parser.add_argument("--transitions", type=int, default=None,
+                        help="transitions streamed before the first kill (default 300)")
+    parser.add_argument("--checkpoint-every", type=int, default=None, help="(default 200)")
     parser.add_argument("--keep", action="store_true", help="keep the run folder and the node log")
     parser.add_argument("--timeout", type=float, default=900.0, help="kill everything after this many seconds")
+    parser.add_argument("--domain-id", type=int, default=DOMAIN_ID, help=f"ROS_DOMAIN_ID (default {DOMAIN_ID})")
+    parser.add_argument("--smoke", action="store_true",
+                        help=f"1 demo, {EPISODE_LENGTH} transitions streamed (checkpoint every {EPISODE_LENGTH}), 1 "
+                             "respawn and 1 bare-node respawn: checks that the bench runs (tests run this)")
     parser.add_argument("--role", choices=("echo",), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    for name, full, smoke in (("runs", 5, 1), ("demos", 5, 1), ("transitions", 300, EPISODE_LENGTH),
+                              ("checkpoint_every", 200, EPISODE_LENGTH)):
+        if getattr(args, name) is None:
+            setattr(args, name, smoke if args.smoke else full)
     if args.role == "echo":
         return role_echo()
     if not os.environ.get(INNER_FLAG):
         from private_network import rerun_in_private_network
 
-        return rerun_in_private_network(__file__, argv, bench="learner_startup", domain_id=DOMAIN_ID, inner_flag=INNER_FLAG,
-                                        timeout_s=args.timeout)
+        return rerun_in_private_network(__file__, argv, bench="learner_startup", domain_id=args.domain_id,
+                                        inner_flag=INNER_FLAG, timeout_s=args.timeout)
     return run_inner(args)
 
 

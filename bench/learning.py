@@ -8,6 +8,7 @@ Prints one JSON line and writes a PNG of the curves. Each entry trains a fresh r
     python bench/learning.py --suite pixels --policy residual --base runs/bc/policy   # residual SAC on a frozen base
     python bench/learning.py --suite pixels --policy noise --base runs/bc/policy      # noise-space SAC (DSRL)
     python bench/learning.py --suite pixels --policy noise --noise-aliasing --base runs/bc/policy   # DSRL-NA
+    python bench/learning.py --smoke --out /tmp/x      # one seed, 1 demo, 20 env steps, batch 8 (tests run this)
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from robot_rl.train import TrainConfig, train
 
 SUITES = {
     "state": dict(task="PickCube-v0", obs_mode="state", steps=5000, seeds=(0, 1, 2), target=0.95),
-    # PegInsert needs a strong BC term: bc_weight 25 with 50 demos was the best of 17 settings tried (see README).
+    # PegInsert needs a strong BC term: bc_weight 25 with 50 demos was the best of 17 settings tried (docs/results.md).
     "peg": dict(task="PegInsert-v0", obs_mode="state", steps=10000, seeds=(0, 1, 2), target=0.95, demos=50,
                 bc_weight=25.0),
     "pixels": dict(task="PickCube-v0", obs_mode="pixels", steps=10000, seeds=(0, 1, 2), target=0.95),
@@ -85,9 +86,19 @@ class Args:
     """Critic-only gradient steps before the actor moves (default: the SAC config's)."""
     target_entropy: float | None = None
     """Override the SAC target entropy (default: -action_dim; DSRL uses 0 over its noise)."""
+    smoke: bool = False
+    """Check that the bench runs (tests run this): the suite's task with seed 0, 1 demo, 20 env steps, batch 8,
+    UTD 1, one evaluation episode at the start and at the end (unless overridden; the figures mean nothing)."""
+
+
+SMOKE = dict(steps=20, seeds=(0,), demos=1, eval_every=20, eval_episodes=1, final_eval_episodes=1, batch_size=8,
+             utd=1)
 
 
 def main(args: Args) -> dict:
+    if args.smoke:  # what the command line left at its default takes the smoke size
+        defaults = Args()
+        args = dataclasses.replace(args, **{k: v for k, v in SMOKE.items() if getattr(args, k) == getattr(defaults, k)})
     if args.base is not None:  # the frozen torch base acts on this shared CPU: one thread (spinning threads stall)
         import torch
 
@@ -168,6 +179,7 @@ def main(args: Args) -> dict:
         "actor_delay": sac_cfg.actor_delay,
         "target_entropy": sac_cfg.target_entropy,
         "tag": args.tag,
+        "smoke": args.smoke,
         "backend": jax.default_backend(),
         "seeds": list(seeds),
         "final_success": finals,

@@ -13,6 +13,7 @@ than DDIM-10 at the same chunk and model.
 
     python bench/policies.py              # 200 timed calls each
     python bench/policies.py --calls 50 --device cuda
+    python bench/policies.py --smoke      # every kind, 3 timed calls after 1 warm-up, DDIM-2 (tests run this)
 """
 
 from __future__ import annotations
@@ -45,14 +46,18 @@ def history(rng: np.random.Generator, size: int, length: int) -> list[dict[str, 
              "state": rng.standard_normal(STATE_DIM).astype(np.float32)} for _ in range(length)]
 
 
-def per_call_ms(policy, rng: np.random.Generator, size: int, calls: int, warmup: int = 10) -> np.ndarray:
-    histories = [history(rng, size, policy.obs_horizon) for _ in range(8)]
+WARMUP = 10  # untimed calls per policy (--smoke: 1)
+
+
+def per_call_ms(policy, rng: np.random.Generator, size: int, calls: int, warmup: int | None = None) -> np.ndarray:
+    warmup = WARMUP if warmup is None else warmup
+    histories = [history(rng, size, policy.obs_horizon) for _ in range(min(8, warmup + calls))]
     for i in range(warmup):  # the timed calls sample (deterministic=False): warm that path, its JAX compile included
-        policy.act_chunk(histories[i % 8], deterministic=False)
+        policy.act_chunk(histories[i % len(histories)], deterministic=False)
     times = np.empty(calls)
     for i in range(calls):
         start = time.perf_counter()
-        policy.act_chunk(histories[i % 8], deterministic=False)
+        policy.act_chunk(histories[i % len(histories)], deterministic=False)
         times[i] = time.perf_counter() - start
     return 1e3 * times
 
@@ -106,12 +111,19 @@ def heads_on_base(base, size: int, calls: int, rng: np.random.Generator) -> dict
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=200, help="timed calls per policy")
-    parser.add_argument("--ddim-steps", type=int, default=10)
+    parser.add_argument("--calls", type=int, default=None, help="timed calls per policy (default 200)")
+    parser.add_argument("--ddim-steps", type=int, default=None, help="(default 10)")
     parser.add_argument("--image-size", type=int, default=64)
     parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda or auto")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--smoke", action="store_true",
+                        help="every kind with 3 timed calls after 1 warm-up and DDIM-2: checks that the bench runs "
+                             "(tests run this; the figures mean little)")
     args = parser.parse_args()
+    args.calls = args.calls if args.calls is not None else (3 if args.smoke else 200)
+    args.ddim_steps = args.ddim_steps if args.ddim_steps is not None else (2 if args.smoke else 10)
+    global WARMUP
+    WARMUP = 1 if args.smoke else WARMUP
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX shares a GPU with torch
     import torch
 
@@ -145,7 +157,8 @@ def main() -> None:
         row["ratio_to_gaussian_p50"] = round(row["p50_ms"] / base, 1)
     ddim = results[f"diffusion_ddim{args.ddim_steps}"]
     summary = {"bench": "policies", "device": device, "threads": args.threads, "image_size": args.image_size,
-               "cameras": len(CAMERAS), "state_dim": STATE_DIM, "calls": args.calls, "results": results,
+               "cameras": len(CAMERAS), "state_dim": STATE_DIM, "calls": args.calls, "smoke": args.smoke,
+               "results": results,
                "ddim_targets_met": args.ddim_steps == 10 and ddim["p50_ms"] <= 60 and ddim["p99_ms"] <= 100}
     if "one_step" in results:
         summary["one_step_speedup_p50"] = round(ddim["p50_ms"] / results["one_step"]["p50_ms"], 1)

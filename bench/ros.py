@@ -3,7 +3,8 @@
 Usage::
 
     python bench/ros.py            # full run (about 4 min on a loaded 2-core machine)
-    python bench/ros.py --quick    # fewer samples (smoke test)
+    python bench/ros.py --quick    # fewer samples
+    python bench/ros.py --smoke    # state round trip, transitions and weights at the smallest sizes (tests run this)
     python bench/ros.py --no-pixels-latency   # skip the 2x128x128 camera round trip
     python bench/ros.py --no-driver-latency --no-camera   # skip the 640x480 round trip / the camera node
     python bench/ros.py --no-realtime-diffusion           # skip the 10 Hz diffusion actor (5 min of ticks)
@@ -61,11 +62,16 @@ What is measured (every figure has p50 / p99 / n; times in ms):
 
 Network rule: the script re-executes itself inside a private network namespace (``unshare -n``, only ``lo``) and
 refuses to run (one JSON error line, exit 2) where none can be made; every ROS process runs with
-``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` and its own ``ROS_DOMAIN_ID`` (90-96, one per measurement) from
-``robot_rl.ros.env.ros_environment``. Child processes run one measurement at a time and are stopped after it and
-at the end, also on errors or ``--timeout`` (partial figures are still printed, with ``errors``). Figures are
-percentiles on a shared machine (``loadavg_1m_*`` is recorded): compare ratios and baselines from the same run, not
-absolutes across runs.
+``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` and its own ``ROS_DOMAIN_ID`` (90-97, one per measurement; with
+``--domain-id N`` all on N: the measurements run one after another) from ``robot_rl.ros.env.ros_environment``. Child
+processes run one measurement at a time and are stopped after it and at the end, also on errors or ``--timeout``
+(partial figures are still printed, with ``errors``). Figures are percentiles on a shared machine (``loadavg_1m_*`` is
+recorded): compare ratios and baselines from the same run, not absolutes across runs.
+
+``--smoke`` (what the tests run; its figures mean little) measures the state round trip with its echo baseline (10
+frames after 3 warm-up ones), the transitions at 2x64x64 (1 s after 0.5 s of warm-up) and the weights broadcast of
+the 64 px agent (2 broadcasts), and skips the pixel and 640x480 round trips, the camera node and the real-time
+diffusion actor.
 """
 
 from __future__ import annotations
@@ -103,6 +109,9 @@ STATE_SIZE = 14
 TRANSITION_BATCH = 8  # the actor node's batch size when observations carry images
 WEIGHTS_ACK_TOPIC = "/bench/weights_ack"
 RESULT_PREFIX = "RESULT "
+# After the robot's publishers have matched the actor's subscriptions, the actor's side may not have matched them yet:
+# a message of the first frame sent then is lost, and the robot waited --first-timeout (30 s) for its answer.
+MATCH_SETTLE_S = 0.5
 
 
 # ----------------------------------------------------------------------------------------------------- helpers
@@ -137,7 +146,8 @@ def pixel_spec(image_size: int):
 def weights_payload(spec, version: int = 1, seed: int = 0) -> bytes:
     """encode_weights of a fresh SACAgent (TrainConfig().sac) for `spec`, as learner_server._weights_message does."""
     from robot_rl.agents import SACAgent
-    from robot_rl.train import TrainConfig, config_to_json
+    from robot_rl.config_io import config_to_json
+    from robot_rl.train import TrainConfig
     from robot_rl.transport import WeightsMessage, encode_weights
 
     sac = TrainConfig().sac
@@ -280,7 +290,7 @@ def role_robot(args) -> None:
     # starts up.
     from robot_rl.actor import Actor
     from robot_rl.agents.sac import SACAgent, SACConfig
-    from robot_rl.train import config_from_json
+    from robot_rl.config_io import config_from_json
     from robot_rl.transport import decode_weights
 
     actor = None  # no weights: the baseline run against the echo node
@@ -300,6 +310,7 @@ def role_robot(args) -> None:
         emit({"error": "the actor node did not match the sensor / command topics within "
                        f"{args.start_timeout:.0f}s"})
         return
+    spin_until(executor, lambda: False, MATCH_SETTLE_S)
     if not spin_until(executor, lambda: all(Path(f).exists() for f in args.go_file), args.start_timeout):
         emit({"error": f"no go signal ({args.go_file}) within {args.start_timeout:.0f}s"})
         return
@@ -461,6 +472,7 @@ def role_driver(args) -> None:
         emit({"error": f"the actor did not match {[topic for _, _, topic, _ in streams]} / {command_topic} within "
                        f"{args.start_timeout:.0f}s"})
         return
+    spin_until(executor, lambda: False, MATCH_SETTLE_S)
     reward_msg, success_msg = Float32(data=0.0), Bool(data=False)
 
     def send_frame(index: int, ros_stamp) -> None:
@@ -641,7 +653,7 @@ def role_weights_sub(args) -> None:
     from robot_rl.agents.sac import SACAgent, SACConfig
     from robot_rl.ros import qos
     from robot_rl.ros.convert import msg_to_bytes
-    from robot_rl.train import config_from_json
+    from robot_rl.config_io import config_from_json
     from robot_rl.transport import decode_weights
 
     from robot_rl.train import TrainConfig
@@ -687,7 +699,8 @@ def role_weights_pub(args) -> None:
     from robot_rl.agents import SACAgent
     from robot_rl.ros import qos
     from robot_rl.ros.convert import bytes_to_msg
-    from robot_rl.train import TrainConfig, config_to_json
+    from robot_rl.config_io import config_to_json
+    from robot_rl.train import TrainConfig
     from robot_rl.transport import WeightsMessage, encode_weights
 
     acks: dict[int, dict] = {}
@@ -1125,7 +1138,7 @@ def run_inner(args) -> int:
     started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="bench_ros_"))
     children = Children(tmp)
-    result: dict = {"bench": "ros", "quick": bool(args.quick),
+    result: dict = {"bench": "ros", "quick": bool(args.quick), "smoke": bool(args.smoke),
                     "network": {"private_namespace": os.environ.get(NETNS_FLAG) == "1",
                                 "discovery_range": os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE"),
                                 "domain_ids": DOMAINS},
@@ -1193,6 +1206,11 @@ def run_inner(args) -> int:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer samples")
+    parser.add_argument("--smoke", action="store_true",
+                        help="the state round trip (10 frames), transitions at 2x64x64 (1 s) and the 64 px weights "
+                             "(2 broadcasts) only: checks that the bench runs (tests run this)")
+    parser.add_argument("--domain-id", type=int, default=None,
+                        help="ROS_DOMAIN_ID of every measurement (default: one per measurement, 90-97)")
     parser.add_argument("--no-pixels-latency", action="store_true", help="skip the camera round-trip measurement")
     parser.add_argument("--no-driver-latency", action="store_true",
                         help="skip the 640x480 round trip through robots/sim_panda_driver.yaml")
@@ -1212,25 +1230,32 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--weights", default="", help=argparse.SUPPRESS)
     parser.add_argument("--frames", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--warmup", type=int, default=20, help=argparse.SUPPRESS)
-    parser.add_argument("--image-size", type=int, default=128, help=argparse.SUPPRESS)
+    parser.add_argument("--image-size", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--policy-calls", type=int, default=200, help=argparse.SUPPRESS)
     parser.add_argument("--go-file", nargs="*", default=[], help=argparse.SUPPRESS)
     parser.add_argument("--duration", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--window", type=int, default=64, help=argparse.SUPPRESS)
     parser.add_argument("--broadcasts", type=int, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[64, 128], help=argparse.SUPPRESS)
+    parser.add_argument("--sizes", type=int, nargs="+", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    quick = args.quick
+    quick, smoke = args.quick or args.smoke, args.smoke and args.role is None
+    if smoke:
+        args.no_pixels_latency = args.no_driver_latency = args.no_camera = args.no_realtime_diffusion = True
+        args.frames = args.frames if args.frames is not None else 10
+        args.warmup = 3 if args.warmup == 20 else args.warmup  # unless given
+    if args.domain_id is not None:
+        DOMAINS.update((phase, args.domain_id) for phase in DOMAINS)
+    args.image_size = args.image_size or (64 if smoke else 128)
     args.frames = args.frames if args.frames is not None else (100 if quick else 300)
     args.pixel_frames = 60 if quick else 200
     args.driver_frames = 100 if quick else 400
     args.camera_seconds = args.camera_seconds if args.camera_seconds is not None else (3.0 if quick else 10.0)
     args.warmup_frames = args.warmup
-    args.duration = args.duration if args.duration is not None else (4.0 if quick else 10.0)
-    args.warmup_s = 1.0
-    args.broadcasts = args.broadcasts if args.broadcasts is not None else (5 if quick else 12)
-    args.weight_sizes = args.sizes
-    args.policy_calls = 50 if quick and args.role is None else args.policy_calls
+    args.duration = args.duration if args.duration is not None else (1.0 if smoke else 4.0 if quick else 10.0)
+    args.warmup_s = 0.5 if smoke else 1.0
+    args.broadcasts = args.broadcasts if args.broadcasts is not None else (2 if smoke else 5 if quick else 12)
+    args.weight_sizes = args.sizes or ([64] if smoke else [64, 128])
+    args.policy_calls = (5 if smoke else 50) if quick and args.role is None else args.policy_calls
     args.start_timeout = 60.0
     args.first_timeout = 30.0  # the actor's first step compiles the policy
     args.frame_timeout = 5.0
@@ -1252,7 +1277,8 @@ def main(argv: list[str] | None = None) -> int:
     if not os.environ.get(INNER_FLAG):
         from private_network import rerun_in_private_network
 
-        return rerun_in_private_network(__file__, argv, bench="ros", domain_id=OUTER_DOMAIN, inner_flag=INNER_FLAG,
+        outer_domain = OUTER_DOMAIN if args.domain_id is None else args.domain_id
+        return rerun_in_private_network(__file__, argv, bench="ros", domain_id=outer_domain, inner_flag=INNER_FLAG,
                                         timeout_s=args.timeout, extra_env={NETNS_FLAG: "1"})
     return run_inner(args)
 

@@ -13,9 +13,10 @@ commands as JointTrajectory by differential IK). Both run in lock-step whatever 
     python bench/ros_training.py                      # PickCube state, 1500 env steps, seeds 0 1 2, 50 eval episodes
     python bench/ros_training.py --seeds 0 --steps 1000 --eval-episodes 20 --no-in-process
     python bench/ros_training.py --robots sim_panda_driver
+    python bench/ros_training.py --smoke --out /tmp/x   # sim_panda, seed 0, 1 demo, 30 steps, 1 eval episode (tests)
 
-ROS processes run on loopback only (ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST, domain id 95), inside a private network
-namespace (refused where the kernel does not allow one).
+ROS processes run on loopback only (ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST, domain id 95 or ``--domain-id``), inside
+a private network namespace (refused where the kernel does not allow one).
 """
 
 from __future__ import annotations
@@ -54,6 +55,14 @@ class Args:
     in_process: bool = True
     """also train in-process (the baseline; --no-in-process saves its time)"""
     out: Path = Path("runs/bench-ros-training")
+    domain_id: int = DOMAIN_ID
+    """ROS_DOMAIN_ID of the ROS runs"""
+    smoke: bool = False
+    """check that the bench runs (tests run this): over sim_panda only, seed 0, 1 demo, 30 env steps, 1 evaluation
+    episode (unless overridden; the figures mean nothing)"""
+
+
+SMOKE = dict(steps=30, seeds=(0,), demos=1, eval_episodes=1, robots=("sim_panda",))
 
 
 def ros_run(args: Args, robot: str, seed: int, run_dir: Path) -> dict:
@@ -65,13 +74,13 @@ def ros_run(args: Args, robot: str, seed: int, run_dir: Path) -> dict:
         f"seed:={seed}", "human:=false", f"eval_episodes:={args.eval_episodes}", f"run_dir:={run_dir}",
         # evaluations as the in-process baseline's (at the start and the end), no validation (it has none)
         f"eval_every:={args.steps}", "final_validation:=false",
-        "--domain-id", str(DOMAIN_ID)])
+        "--domain-id", str(args.domain_id)])
     start = time.perf_counter()
     log = run_dir.with_suffix(".log")
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
-        rc = subprocess.run(command, env=ros_environment(domain_id=DOMAIN_ID), stdout=out, stderr=subprocess.STDOUT,
-                            cwd=REPO).returncode
+        rc = subprocess.run(command, env=ros_environment(domain_id=args.domain_id), stdout=out,
+                            stderr=subprocess.STDOUT, cwd=REPO).returncode
     wall = time.perf_counter() - start
     result_file = run_dir / "result.json"
     if rc != 0 or not result_file.exists():
@@ -112,6 +121,9 @@ def robot_names(robots: tuple[str, ...]) -> dict[str, str]:
 
 
 def main(args: Args) -> dict:
+    if args.smoke:  # what the command line left at its default takes the smoke size
+        defaults = Args()
+        args = dataclasses.replace(args, **{k: v for k, v in SMOKE.items() if getattr(args, k) == getattr(defaults, k)})
     robots = robot_names(args.robots)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     ros: dict[str, dict[str, dict]] = {name: {} for name in robots}
@@ -124,7 +136,7 @@ def main(args: Args) -> dict:
     runs = {**{f"ros_{name}": by_seed for name, by_seed in ros.items()},
             **({"in_process": local} if args.in_process else {})}
     result = {
-        "bench": "ros_training", "task": args.task, "obs_mode": "state", "env_steps": args.steps,
+        "bench": "ros_training", "smoke": args.smoke, "task": args.task, "obs_mode": "state", "env_steps": args.steps,
         "demos": args.demos, "eval_episodes": args.eval_episodes, "seeds": list(args.seeds),
         "final_success": {name: [r["final_success"] for r in by_seed.values()] for name, by_seed in runs.items()},
         "final_success_median": {name: statistics.median(r["final_success"] for r in by_seed.values())

@@ -7,6 +7,7 @@ rate the budget is 100 ms per step; the filter should cost well under 1 % of it.
 
     python bench/safety.py              # 20000 calls each
     python bench/safety.py --calls 2000
+    python bench/safety.py --smoke         # 100 calls each (tests run this; the figures mean little)
 """
 
 from __future__ import annotations
@@ -43,8 +44,11 @@ def summary(times: np.ndarray, baseline_median: float) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=20_000, help="timed calls per measurement")
+    parser.add_argument("--calls", type=int, default=None, help="timed calls per measurement (default 20000)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="100 calls per measurement: checks that the bench runs (tests run this)")
     args = parser.parse_args()
+    args.calls = args.calls if args.calls is not None else (100 if args.smoke else 20_000)
 
     config_7d = SafetyConfig(action_dim=7, required_sensors=("images/front", "state"))
     quat = np.array(config_7d.nominal_quat)
@@ -65,6 +69,7 @@ def main() -> None:
     print(json.dumps({
         "bench": "safety",
         "calls": args.calls,
+        "smoke": args.smoke,
         "baseline_np_clip_7d": {"median_us": round(1e6 * baseline_median, 3),
                                 "p99_us": round(1e6 * float(np.percentile(baseline, 99)), 3)},
         **{name: summary(times, baseline_median) for name, times in results.items()},

@@ -1,6 +1,9 @@
 """Benchmark the MuJoCo sim: env steps/s (state, state+pixels with 2 cameras) and physics steps/s with the OSC.
 
-Prints one JSON line. Usage: python bench/sim.py [--steps N] [--repeats R]
+Prints one JSON line. Usage:
+
+    python bench/sim.py [--steps N] [--repeats R]
+    python bench/sim.py --smoke        # 5 env steps, 1 repeat: checks that it runs (tests run this)
 """
 
 from __future__ import annotations
@@ -54,10 +57,15 @@ def physics_steps_per_second(steps: int, repeats: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--steps", type=int, default=200, help="env steps per repeat")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=None, help="env steps per repeat (default 200)")
+    parser.add_argument("--repeats", type=int, default=None, help="(default 3)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="5 env steps, 1 repeat: checks that the bench runs (tests run this)")
     args = parser.parse_args()
+    args.steps = args.steps if args.steps is not None else (5 if args.smoke else 200)
+    args.repeats = args.repeats if args.repeats is not None else (1 if args.smoke else 3)
     result = {
+        "bench": "sim",
         "env_steps_per_s_state": round(env_steps_per_second("state", args.steps, args.repeats), 1),
         "env_steps_per_s_state_pixels_2cams_128": round(
             env_steps_per_second("state+pixels", args.steps, args.repeats), 1),
@@ -65,6 +73,7 @@ def main() -> None:
         "physics_steps_per_env_step": 50,
         "steps": args.steps,
         "repeats": args.repeats,
+        "smoke": args.smoke,
     }
     print(json.dumps(result))
 
