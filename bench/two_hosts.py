@@ -161,7 +161,7 @@ class Args:
     out: Path = Path("runs/bench-two-hosts")
     """folder for the runs' logs and run folders (one sub-folder per invocation)"""
     smoke: bool = False
-    """one short lan run at 20 Mbit/s on state with a 6 s link outage and learner_lost.action hold (a test runs
+    """one short lan run at 20 Mbit/s on state with a 5 s link outage and learner_lost.action hold (a test runs
     this so the bench cannot rot)"""
     link_down_s: float = 0.0
     """fault drill: take the first robot host's link down this long in the middle of each (two-host) run, then
@@ -503,8 +503,8 @@ def main(args: Args) -> dict:
     if reason:
         raise SystemExit(f"bench/two_hosts.py: cannot make namespaced hosts: {reason}")
     if args.smoke:
-        args = dataclasses.replace(args, modes=("lan",), rates=(20.0,), obs_modes=("state",), seconds=16.0,
-                                   link_down_s=6.0, learner_lost="hold", learner_lost_after_s=2.0)
+        args = dataclasses.replace(args, modes=("lan",), rates=(20.0,), obs_modes=("state",), seconds=11.0,
+                                   link_down_s=5.0, learner_lost="hold", learner_lost_after_s=1.5)
     args.out.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="run-", dir=args.out))  # each run's logs and run folders
     runs = []

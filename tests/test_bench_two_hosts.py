@@ -1,5 +1,5 @@
 """bench/two_hosts.py --smoke runs (one short lan run at 20 Mbit/s between two namespaced hosts, the link down for
-6 s in the middle) and its figures say that training went across: transitions reached the learner, weights reached
+5 s in the middle) and its figures say that training went across: transitions reached the learner, weights reached
 the actor through the paced link, the actor held while the learner was away (the robot file's learner_lost.action
 hold), and no acknowledged transition was lost. Skips (with the reason) where namespaces cannot be made."""
 
@@ -29,7 +29,7 @@ def test_two_hosts_bench_smoke(tmp_path):
     assert (run["mode"], run["rate_mbit"]) == ("lan", 20.0)
     assert run["transitions_per_s"] > 2 and run["weights_per_s"] > 0 and run["weights_latency_ms"]["n"] > 0, run
     assert run["acked_lost"] == 0 and 0 < run["link_use"] < 0.9, run
-    # The link went down for 6 s with learner_lost.action hold (after 2 s): the actor held the policy's commands,
+    # The link went down for 5 s with learner_lost.action hold (after 1.5 s): the actor held the policy's commands,
     # kept its transitions, and the learner had all of them soon after the link came back.
     down = run["link_down"]
     assert down["held_while_down"] >= 10 and down["dropped"] == 0, down
