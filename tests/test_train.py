@@ -64,14 +64,14 @@ def test_config_json_round_trip():
 @pytest.mark.slow
 def test_state_pick_cube_learns_from_demos(tmp_path):
     cfg = TrainConfig(
-        task="PickCube-v0", obs_mode="state", demos=20, steps=1500, eval_every=1500, eval_episodes=10,
+        task="PickCube-v0", obs_mode="state", demos=20, steps=1000, eval_every=1000, eval_episodes=10,
         run_dir=tmp_path / "run", video=True, seed=0,
     )
     run_dir = train(cfg)
     state = checkpoint_state(run_dir)["extra"]
     evals = {row["env_step"]: row["success_rate"] for row in state["evals"]}
     assert evals[0] == 0.0  # the untrained policy never lifts the cube
-    assert evals[1500] >= 0.8, evals
+    assert evals[1000] >= 0.8, evals  # 3 seeds reach >= 95 % by 1000 env steps (docs/results.md)
     for name in ("report.md", "learning_curve.png", "training_curves.png", "eval.mp4", "config.json",
                  "policy.msgpack"):
         assert (run_dir / name).stat().st_size > 0, name

@@ -31,7 +31,7 @@ from hosts import hosts, hosts_unavailable, time_namespaces_unavailable
 
 DOMAIN_ID = 159
 SUBNET = "10.233.0"
-STEPS = 120
+STEPS = 80
 CLOCK_OFFSET_S = 86400  # the server's monotonic clock, ahead of the robot's
 DEADLINE_S = 200.0
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +47,7 @@ rclpy.init()
 node = rclpy.create_node("graph_probe")
 start = time.monotonic()
 subscribers, seen_s = {}, None  # every subscriber ever seen on each topic (a graph view can miss one for a moment)
-while time.monotonic() - start < 25.0:
+while time.monotonic() - start < 90.0:
     rclpy.spin_once(node, timeout_sec=0.2)
     for topic, _ in node.get_topic_names_and_types():
         subscribers.setdefault(topic, set()).update(i.node_name for i in node.get_subscriptions_info_by_topic(topic))
@@ -143,6 +143,12 @@ def test_robot_host_and_server_host_train_one_policy(network):
                                    env=_host_environment(server.address, certs.get("robot")), cwd=REPO_ROOT,
                                    stdout=robot_log,
                                    stderr=subprocess.STDOUT, start_new_session=True)
+        # Started with the launches: the learner must still be up when the probe's discovery finds it (it ends at
+        # its budget; a probe started once training was under way could come too late).
+        probe = robot.popen([sys.executable, "-c", GRAPH_PROBE],
+                            env={**_host_environment(server.address, certs.get("robot")),
+                                 "ROBOT_RL_NETWORK": network},  # as the launch's network:= gives its nodes
+                            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             learner_status = work / "server" / "learner_status.json"
             actor_status = work / "robot" / "actor_status.json"
@@ -153,11 +159,9 @@ def test_robot_host_and_server_host_train_one_policy(network):
 
             _wait(training, "the learner on the server host to receive transitions", deadline, logs,
                   {"robot": robot_launch, "server": server_launch})
-            probe = robot.run([sys.executable, "-c", GRAPH_PROBE],
-                              env={**_host_environment(server.address, certs.get("robot")),
-                                   "ROBOT_RL_NETWORK": network},  # as the launch's network:= gives its nodes
-                              cwd=REPO_ROOT, timeout=30)
-            graph = json.loads(probe.stdout.split("RESULT ", 1)[1])
+            probe_output, _ = probe.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            assert "RESULT " in probe_output, probe_output[-3000:]
+            graph = json.loads(probe_output.split("RESULT ", 1)[1])
             subscribers = graph["subscribers"]
             learner_topics = sorted(t for t, names in subscribers.items() if "learner" in names)
             assert learner_topics == ["/actor/transitions"], graph
