@@ -36,6 +36,13 @@ _PERIOD_MS = 10
 # between processes of a host.
 SHM_SEGMENT_SIZE = 32 * 2**20
 SHM_MAX_MESSAGE_SIZE = 16 * 2**20
+SHM_TRANSPORT = f"""      <transport_descriptor>
+        <transport_id>robot_rl_shm</transport_id>
+        <type>SHM</type>
+        <segment_size>{SHM_SEGMENT_SIZE}</segment_size>
+        <maxMessageSize>{SHM_MAX_MESSAGE_SIZE}</maxMessageSize>
+      </transport_descriptor>"""
+"""The shared-memory transport of the lan and secure profiles (the shipped profile's sizes)."""
 # Participants per host a static peer's announcements reach (Fast DDS's default, 4, misses the fifth process of a
 # robot's computer: drivers, actor, teleop, recorder, ...).
 PEER_RANGE = 32
@@ -109,12 +116,7 @@ def lan_profile(mbit: float) -> str:
 <dds xmlns="http://www.eprosima.com">
   <profiles>
     <transport_descriptors>
-      <transport_descriptor>
-        <transport_id>robot_rl_shm</transport_id>
-        <type>SHM</type>
-        <segment_size>{SHM_SEGMENT_SIZE}</segment_size>
-        <maxMessageSize>{SHM_MAX_MESSAGE_SIZE}</maxMessageSize>
-      </transport_descriptor>
+{SHM_TRANSPORT}
       <transport_descriptor>
         <transport_id>robot_rl_udp</transport_id>
         <type>UDPv4</type>

@@ -85,7 +85,7 @@ from html import escape as _html_escape
 from pathlib import Path
 
 from robot_rl.files import atomic_write_text
-from robot_rl.ros.lan import DEFAULT_LINK_MBIT, SHM_MAX_MESSAGE_SIZE, SHM_SEGMENT_SIZE, pacing_xml
+from robot_rl.ros.lan import DEFAULT_LINK_MBIT, SHM_TRANSPORT, pacing_xml
 
 ROLES = ("server", "robot")
 DEFAULT_PORT = 7650
@@ -510,12 +510,7 @@ def fastdds_profile(host: SecureHost, tcp_buffer: int | None = None, link_mbit: 
 <dds xmlns="http://www.eprosima.com">
   <profiles>
     <transport_descriptors>
-      <transport_descriptor>
-        <transport_id>robot_rl_shm</transport_id>
-        <type>SHM</type>
-        <segment_size>{SHM_SEGMENT_SIZE}</segment_size>
-        <maxMessageSize>{SHM_MAX_MESSAGE_SIZE}</maxMessageSize>
-      </transport_descriptor>
+{SHM_TRANSPORT}
       <transport_descriptor>
         <transport_id>robot_rl_udp_loopback</transport_id>
         <type>UDPv4</type>
