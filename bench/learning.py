@@ -23,6 +23,7 @@ import jax
 import numpy as np
 import tyro
 
+from robot_rl.policies.registry import kind_of
 from robot_rl.train import TrainConfig, train
 
 SUITES = {
@@ -171,10 +172,8 @@ def main(args: Args) -> dict:
         "intervention_rate": {str(seed): rates for seed, rates in intervention.items()} if args.intervene else None,
         "policy": args.policy,
         "base": str(args.base) if args.base else None,
-        "residual_scale": args.residual_scale if args.policy == "residual" else None,
-        "noise_bound": args.noise_bound if args.policy == "noise" else None,
-        "noise_aliasing": args.noise_aliasing if args.policy == "noise" else None,
-        "noise_repeat": args.noise_repeat if args.policy == "noise" else None,
+        **{option: getattr(args, option) if option in kind_of(args.policy).options else None
+           for option in ("residual_scale", "noise_bound", "noise_aliasing", "noise_repeat")},
         "warmup_transitions": learner_cfg.warmup_transitions,
         "actor_delay": sac_cfg.actor_delay,
         "target_entropy": sac_cfg.target_entropy,

@@ -62,7 +62,7 @@ class Policy(Protocol):
     """What every policy kind offers the actor: reset, an observation history in, an action chunk out."""
 
     kind: str
-    """Registered kind name, e.g. "gaussian" or "diffusion" (for files and messages; the actor never branches on it)."""
+    """Registered kind name (robot_rl.policies.registry; for files and messages: the actor never branches on it)."""
     observation_spec: Any
     """robot_rl.types.ObservationSpec of the entries it reads (shapes and dtypes)."""
     observation_keys: tuple[str, ...]
@@ -82,6 +82,35 @@ class Policy(Protocol):
 
     def learner_action_of(self, executed: np.ndarray, info: Mapping[str, np.ndarray]) -> np.ndarray | None:
         """A human's executed action mapped into the learner's action space (None where it cannot be)."""
+
+    weights_version: int
+    """Version of the learner weights it holds (0: none, or a frozen policy)."""
+
+    def update_weights(self, policy_bytes: bytes, version: int) -> None:
+        """Swap in the learner's newer weights; PolicyError for a frozen policy."""
+
+    def augment_observation(self, obs: Observation) -> Observation:
+        """This control step's observation as the policy and the learner see it (a head on a base adds the base's
+        action; call once per step)."""
+
+    def interrupt(self) -> None:
+        """A human acted: drop any plan made for where the arm was."""
+
+
+class PolicyBase:
+    """The `Policy` contract's defaults, which every kind inherits: frozen weights, observations as they come,
+    nothing to interrupt (a kind with a learner head or a base overrides them)."""
+
+    weights_version = 0
+
+    def update_weights(self, policy_bytes: bytes, version: int) -> None:
+        raise PolicyError(f"a {self.kind} policy takes no weights from the learner")
+
+    def augment_observation(self, obs: Observation) -> Observation:
+        return obs
+
+    def interrupt(self) -> None:
+        pass
 
 
 class ObservationHistory:
@@ -157,11 +186,12 @@ class ChunkRunner:
 def set_inference_steps(policy: Policy, steps: int) -> None:
     """Give a policy that samples by DDIM `steps` steps per chunk; PolicyError for a kind without DDIM steps or an
     out-of-range count."""
-    setter = getattr(policy, "set_inference_steps", None)
-    if setter is None:
+    from robot_rl.policies.registry import kind_of
+
+    if not kind_of(policy.kind).ddim_steps:
         raise PolicyError(f"inference_steps={steps}: a {policy.kind} policy has no DDIM steps to set (only diffusion "
                           "policies have)")
-    setter(steps)
+    policy.set_inference_steps(steps)
 
 
 def resolve_device(device: str) -> str:

@@ -8,26 +8,20 @@ either, or a run folder holding one, and returns a :class:`~robot_rl.policies.ba
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from robot_rl.policies.base import Policy, PolicyError, as_json_ready
+from robot_rl.policies.registry import files_builder, weights_builder
 
 POLICY_CONFIG = "policy.json"
 POLICY_WEIGHTS = "model.safetensors"
 FORMAT = "robot_rl.policy"
 VERSION = 1
-
-# kind -> "module:function" building the policy from (description, tensors, device); imported only when used
-KINDS: dict[str, str] = {
-    "diffusion": "robot_rl.policies.diffusion:policy_from_files",
-    "one_step": "robot_rl.policies.one_step:policy_from_files",
-}
 
 
 def save_policy_files(directory: str | Path, kind: str, description: Mapping[str, Any], tensors: Mapping[str, Any],
@@ -105,33 +99,10 @@ def read_policy_files(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]
     return description, tensors
 
 
-# kind -> "module:function" building a learner-trained policy from a WeightsMessage (robot_rl.transport) and a seed
-WEIGHT_KINDS: dict[str, str] = {
-    "gaussian": "robot_rl.policies.gaussian:GaussianPolicy.from_message",
-    "residual": "robot_rl.policies.residual:ResidualPolicy.from_message",
-    "noise": "robot_rl.policies.noise:NoisePolicy.from_message",
-}
-
-
 def policy_from_weights(message, *, seed: int = 0, device: str = "auto") -> Policy:
     """The policy a learner's `WeightsMessage` describes (its kind, spec and config), holding those weights;
     `device` is where a torch base runs (a JAX head or SAC policy runs on JAX's device)."""
-    kind = message.policy_kind
-    if kind not in WEIGHT_KINDS:
-        raise PolicyError(f"weights of unknown policy kind {kind!r}; this actor builds {', '.join(sorted(WEIGHT_KINDS))}")
-    module, qualified = WEIGHT_KINDS[kind].split(":")
-    target: Any = importlib.import_module(module)
-    for name in qualified.split("."):
-        target = getattr(target, name)
-    return target(message, seed=seed, device=device)
-
-
-def builder(kind: str) -> Callable[..., Policy]:
-    """The function that builds a policy of `kind` from its files."""
-    if kind not in KINDS:
-        raise PolicyError(f"unknown policy kind {kind!r}; known: {', '.join(sorted(KINDS))}, gaussian")
-    module, function = KINDS[kind].split(":")
-    return getattr(importlib.import_module(module), function)
+    return weights_builder(message.policy_kind)(message, seed=seed, device=device)
 
 
 def load_policy(path: str | Path, *, device: str = "auto", seed: int = 0) -> Policy:
@@ -142,7 +113,7 @@ def load_policy(path: str | Path, *, device: str = "auto", seed: int = 0) -> Pol
     folder = policy_folder(path) or (policy_folder(path / "policy") if path.is_dir() else None)
     if folder is not None:
         description, tensors = read_policy_files(folder)
-        return builder(str(description.get("kind")))(description, tensors, resolve_device(device))
+        return files_builder(description.get("kind"))(description, tensors, resolve_device(device))
     from robot_rl.policy_file import PolicyFileError, read_policy_file
 
     try:

@@ -22,17 +22,18 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from robot_rl.policies.base import ActionChunk, Observation, PolicyError, stack_history
+from robot_rl.policies.base import ActionChunk, Observation, PolicyBase, PolicyError, stack_history
 from robot_rl.policies.checkpoint import POLICY_CONFIG, POLICY_WEIGHTS, save_policy
 from robot_rl.policies.config import DiffusionConfig, is_int
 from robot_rl.policies.normalizer import Normalizer
+from robot_rl.policies.registry import DIFFUSION
 from robot_rl.types import ArraySpec, ObservationSpec
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the schedulers are built from arguments; nothing is ever fetched
 from diffusers import DDIMScheduler, DDPMScheduler  # noqa: E402
 from diffusers.models.embeddings import Timesteps  # noqa: E402
 
-KIND = "diffusion"
+KIND = DIFFUSION
 ACTION_KEY = "action"
 RESERVED_DESCRIPTION_KEYS = ("format", "version", "kind", "config", "observation_spec", "action_dim")
 
@@ -273,7 +274,7 @@ class DiffusionModel(nn.Module):
 # ---------------------------------------------------------------------------------------------------------- policy
 
 
-class DiffusionPolicy:
+class DiffusionPolicy(PolicyBase):
     """A Diffusion Policy behind the common `Policy` interface; its learner action is the executed action itself.
 
     `act_chunk(deterministic=True)` starts DDIM from zero noise, the mode of the noise distribution, so the same

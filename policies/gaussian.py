@@ -8,13 +8,14 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from robot_rl.config_io import config_from_json, config_to_json
-from robot_rl.policies.base import ActionChunk, Observation, PolicyError
+from robot_rl.policies.base import ActionChunk, Observation, PolicyBase, PolicyError
+from robot_rl.policies.registry import GAUSSIAN, LearnerPlan, PolicyKind
 
 
-class GaussianPolicy:
+class GaussianPolicy(PolicyBase):
     """A SAC actor as a `Policy` (obs horizon 1, chunks of one action); `update_weights` swaps in newer weights."""
 
-    kind = "gaussian"
+    kind = GAUSSIAN
     obs_horizon = 1
     chunk_length = 1
     device = "cpu"
@@ -87,3 +88,9 @@ class GaussianPolicy:
 
     def learner_action_of(self, executed: np.ndarray, info: Mapping[str, np.ndarray]) -> np.ndarray | None:
         return np.asarray(executed, dtype=np.float32)
+
+
+def learner_plan(kind: PolicyKind, options, provided, action_dim: int) -> LearnerPlan:
+    """Plain SAC (the registry's plan of this kind): the SAC action is the robot action, on the robot's
+    observations."""
+    return LearnerPlan(kind, GaussianPolicy, provided, action_dim, options.sac)

@@ -20,6 +20,7 @@ search than prediction_horizon x action_dim numbers.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,14 +29,15 @@ import numpy as np
 
 from robot_rl.config_io import config_to_json
 from robot_rl.policies.base import ActionChunk, Observation, Policy, PolicyError
-from robot_rl.policies.residual import HeadOnFrozenBase
+from robot_rl.policies.registry import CHUNK_KEYS, NOISE, LearnerPlan, PolicyKind
+from robot_rl.policies.residual import FrozenBase, HeadOnFrozenBase, load_base, run_base
 
-KIND = "noise"
-CHUNK_STEP_KEY = "chunk_step"
+KIND = NOISE
+CHUNK_STEP_KEY = CHUNK_KEYS.step
 """Per-step info of a noise-space chunk: the step's index in its chunk (0 starts a decision)."""
-ALIAS_NOISE_KEY = "alias_noise"
+ALIAS_NOISE_KEY = CHUNK_KEYS.alias_noise
 """Per-step info of a noise-aliasing head: (samples, noise_dim) head actions w the base also denoised."""
-ALIAS_CHUNKS_KEY = "alias_chunks"
+ALIAS_CHUNKS_KEY = CHUNK_KEYS.alias_chunks
 """Per-step info of a noise-aliasing head: (samples, execute x action_dim) the executed chunks those w give."""
 
 
@@ -132,11 +134,27 @@ class NoisePolicy(HeadOnFrozenBase):
                    repeat=bool(config.get("repeat", False)))
 
 
-def load_noise_base(path: str | Path, *, device: str = "auto") -> tuple[Policy, str]:
-    """(the frozen diffusion / one-step policy at `path`, its absolute path); PolicyError for another kind."""
-    from robot_rl.policies.checkpoint import load_policy
+def load_noise_base(path: str | Path, *, device: str = "auto", execute: int | None = None) -> FrozenBase:
+    """The frozen diffusion / one-step policy at `path` (its absolute path kept); PolicyError for another kind."""
+    base = load_base(path, device=device, execute=execute)
+    noise_dim(base.policy)
+    return base
 
-    path = Path(path).resolve()
-    base = load_policy(path, device=device)
-    noise_dim(base)
-    return base, str(path)
+
+def learner_plan(kind: PolicyKind, options, provided, action_dim: int) -> LearnerPlan:
+    """DSRL on the run's --base (the registry's plan of this kind): the SAC action is the base's initial noise, one
+    decision per executed chunk (the chunk's discount, steps joined by CHUNK_KEYS), the head's last layer starts at
+    zero (the base's deterministic behaviour), no BC term; noise aliasing adds an action critic on executed chunks."""
+    from robot_rl.policies.gaussian import GaussianPolicy
+
+    base, provided = run_base(options, load_noise_base, provided, action_dim)
+    sac = dataclasses.replace(options.sac, actor_zero_init_last=True, bc_weight=0.0,
+                              discount=options.sac.discount ** base.execute,
+                              aliased_chunk_dim=base.execute * action_dim if options.noise_aliasing else None)
+
+    def make_noise_policy(agent, seed: int = 0) -> NoisePolicy:
+        return NoisePolicy(base.policy, GaussianPolicy(agent, seed=seed), options.noise_bound, execute=base.execute,
+                           path=base.path, seed=seed, repeat=options.noise_repeat)
+
+    return LearnerPlan(kind, make_noise_policy, provided, noise_dim(base.policy, options.noise_repeat), sac,
+                       robot_action_dim=action_dim)

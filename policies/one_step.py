@@ -21,12 +21,13 @@ import torch
 from torch.nn import functional as F
 
 from robot_rl.policies import diffusion
-from robot_rl.policies.base import ActionChunk, Observation, PolicyError
+from robot_rl.policies.base import ActionChunk, Observation, PolicyBase, PolicyError
 from robot_rl.policies.checkpoint import POLICY_CONFIG, save_policy
 from robot_rl.policies.diffusion import ACTION_KEY, DiffusionPolicy, executed_chunks
 from robot_rl.policies.normalizer import Normalizer
+from robot_rl.policies.registry import ONE_STEP
 
-KIND = "one_step"
+KIND = ONE_STEP
 TEACHER_KEY = "teacher"
 RESERVED_DESCRIPTION_KEYS = (*diffusion.RESERVED_DESCRIPTION_KEYS, TEACHER_KEY)
 # a teacher chunk element at least this close to +-1 (normalised) was clipped there (float error of the round trip
@@ -34,7 +35,7 @@ RESERVED_DESCRIPTION_KEYS = (*diffusion.RESERVED_DESCRIPTION_KEYS, TEACHER_KEY)
 BOUND = 1.0 - 1e-5
 
 
-class OneStepPolicy:
+class OneStepPolicy(PolicyBase):
     """A one-step distilled Diffusion Policy behind the common `Policy` interface (one denoiser call per chunk).
 
     `act_chunk(deterministic=True)` starts from zero noise, as a `DiffusionPolicy` does (so the student's
@@ -191,6 +192,14 @@ class OneStepPolicy:
         """Write policy.json and model.safetensors into `directory`; `extra` (training facts) goes into policy.json."""
         return save_policy(directory, KIND, self.description(), self.state_tensors(), extra,
                            RESERVED_DESCRIPTION_KEYS, overwrite=overwrite)
+
+
+def teacher_from_files(description: Mapping[str, Any], tensors: Mapping[str, torch.Tensor],
+                       device: str) -> DiffusionPolicy:
+    """The diffusion policy of a policy folder's (description, tensors), to distil; PolicyError for another kind."""
+    if description.get("kind") != diffusion.KIND:
+        raise PolicyError(f"a {description.get('kind')} policy; the teacher must be a diffusion policy")
+    return diffusion.policy_from_files(description, tensors, device)
 
 
 def policy_from_files(description: Mapping[str, Any], tensors: Mapping[str, torch.Tensor],

@@ -14,16 +14,18 @@ loaded once from its own files, never sent with the head's weights.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from robot_rl.config_io import config_from_json, config_to_json
-from robot_rl.policies.base import ActionChunk, ChunkRunner, Observation, Policy, PolicyError
+from robot_rl.policies.base import ActionChunk, ChunkRunner, Observation, Policy, PolicyBase, PolicyError
+from robot_rl.policies.registry import RESIDUAL, LearnerPlan, PolicyKind
 
-KIND = "residual"
+KIND = RESIDUAL
 BASE_ACTION_KEY = "base_action"
 """Observation entry with the base policy's action for this step (what the residual head and critic see)."""
 
@@ -61,7 +63,7 @@ class FrozenBase(ChunkRunner):
         return np.asarray(self.act(obs), dtype=np.float32)
 
 
-class HeadOnFrozenBase:
+class HeadOnFrozenBase(PolicyBase):
     """What the residual and noise-space kinds share: a learner-trained SAC head (`head`, a GaussianPolicy) over a
     frozen base loaded from its own files (`base_path`); the head's weights come from the learner, the base's never
     change. A subclass sets `kind`, `policy_config()` and `_from_parts`."""
@@ -190,3 +192,41 @@ def load_base(path: str | Path, *, device: str = "auto", execute: int | None = N
 
     path = Path(path).resolve()
     return FrozenBase(load_policy(path, device=device), execute=execute, path=str(path))
+
+
+def run_base(options, load: Callable[..., FrozenBase], provided, action_dim: int):
+    """(the run's frozen base, `load(options.base)` on the CPU executing `options.base_execute` actions of each
+    chunk, and the robot's observation spec `provided` less `base_action`); PolicyError naming --base when it does not
+    load, or reads or acts otherwise than the run gives."""
+    from robot_rl.types import ObservationSpec
+
+    try:
+        base = load(options.base, device="cpu", execute=options.base_execute)
+    except PolicyError as error:
+        raise PolicyError(f"--base {options.base}: {error}") from None
+    provided = ObservationSpec.from_shapes({k: v for k, v in provided.entries if k != BASE_ACTION_KEY})
+    reads = base.policy.observation_spec
+    wrong = [k for k in reads.keys if k not in provided or provided[k] != reads[k]]
+    if wrong or base.policy.action_dim != action_dim:
+        raise PolicyError(f"--base {options.base} reads {', '.join(f'{k} {reads[k].shape}' for k in wrong)} and acts "
+                          f"in {base.policy.action_dim} dims; --task {options.task} --obs-mode {options.obs_mode} "
+                          f"--image-size {options.image_size} gives {dict((k, v.shape) for k, v in provided.entries)} "
+                          f"and {action_dim}-d actions")
+    return base, provided
+
+
+def learner_plan(kind: PolicyKind, options, provided, action_dim: int) -> LearnerPlan:
+    """Residual RL on the run's --base (the registry's plan of this kind): the SAC action is a correction scaled by
+    `residual_scale`, the head sees the base action, its last layer starts at zero and the critic scores the executed
+    action; demos are labelled with the base's actions."""
+    from robot_rl.policies.gaussian import GaussianPolicy
+
+    base, provided = run_base(options, load_base, provided, action_dim)
+    sac = dataclasses.replace(options.sac, residual_scale=options.residual_scale, actor_zero_init_last=True)
+
+    def make_residual_policy(agent, seed: int = 0) -> ResidualPolicy:
+        own_base = FrozenBase(base.policy, execute=base.execute, path=base.path)  # its own chunk queue
+        return ResidualPolicy(own_base, GaussianPolicy(agent, seed=seed), options.residual_scale)
+
+    return LearnerPlan(kind, make_residual_policy, residual_observation_spec(base.policy, provided.keys), action_dim,
+                       sac)

@@ -70,14 +70,12 @@ class Actor:
 
     @property
     def weights_version(self) -> int:
-        return int(getattr(self.policy, "weights_version", 0))
+        return int(self.policy.weights_version)
 
     def update_weights(self, policy_bytes: bytes, version: int) -> None:
-        """Swap in the learner's newer weights (policies trained by the learner only; a frozen policy has none)."""
-        update = getattr(self.policy, "update_weights", None)
-        if update is None:
-            raise ValueError(f"a {self.policy.kind} policy takes no weights from the learner")
-        update(policy_bytes, version)
+        """Swap in the learner's newer weights (policies trained by the learner only; a frozen policy's PolicyError
+        says it has none)."""
+        self.policy.update_weights(policy_bytes, version)
 
     def reset(self) -> None:
         self.history.reset()
@@ -92,8 +90,7 @@ class Actor:
     def observe(self, obs: Observation) -> Observation:
         """This control step's observation as the policy and the learner see it: a policy over a frozen base adds the
         base's action for the step (call once per step, before `step` or `human_acted`; others return `obs`)."""
-        augment = getattr(self.policy, "augment_observation", None)
-        return obs if augment is None else augment(obs)
+        return self.policy.augment_observation(obs)
 
     def learner_action_of(self, executed: np.ndarray, obs: Observation) -> np.ndarray | None:
         """A human's executed action in the learner's action space, where the policy can map it (else None); `obs`
@@ -119,16 +116,11 @@ class Actor:
         self._last = (learner_action, info)
         return action
 
-    def _interrupt_policy(self) -> None:
-        interrupt = getattr(self.policy, "interrupt", None)
-        if interrupt is not None:
-            interrupt()
-
     def human_acted(self, obs: Observation) -> None:
         """A human chose this step's action: keep the observation history, drop the policy's plan (the arm will not
         be where the plan assumed)."""
         self._last = (np.zeros(0, np.float32), {})
-        self._interrupt_policy()
+        self.policy.interrupt()
         if self.planner is not None:
             self.planner.interrupt(obs)
             return
@@ -156,7 +148,7 @@ class Actor:
             if human_action is not None:
                 human_action = np.asarray(human_action, dtype=np.float32)
                 learner_action = self.learner_action_of(human_action, obs)
-                self._interrupt_policy()
+                self.policy.interrupt()
                 if self.planner is not None:
                     self.planner.interrupt()  # `obs` is in its history already
                 self._queue.clear()

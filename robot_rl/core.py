@@ -12,7 +12,9 @@ Observation = Mapping[str, np.ndarray]
 
 @runtime_checkable
 class Policy(Protocol):
-    """Maps an observation to an action in [-1, 1]; `reset` is called at the start of each episode."""
+    """Maps an observation to an action in [-1, 1], one per call (what lock-step loops run: the scripted expert, an
+    `Actor`, a `ChunkRunner`); `reset` is called at the start of each episode. Policy kinds implement the chunked
+    robot_rl.policies.base.Policy."""
 
     def reset(self) -> None: ...
 

@@ -160,8 +160,8 @@ def distill(cfg: DistillConfig, *, on_progress=None, should_stop=None) -> dict[s
     from robot_rl.data.sequences import SequenceWindows
     from robot_rl.policies.base import PolicyError, resolve_device
     from robot_rl.policies.checkpoint import read_policy_files
-    from robot_rl.policies.diffusion import ACTION_KEY, policy_from_files
-    from robot_rl.policies.one_step import OneStepPolicy
+    from robot_rl.policies.diffusion import ACTION_KEY
+    from robot_rl.policies.one_step import OneStepPolicy, teacher_from_files
     from robot_rl.report import json_safe
     from robot_rl.train_bc import fit, sim_task_of
 
@@ -173,10 +173,10 @@ def distill(cfg: DistillConfig, *, on_progress=None, should_stop=None) -> dict[s
     started = time.perf_counter()
     folder = teacher_folder(Path(cfg.teacher))
     description, tensors = read_policy_files(folder)
-    if description.get("kind") != "diffusion":
-        raise PolicyError(f"--teacher {folder}: a {description.get('kind')} policy; the teacher must be a diffusion "
-                          "policy")
-    teacher = policy_from_files(description, tensors, device)
+    try:
+        teacher = teacher_from_files(description, tensors, device)
+    except PolicyError as error:
+        raise PolicyError(f"--teacher {folder}: {error}") from None
     trained = description.get("trained") if isinstance(description.get("trained"), dict) else {}
     dataset_paths = cfg.dataset or teacher_datasets(folder, description)
     datasets = [EpisodeDataset(path) for path in dataset_paths]

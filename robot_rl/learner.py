@@ -16,6 +16,7 @@ import numpy as np
 from robot_rl.agents.sac import SACAgent, SACConfig, aliased_actions
 from robot_rl.data.episodes import EpisodeDataset
 from robot_rl.data.replay import MixedSampler, ReplayBuffer, insert_with_interventions
+from robot_rl.policies.registry import CHUNK_KEYS
 from robot_rl.types import ObservationSpec
 
 CHECKPOINT_VERSION = 1
@@ -109,7 +110,7 @@ class Learner:
         `action_space`: a gymnasium Box in [-1, 1] or the action size (of the SAC action).
 
         `chunk_decisions` (a noise-space head): the SAC action is the transitions' `learner_action`, one per action
-        chunk; `insert` joins the steps of a chunk (`policy_info["chunk_step"]` 0, 1, ...) into one transition (the
+        chunk; `insert` joins the steps of a chunk (`policy_info[CHUNK_KEYS.step]` 0, 1, ...) into one transition (the
         chunk's first observation, its action, the summed reward, the observation after its last step) and skips
         steps without a learner action (a human's), cutting the chunk they interrupt. With noise aliasing
         (`sac.aliased_chunk_dim`) it keeps a human's steps instead, joined into chunks of the same length with the
@@ -336,9 +337,7 @@ class Learner:
 
     def _join_chunk_step(self, observation, action, learner_action, reward, terminated, truncated,
                          next_observation, policy_info) -> None:
-        from robot_rl.policies.noise import CHUNK_STEP_KEY
-
-        step = policy_info.get(CHUNK_STEP_KEY)
+        step = policy_info.get(CHUNK_KEYS.step)
         human = learner_action is None or step is None  # a human's step: its noise is unknown
         chunk = self._chunk
         if human and self.aliasing is None:
@@ -371,11 +370,10 @@ class Learner:
 
     def _aliases_of(self, policy_info: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
         """The (noise, chunk) aliases a noise-aliasing actor recorded at a chunk's first step, if any."""
-        from robot_rl.policies.noise import ALIAS_CHUNKS_KEY, ALIAS_NOISE_KEY
-
-        if self.aliasing is None or ALIAS_NOISE_KEY not in policy_info or ALIAS_CHUNKS_KEY not in policy_info:
+        noise, chunks = CHUNK_KEYS.alias_noise, CHUNK_KEYS.alias_chunks
+        if self.aliasing is None or noise not in policy_info or chunks not in policy_info:
             return None
-        return np.asarray(policy_info[ALIAS_NOISE_KEY]), np.asarray(policy_info[ALIAS_CHUNKS_KEY])
+        return np.asarray(policy_info[noise]), np.asarray(policy_info[chunks])
 
     def _packed(self, executed: Any, noise: np.ndarray | None = None,
                 aliases: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:

@@ -227,9 +227,9 @@ class LearnerServer:
         added = learner.add_demos(demos, labeller) if demos is not None else 0
         return f"started with {added} demo transitions"
 
-    def attach(self, learner: Learner) -> str:
+    def attach(self, learner: Learner, extra: Mapping[str, Any] | None = None) -> str:
         """Make `learner` (prepared by `load_learner`) the one this server trains: stage the partial episodes the
-        checkpoint recorded and every log entry after it. A new run is checkpointed at once."""
+        checkpoint recorded and every log entry after it. A new run is checkpointed at once (with `extra`)."""
         if not self.opened:
             raise RuntimeError("open() the server before attaching a learner")
         self.learner = learner
@@ -243,7 +243,7 @@ class LearnerServer:
         self.logged_through = max(self.logged_through, self.staged_through)
         self.attached = True
         if self.checkpoint_state is None:
-            self.checkpoint()
+            self.checkpoint(extra)
         return f"staged {replayed} logged transitions"
 
     # ----- data in -----------------------------------------------------------------------------------------------

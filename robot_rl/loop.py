@@ -1,9 +1,11 @@
-"""In-process env loop: make envs by task name, run and record episodes."""
+"""In-process sim tools: make envs by task name, run any policy through the actor (`as_actor`), record episodes.
+
+Episodes run in the one episode loop (robot_rl.episode.EpisodeRunner over robot_rl.sim.robot_adapter.SimLink), so
+every command goes through an `ActorSession` and the safety layer, as on the robot."""
 
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable
 
 import gymnasium as gym
@@ -11,6 +13,7 @@ import numpy as np
 
 from robot_rl.core import Policy
 from robot_rl.data.episodes import DatasetError, EpisodeWriter, specs_from_spaces
+from robot_rl.policies.base import ActionChunk, PolicyBase
 
 ENV_NAMESPACE = "robot_rl"
 
@@ -52,34 +55,40 @@ class EpisodeResult:
     seconds: float
 
 
-def run_episode(
-    env: gym.Env,
-    policy: Policy,
-    *,
-    seed: int | None = None,
-    on_step: Callable[..., None] | None = None,
-) -> tuple[EpisodeResult, dict]:
-    """Run `policy` for one episode; `on_step(obs, action, reward, terminated, truncated, info)` sees each step.
+class StepPolicy(PolicyBase):
+    """An `act(obs)` policy (robot_rl.core.Policy: a scripted expert) as a robot_rl.policies Policy of one-action
+    chunks, so an `Actor` runs it."""
 
-    Returns the result and the final observation.
-    """
-    obs, info = env.reset(seed=seed)
-    policy.reset()
-    start = time.perf_counter()
-    steps, total_reward, success = 0, 0.0, False
-    while True:
-        action = np.asarray(policy.act(obs), dtype=np.float32)
-        next_obs, reward, terminated, truncated, info = env.step(action)
-        if on_step is not None:
-            on_step(obs, action, reward, terminated, truncated, info)
-        steps += 1
-        total_reward += float(reward)
-        success = success or bool(info.get("success", False))
-        obs = next_obs
-        if terminated or truncated:
-            break
-    result = EpisodeResult(seed, steps, total_reward, success, time.perf_counter() - start)
-    return result, obs
+    obs_horizon = 1
+    chunk_length = 1
+    observation_spec = None
+    observation_keys: tuple[str, ...] = ()
+    device = "cpu"
+
+    def __init__(self, policy: Policy, action_dim: int):
+        self.policy = policy
+        self.action_dim = int(action_dim)
+        self.kind = type(policy).__name__
+
+    def reset(self) -> None:
+        self.policy.reset()
+
+    def act_chunk(self, history, *, deterministic: bool = True) -> ActionChunk:
+        action = np.asarray(self.policy.act(history[-1]), dtype=np.float32)[None]
+        return ActionChunk(action, action)
+
+    def learner_action_of(self, executed: np.ndarray, info) -> np.ndarray:
+        return np.asarray(executed, dtype=np.float32)
+
+
+def as_actor(policy, action_dim: int):
+    """`policy` as the robot_rl.actor.Actor an `ActorSession` drives: an Actor as it is; a robot_rl.policies Policy
+    acting deterministically (chunks executed receding-horizon); an `act(obs)` policy through `StepPolicy`."""
+    from robot_rl.actor import Actor
+
+    if isinstance(policy, Actor):
+        return policy
+    return Actor(policy if hasattr(policy, "act_chunk") else StepPolicy(policy, action_dim), deterministic=True)
 
 
 def max_attempts_for(episodes: int, only_successes: bool) -> int:
@@ -107,10 +116,6 @@ def first_seed(writer: EpisodeWriter, seed: int | None, attempts: int) -> int:
     return seed
 
 
-class _Stop(Exception):
-    """`record_episodes`' should_stop said stop, in the middle of an episode."""
-
-
 def record_episodes(
     env: gym.Env,
     policy: Policy,
@@ -123,40 +128,43 @@ def record_episodes(
     on_episode: Callable[[EpisodeResult, bool], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> list[EpisodeResult]:
-    """Record `episodes` episodes to `writer` (optionally keeping only successful ones).
+    """Record `episodes` episodes to `writer` (optionally keeping only successful ones): `policy` (see `as_actor`)
+    acts through an `ActorSession` and the safety layer, and each step's transition is stored (the executed action,
+    as the actor node records; a command the safety layer held leaves no step).
 
     Attempt k is reset with seed `seed + k`, stored with the episode; `seed=None` continues after the stored seeds.
-    `should_stop()` is checked after every env step: when it returns True the episode under way is discarded and
+    `should_stop()` is checked between env steps: when it returns True the episode under way is discarded and
     the episodes recorded so far are returned.
     """
+    from robot_rl.episode import run_episodes
+    from robot_rl.sim.robot_adapter import SimLink, SimRobotAdapter, sim_runner
+    from robot_rl.transport import Outbox
+
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     results: list[EpisodeResult] = []
-    attempts = 0
     max_attempts = max_attempts if max_attempts is not None else max_attempts_for(episodes, only_successes)
     seed = first_seed(writer, seed, max_attempts)
-    while len(results) < episodes and attempts < max_attempts:
-        episode_seed = seed + attempts
-        attempts += 1
 
-        def on_step(obs, action, reward, terminated, truncated, info):
-            writer.add_step(obs, action, reward, terminated, truncated)
-            if should_stop is not None and should_stop():
-                raise _Stop
-
-        try:
-            result, final_obs = run_episode(env, policy, seed=episode_seed, on_step=on_step)
-        except _Stop:
-            writer.discard_episode()
-            break
-        keep = result.success or not only_successes
+    def on_episode_end(end) -> None:
+        result = link.episode_result(end)
+        keep = bool(end.steps) and (result.success or not only_successes)  # no steps: every command was held
         if keep:
-            writer.end_episode(final_obs, success=result.success, seed=episode_seed)
+            started = end.steps[0][1]
+            for transition, wall_time in end.steps:
+                writer.add_step(transition.observation, transition.action, transition.reward, transition.terminated,
+                                transition.truncated, transition.intervention, wall_time - started)
+            writer.end_episode(end.final_observation, success=result.success, seed=result.seed)
             results.append(result)
-        else:
-            writer.discard_episode()
         if on_episode is not None:
             on_episode(result, keep)
+
+    link = SimLink(SimRobotAdapter(env), range(seed, seed + max_attempts))
+    runner = sim_runner(link, as_actor(policy, env.action_space.shape[0]), source="record",
+                        outbox=Outbox(capacity=1), on_episode_end=on_episode_end)  # its end has the transitions
+    for _ in range(max_attempts):
+        if len(results) >= episodes or not run_episodes(runner, 1, should_stop=should_stop):
+            break
     return results
 
 

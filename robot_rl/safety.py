@@ -33,8 +33,7 @@ import collections
 import dataclasses
 import logging
 import math
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -506,7 +505,7 @@ class Safety:
         return SafeCommandBatch(out_positions, out_quats, out_grippers, held, reasons)
 
 
-# ----- the sim wrapper ----------------------------------------------------------------------------------------------
+# ----- the sim env --------------------------------------------------------------------------------------------------
 
 def sim_safety_config(env: gym.Env, **overrides: Any) -> SafetyConfig:
     """A `SafetyConfig` with the limits of a robot_rl sim env (workspace, step limits, orientation box, action size)."""
@@ -540,44 +539,3 @@ def sim_env_action(env: gym.Env, command: SafeCommand, position, quat) -> np.nda
     parts.append([command.gripper])
     # The clip only matters if the safety limits are looser than the env's own (the env would clip anyway).
     return np.clip(np.concatenate(parts), -1.0, 1.0).astype(np.float32)
-
-
-class SafetyWrapper(gym.Wrapper):
-    """Runs every sim action through `Safety`: NaN/inf never reach the env, stale sensors / e-stop hold the target,
-    and ``info["safety"]`` reports ``{"held", "reasons"}``.
-
-    The safe absolute target is converted back into the env's delta action relative to the env's own controller
-    target (read every step, so nothing drifts), which the env then reproduces up to float32 rounding. Each
-    observation key is stamped with ``clock()`` when it arrives, in ``sensor_stamps`` (a test may age them).
-    """
-
-    def __init__(self, env: gym.Env, safety: Safety, clock: Callable[[], float] = time.monotonic):
-        super().__init__(env)
-        check_sim_env(env, "SafetyWrapper")
-        if safety.config.action_dim != env.action_space.shape[0]:
-            raise ValueError(f"safety is configured for {safety.config.action_dim}-d actions; the env takes "
-                             f"{env.action_space.shape[0]}-d actions")
-        self.safety = safety
-        self.clock = clock
-        self.sensor_stamps: dict[str, float] = {}
-
-    def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
-        self._stamp(obs)
-        return obs, info
-
-    def step(self, action):
-        base = self.env.unwrapped
-        position, quat = base.target_pose()
-        command = self.safety.filter(action, position, quat, self.clock(), self.sensor_stamps,
-                                     current_gripper=base.gripper_command)
-        obs, reward, terminated, truncated, info = self.env.step(sim_env_action(self.env, command, position, quat))
-        self._stamp(obs)
-        info["safety"] = {"held": command.held, "reasons": command.reasons}
-        return obs, reward, terminated, truncated, info
-
-    def _stamp(self, obs) -> None:
-        now = self.clock()
-        for key in obs:
-            self.sensor_stamps[key] = now
-

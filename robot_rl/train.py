@@ -1,26 +1,32 @@
 """In-process training in the sim mirror: demos, SAC learner with RLPD mixing, simulated human, eval, report.
 
 A run is a folder: ``config.json``, ``demos.zarr``, ``checkpoint/`` (learner, buffers and the run's progress),
-``policy.msgpack`` (the policy file `robot-rl eval` and the ROS actor node load), ``tensorboard/``, ``report.md``
+``transition_log/`` (the transitions received since the checkpoint, as the ROS learner keeps them), ``policy.msgpack`` (the policy file `robot-rl eval` and the ROS actor node load), ``tensorboard/``, ``report.md``
 with ``learning_curve.png`` and ``training_curves.png``, and ``eval.mp4``.
 
 Each control step runs as on the robot: the same `ActorSession` the ROS actor node uses turns the actor's decision
 (policy, uniform warm-up or the simulated human) into a safe absolute command through the safety layer, the sim env
-executes it (robot_rl.sim.robot_adapter), and the session's transitions go from its outbox into the learner. A
-command the safety layer holds (a non-finite action) still takes an env step but makes no transition, as on the
-robot; the checkpoint's ``learner.json`` counts commands, holds and clips under ``extra.safety``. Evaluations run
-the deterministic policy on the env directly (robot_rl.sim.evaluate, shared with `robot-rl eval`).
+executes it (robot_rl.sim.robot_adapter), all in the one episode loop (robot_rl.episode.EpisodeRunner) the actor
+node runs; the session's transitions go from its outbox into an in-memory `robot_rl.learner_server.LearnerServer`,
+the ingest the ROS learner node uses (transition log, episodes inserted into replay when they end, learner steps
+owed to the data received). A command the safety layer holds (a non-finite action) still takes an env step but makes
+no transition, as on the robot; the checkpoint's ``learner.json`` counts commands, holds and clips under
+``extra.safety``. Evaluations run the deterministic policy through the same loop and safety layer
+(robot_rl.sim.evaluate, shared with `robot-rl eval`). The last env step of the run ends its episode there (its last
+step bootstraps, as at a time limit).
 
 Checkpoints are taken every `checkpoint_every` env steps, after every evaluation, at the end, and when SIGINT or
 SIGTERM stop the run; so a checkpoint can fall in the middle of an episode. It then holds that episode's
 transitions so far, and a resumed run ends the episode there (its last step bootstraps, as at a time limit) and
 starts the same episode (same seed) again from its reset: env steps and the learner's transitions stay equal (less
-the held steps), and nothing is trained on twice.
+the held steps), and nothing is trained on twice (what the transition log holds from after the checkpoint is
+dropped: the resumed run collects it again).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import shutil
 import signal
@@ -38,14 +44,16 @@ from robot_rl.agents.sac import ImageEncoderConfig, SACConfig
 from robot_rl.config_io import config_from_json, config_to_json
 from robot_rl.files import atomic_write_text
 from robot_rl.learner import Learner, LearnerConfig
+from robot_rl.learner_server import LearnerServer
+from robot_rl.policies.registry import LearnerPlan, kind_of, learner_kinds, learner_plan
 from robot_rl.sim.evaluate import EVAL_SEED_OFFSET, Evaluation, StopRequested, evaluate
 from robot_rl.sim.human import SimulatedHumanConfig
-from robot_rl.transport import Outbox, StampedTransition
+from robot_rl.transport import Outbox, encode_transitions
 
 ObsMode = Literal["state", "pixels", "state+pixels"]
 DEMO_SEED_OFFSET = 2_000_000
-IN_PROCESS_SOURCE = "train/in-process"
-"""The `ActorSession` source of in-process training (one actor, no transport)."""
+IN_PROCESS_ACTOR = "train"
+"""The actor id of in-process training's `ActorSession` (each run of the process is a new incarnation of it)."""
 CONFIG_FILE = "config.json"
 CHECKPOINT_DIR = "checkpoint"
 VIDEO_FILE = "eval.mp4"
@@ -124,7 +132,7 @@ class TrainConfig:
     @property
     def learns_from_demos(self) -> bool:
         """Whether the run's learner can use demos (DSRL-SAC cannot: the noise behind a demo is unknown)."""
-        return self.policy != "noise" or self.noise_aliasing
+        return kind_of(self.policy).learns_from_demos(self)
 
     def __post_init__(self) -> None:
         problems = [f"{name}={getattr(self, name)!r} must be >= {low}"
@@ -138,18 +146,13 @@ class TrainConfig:
             choices = typing.get_args(hints[name])
             if getattr(self, name) not in choices:
                 problems.append(f"{name}={getattr(self, name)!r} must be one of {', '.join(map(repr, choices))}")
-        if self.policy != "plain" and self.base is None and self.policy in typing.get_args(hints["policy"]):
-            problems.append(f"policy={self.policy!r} needs --base (the frozen base policy's folder or file)")
-        if self.policy == "plain" and self.base is not None:
-            problems.append(f"--base {self.base} is only used with --policy residual or noise")
+        if self.policy in typing.get_args(hints["policy"]):
+            problems += self._policy_option_problems()
         if self.sac.residual_scale is not None:
             problems.append("sac.residual_scale is set by the run: use --policy residual --residual-scale "
                             f"{self.sac.residual_scale:g}")
         if self.sac.aliased_chunk_dim is not None:
             problems.append("sac.aliased_chunk_dim is set by the run: use --policy noise --noise-aliasing")
-        for flag in ("noise_aliasing", "noise_repeat"):
-            if getattr(self, flag) and self.policy != "noise":
-                problems.append(f"--{flag.replace('_', '-')} is a --policy noise option")
         if not (np.isfinite(self.noise_bound) and self.noise_bound > 0):
             problems.append(f"noise_bound={self.noise_bound!r} must be > 0")
         if not (np.isfinite(self.residual_scale) and self.residual_scale > 0):
@@ -160,6 +163,20 @@ class TrainConfig:
             problems.append(f"image_size={self.image_size!r} must be in [16, 640]")
         if problems:
             raise ValueError(f"invalid {type(self).__name__}: {'; '.join(problems)}")
+
+    def _policy_option_problems(self) -> list[str]:
+        """A base missing or given in vain, another policy kind's flag set (robot_rl.policies.registry)."""
+        kind = kind_of(self.policy)
+        problems = []
+        if "base" in kind.options and self.base is None:
+            problems.append(f"policy={self.policy!r} needs --base (the frozen base policy's folder or file)")
+        if "base" not in kind.options and self.base is not None:
+            on_base = " or ".join(other.name for other in learner_kinds() if "base" in other.options)
+            problems.append(f"--base {self.base} is only used with --policy {on_base}")
+        for other in learner_kinds():
+            problems += [f"--{flag.replace('_', '-')} is a --policy {other.name} option" for flag in other.options
+                         if flag not in kind.options and getattr(self, flag) is True]
+        return problems
 
 
 class RunError(ValueError):
@@ -246,31 +263,13 @@ class EvalHistory:
         return row
 
 
-class OutboxFeed:
-    """Moves an in-process `ActorSession`'s transitions from its outbox into the `Learner`, as they come.
-
-    Like the learner server, it cuts the learner's open episode where the session's steps do not follow on (after
-    a held command, or an episode that ended without a last transition), so the replay never joins them.
-    """
-
-    def __init__(self, outbox: Outbox, learner: Learner):
-        self.outbox = outbox
-        self.learner = learner
-        self._continues: tuple[int, int] | None = None  # (episode, step) that extends the learner's open episode
-
-    def drain(self) -> list[StampedTransition]:
-        """Insert every transition in the outbox, in order, and acknowledge them; returns them."""
-        items = self.outbox.due(0.0, max_items=len(self.outbox))  # never marked sent: every item is due
-        for item in items:
-            if (item.episode, item.step) != self._continues:
-                self.learner.end_episode()
-            self.learner.insert(item.observation, item.action, item.reward, item.terminated, item.truncated,
-                                item.next_observation, item.intervention, item.learner_action, item.policy_info)
-            ended = item.terminated or item.truncated
-            self._continues = None if ended else (item.episode, item.step + 1)
-        if items:
-            self.outbox.acknowledge(items[-1].seq)
-        return items
+def feed_server(server: LearnerServer, source: str, outbox: Outbox) -> int:
+    """Ingest an in-process actor's outbox into `server` (the transitions message an actor node sends) and
+    acknowledge it there from the server's acks; returns how many transitions went."""
+    items = outbox.due(0.0, max_items=len(outbox))  # never marked sent: every item is due
+    if items:
+        outbox.acknowledge(server.ingest(encode_transitions(source, items))[source])
+    return len(items)
 
 
 class UpdateRate:
@@ -450,17 +449,18 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from tensorboard.summary import Writer
 
-    from robot_rl.actor import Actor, ActorSession
+    from robot_rl.actor import Actor
     from robot_rl.data.episodes import EpisodeDataset
+    from robot_rl.episode import run_episodes
+    from robot_rl.learner_server import checkpoint_server_state
     from robot_rl.loop import make_env
-    from robot_rl.policy_file import POLICY_FILE, write_policy_file
     from robot_rl.report import learner_counters, success_text, write_report
-    from robot_rl.safety import Safety
     from robot_rl.sim.human import SimulatedHuman
-    from robot_rl.sim.robot_adapter import SimRobotAdapter
+    from robot_rl.sim.robot_adapter import SimLink, SimRobotAdapter, sim_runner
+    from robot_rl.transport import make_source
 
-    state: dict[str, Any] = {"env_step": 0, "episode": 0, "weights_version": 0, "wall_seconds": 0.0, "evals": [],
-                             "episodes_log": [], "metrics": [], "safety": {}, "finished": False}
+    state: dict[str, Any] = {"env_step": 0, "episode": 0, "wall_seconds": 0.0, "evals": [], "episodes_log": [],
+                             "metrics": [], "safety": {}, "finished": False}
     env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size)
     try:
         kind = policy_kind(cfg, env.observation_space, env.action_space.shape[0])
@@ -474,8 +474,9 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
                       chunk_decisions=kind.chunk_decisions, robot_action_dim=kind.robot_action_dim)
 
     if resuming:
-        state.update(learner.restore(run_dir / CHECKPOINT_DIR))
-        learner.end_episode()  # a checkpoint taken mid-episode: the episode ends there and restarts from its reset
+        progress = learner.restore(run_dir / CHECKPOINT_DIR)
+        progress.pop("server", None)  # the server's own part
+        state.update(progress)
         if config_changed:
             atomic_write_text(run_dir / CONFIG_FILE, json.dumps(config_to_json(cfg), indent=2))
         state["finished"] = False
@@ -486,7 +487,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
         if demos is not None and demos.task != cfg.task:
             raise RunError(f"--demo-path {cfg.demo_path} holds demos of task {demos.task!r}, this run is --task "
                            f"{cfg.task}")
-        labeller = make_policy(learner.agent) if cfg.policy == "residual" else None  # demos get base actions
+        labeller = kind.demo_labeller(learner.agent)  # a head on a base: demos get base actions
         if not cfg.learns_from_demos and (demos is not None or cfg.demos):
             print("--policy noise learns from its own chunks only (the noise behind a demo is unknown; "
                   "--noise-aliasing learns from demos): no demos")
@@ -520,8 +521,14 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
             raise
         if demos is not None:
             print(f"{learner.demo_transitions} demo transitions from {demos.num_episodes} episodes ({demos.path})")
+    server = LearnerServer(learner, run_dir, weights_every=cfg.weights_every)  # one learner step per transition
+    server.make_policy = make_policy
+    if resuming:  # this process restarts the actor from the checkpoint too: it collects those transitions again
+        server.log.discard_after(int(checkpoint_server_state(run_dir).get("logged_through", -1)))
+    server.open()
+    server.attach(learner, extra=state)  # a checkpoint's partial episode is closed by this actor's first transitions
     if learner.warming_up:  # say why the first updates are late (or never come, in a short run)
-        acting = "uniformly random actions" if cfg.policy == "plain" else "the base policy acts"
+        acting = "uniformly random actions" if kind.uniform_warmup else "the base policy acts"
         why = "no demos; " if not learner.demo_transitions else ""
         print(f"warm-up: {acting} and no updates for the next "
               f"{learner.warmup_transitions - learner.transitions} env steps ({why}--learner.warmup-transitions "
@@ -533,11 +540,8 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
 
     actor = Actor(make_policy(learner.agent, seed=cfg.seed + state["episode"]), seed=cfg.seed + state["episode"],
                   human=human)
-    uniform_warmup = cfg.policy == "plain"  # a run on a base acts with it (zero head output) from the start
-    session = ActorSession(Safety(robot.safety_config()), IN_PROCESS_SOURCE, Outbox(),
-                           max_episode_steps=robot.max_episode_steps, actor=actor)
-    session.safety.counters.update(state["safety"])
-    feed = OutboxFeed(session.outbox, learner)
+    uniform_warmup = kind.uniform_warmup  # a run on a base acts with it (zero head output) from the start
+    source = make_source(IN_PROCESS_ACTOR)
     eval_actor = Actor(make_policy(learner.agent), deterministic=True)
     history = EvalHistory(state["evals"])
     tb = Writer(str(run_dir / "tensorboard"))
@@ -546,23 +550,27 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
     update_info: dict[str, float] = {}
     start_time = time.perf_counter() - state["wall_seconds"]
     update_rate = UpdateRate(learner.updates, time.perf_counter())
-    weights_version = state["weights_version"]
     env_step, episode = state["env_step"], state["episode"]
+    unclosed = 0  # env steps executed whose transition the session has not closed yet (the last command's)
     next_checkpoint = env_step + cfg.checkpoint_every
+    progress = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        TextColumn("{task.fields[status]}"), refresh_per_second=4)
+    bar = progress.add_task("train", total=cfg.steps, completed=env_step, status="")
+
+    def print_line(line: str) -> None:
+        progress.console.print(line, soft_wrap=True)
 
     def publish_weights():
-        nonlocal weights_version
-        weights_version += 1
-        policy = learner.policy_bytes()
-        actor.update_weights(policy, weights_version)
-        eval_actor.update_weights(policy, weights_version)
+        weights = server.weights()
+        actor.update_weights(weights.policy, weights.version)
+        eval_actor.update_weights(weights.policy, weights.version)
 
     def eval_due() -> bool:
         last = history.rows[-1]["env_step"] if history.rows else -1
         return last < 0 or env_step // cfg.eval_every > last // cfg.eval_every or (
             env_step >= cfg.steps and last != env_step)
 
-    def run_eval(print_line) -> None:
+    def run_eval() -> None:
         final = env_step >= cfg.steps
         episodes = (cfg.final_eval_episodes or cfg.eval_episodes) if final else cfg.eval_episodes
         publish_weights()
@@ -579,13 +587,9 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
     def checkpoint() -> None:
         nonlocal next_checkpoint
         started = time.perf_counter()
-        state.update(
-            env_step=env_step, episode=episode, weights_version=weights_version, evals=history.rows,
-            wall_seconds=time.perf_counter() - start_time, safety=dict(session.safety.counters),
-        )
-        learner.save(run_dir / CHECKPOINT_DIR, extra=state)
-        write_policy_file(run_dir / POLICY_FILE, make_policy(learner.agent).weights_message(
-            version=max(weights_version, 1), transitions=learner.transitions, updates=learner.updates))
+        state.update(env_step=env_step, episode=episode, evals=history.rows,
+                     wall_seconds=time.perf_counter() - start_time, safety=dict(runner.session.safety.counters))
+        server.checkpoint(extra=state)
         next_checkpoint = env_step + cfg.checkpoint_every
         update_rate.exclude(time.perf_counter() - started)
 
@@ -596,70 +600,72 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
             episodes=state["episodes_log"], metrics=state["metrics"], counters=learner_counters(learner),
             wall_seconds=state["wall_seconds"], video=video if video.exists() else None, status=status)
 
-    columns = (
-        TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TextColumn("{task.fields[status]}"),
-    )
+    def executed(_executed) -> None:
+        nonlocal unclosed
+        unclosed += 1
+        if env_step + unclosed >= cfg.steps:  # the run's last env step: the episode ends there
+            link.inputs.key("reset")
+
+    def step_closed() -> None:
+        """An env step's transition is closed (none after a held command): into the learner, which trains on what
+        it owes; then an evaluation or a checkpoint when due."""
+        nonlocal env_step, unclosed, update_info
+        env_step += 1
+        unclosed -= 1
+        feed_server(server, source, runner.session.outbox)
+        for rejection in server.rejections:
+            print_line(f"warning: dropped {rejection}")
+        server.rejections.clear()
+        while server.pending_steps > 0:
+            update_info, weights_due = server.train_step()
+            if weights_due:
+                publish_weights()
+        if eval_due():
+            run_eval()
+            if env_step < cfg.steps:  # the final checkpoint follows the final evaluation
+                checkpoint()
+        elif env_step >= next_checkpoint and env_step < cfg.steps:
+            checkpoint()
+
+    def commanded(_step) -> None:
+        if unclosed > 1:  # the session closed the previous command's step before choosing this one
+            step_closed()
+
+    def episode_ended(end) -> None:
+        nonlocal episode, recent_success, recent_interventions
+        step_closed()
+        episode += 1
+        success, length = link.episode_success, link.episode_steps
+        intervention_rate = runner.session.episode_interventions / length
+        recent_success = (recent_success + [success])[-20:]
+        recent_interventions = (recent_interventions + [intervention_rate])[-20:]
+        state["episodes_log"].append({"env_step": env_step, "success": success, "return": link.episode_reward,
+                                      "length": length, "intervention_rate": intervention_rate})
+        updates_per_s = update_rate.read(learner.updates, time.perf_counter())
+        state["metrics"].append(
+            {"env_step": env_step, "updates": learner.updates, "updates_per_s": updates_per_s, **update_info})
+        tb.add_scalar("train/success", float(success), step=env_step)
+        tb.add_scalar("train/intervention_rate", intervention_rate, step=env_step)
+        tb.add_scalar("train/updates_per_s", updates_per_s, step=env_step)
+        for key, value in update_info.items():
+            tb.add_scalar(f"learner/{key}", value, step=env_step)
+        progress.update(bar, completed=env_step,
+                        status=f"success {np.mean(recent_success):.0%}  "
+                               f"intervention {np.mean(recent_interventions):.0%}  {updates_per_s:.0f} updates/s")
+
+    link = SimLink(robot, itertools.count(cfg.seed + episode), on_executed=executed)
+    runner = sim_runner(link, actor, source=source, outbox=Outbox(), on_command=commanded,
+                        on_episode_end=episode_ended, uniform=lambda: uniform_warmup and learner.warming_up)
+    runner.session.safety.counters.update(state["safety"])
     try:
-        with Progress(*columns, refresh_per_second=4) as progress:
-            bar = progress.add_task("train", total=cfg.steps, completed=env_step, status="")
+        with progress:
             if eval_due():  # the first evaluation, or one a stop interrupted
-                run_eval(lambda line: progress.console.print(line, soft_wrap=True))
+                run_eval()
                 if env_step < cfg.steps:
                     checkpoint()
             while env_step < cfg.steps:
-                start = robot.reset(seed=cfg.seed + episode)
-                session.start_episode(start.tcp_position, start.tcp_quat, start.gripper)  # resets the actor
-                # no demos: uniform first
-                decision = session.step(start.observation, uniform=uniform_warmup and learner.warming_up)
-                episode_return, episode_length = 0.0, 0
-                success = False
-                while not decision.episode_over:
-                    if stop():
-                        raise StopRequested
-                    executed = robot.execute(decision.command)
-                    env_step += 1
-                    episode_length += 1
-                    episode_return += executed.reward
-                    success = success or executed.success
-                    # closes this step's transition (none after a held command) and chooses the next command
-                    decision = session.step(executed.observation, reward=executed.reward, success=executed.success,
-                                            episode_key=executed.episode_key,
-                                            uniform=uniform_warmup and learner.warming_up)
-                    if feed.drain() and learner.ready:
-                        update_info = learner.step()
-                        if env_step % cfg.weights_every == 0:
-                            publish_weights()
-                    if eval_due():
-                        run_eval(lambda line: progress.console.print(line, soft_wrap=True))
-                        if env_step < cfg.steps:  # the final checkpoint follows the final evaluation
-                            checkpoint()
-                    elif env_step >= next_checkpoint and env_step < cfg.steps:
-                        checkpoint()
-                    if env_step >= cfg.steps:
-                        break
-                episode += 1
-                episode_interventions = session.episode_interventions
-                recent_success = (recent_success + [success])[-20:]
-                recent_interventions = (recent_interventions + [episode_interventions / episode_length])[-20:]
-                state["episodes_log"].append(
-                    {"env_step": env_step, "success": success, "return": episode_return,
-                     "length": episode_length, "intervention_rate": episode_interventions / episode_length}
-                )
-                updates_per_s = update_rate.read(learner.updates, time.perf_counter())
-                state["metrics"].append(
-                    {"env_step": env_step, "updates": learner.updates, "updates_per_s": updates_per_s,
-                     **update_info})
-                tb.add_scalar("train/success", float(success), step=env_step)
-                tb.add_scalar("train/intervention_rate", episode_interventions / episode_length, step=env_step)
-                tb.add_scalar("train/updates_per_s", updates_per_s, step=env_step)
-                for key, value in update_info.items():
-                    tb.add_scalar(f"learner/{key}", value, step=env_step)
-                progress.update(
-                    bar, completed=env_step,
-                    status=f"success {np.mean(recent_success):.0%}  "
-                           f"intervention {np.mean(recent_interventions):.0%}  {updates_per_s:.0f} updates/s",
-                )
+                if not run_episodes(runner, 1, should_stop=stop):
+                    raise StopRequested
     except StopRequested:
         checkpoint()
         report(f"Interrupted at env step {env_step} of {cfg.steps}: resume with "
@@ -678,72 +684,12 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
     return run_dir
 
 
-@dataclasses.dataclass(frozen=True)
-class PolicyKind:
-    """How a run's --policy shapes the learner and the actor."""
-
-    make_policy: Any
-    """make_policy(agent, seed=0) -> the Policy the actor runs with the learner's agent as its head."""
-    observation_spec: Any
-    """What the learner's agent sees."""
-    action_dim: int
-    """Size of the SAC action."""
-    sac: SACConfig
-    chunk_decisions: bool = False
-    """One learner transition per action chunk (noise-space heads)."""
-    robot_action_dim: int | None = None
-    """Size of the executed actions when it differs from the SAC action's (noise-space heads)."""
-
-
-def policy_kind(cfg: TrainConfig, observation_spec, action_dim: int) -> PolicyKind:
-    """The run's --policy over the robot's (or sim task's) observations and actions; RunError for a --base the run
-    cannot use. The in-process loop and the ROS learner node both build their learner and policy files with it."""
+def policy_kind(cfg: TrainConfig, observation_spec, action_dim: int) -> LearnerPlan:
+    """The run's --policy over the robot's (or sim task's) observations and actions (robot_rl.policies.registry);
+    RunError for a --base the run cannot use."""
     from robot_rl.policies.base import PolicyError
-    from robot_rl.policies.gaussian import GaussianPolicy
-    from robot_rl.types import ObservationSpec
-
-    provided = ObservationSpec.coerce(observation_spec)
-    action_dim = int(action_dim)
-    if cfg.policy == "plain":
-        return PolicyKind(lambda agent, seed=0: GaussianPolicy(agent, seed=seed), provided, action_dim, cfg.sac)
-    from robot_rl.policies.noise import NoisePolicy, load_noise_base, noise_dim
-    from robot_rl.policies.residual import (BASE_ACTION_KEY, FrozenBase, ResidualPolicy, load_base,
-                                            residual_observation_spec)
 
     try:
-        if cfg.policy == "noise":
-            base_policy, base_path = load_noise_base(cfg.base, device="cpu")
-        else:
-            base = load_base(cfg.base, device="cpu", execute=cfg.base_execute)
-            base_policy, base_path = base.policy, base.path
+        return learner_plan(cfg, observation_spec, action_dim)
     except PolicyError as error:
-        raise RunError(f"--base {cfg.base}: {error}") from None
-    provided = ObservationSpec.from_shapes({k: v for k, v in provided.entries if k != BASE_ACTION_KEY})
-    wrong = [k for k in base_policy.observation_spec.keys
-             if k not in provided or provided[k] != base_policy.observation_spec[k]]
-    if wrong or base_policy.action_dim != action_dim:
-        reads = ", ".join(f"{k} {base_policy.observation_spec[k].shape}" for k in wrong)
-        raise RunError(f"--base {cfg.base} reads {reads} and acts in {base_policy.action_dim} dims; --task {cfg.task} "
-                       f"--obs-mode {cfg.obs_mode} --image-size {cfg.image_size} gives "
-                       f"{dict((k, v.shape) for k, v in provided.entries)} and {action_dim}-d actions")
-    if cfg.policy == "noise":
-        execute = cfg.base_execute or base_policy.chunk_length
-        # one decision per chunk: the chunk's discount; no BC term (the head's action is noise)
-        sac = dataclasses.replace(cfg.sac, actor_zero_init_last=True, bc_weight=0.0,
-                                  discount=cfg.sac.discount ** execute,
-                                  aliased_chunk_dim=execute * action_dim if cfg.noise_aliasing else None)
-
-        def make_noise_policy(agent, seed: int = 0) -> NoisePolicy:
-            return NoisePolicy(base_policy, GaussianPolicy(agent, seed=seed), cfg.noise_bound, execute=execute,
-                               path=base_path, seed=seed, repeat=cfg.noise_repeat)
-
-        return PolicyKind(make_noise_policy, provided, noise_dim(base_policy, cfg.noise_repeat), sac,
-                          chunk_decisions=True, robot_action_dim=action_dim)
-
-    sac = dataclasses.replace(cfg.sac, residual_scale=cfg.residual_scale, actor_zero_init_last=True)
-
-    def make_residual_policy(agent, seed: int = 0) -> ResidualPolicy:
-        own_base = FrozenBase(base_policy, execute=base.execute, path=base_path)  # its own chunk queue
-        return ResidualPolicy(own_base, GaussianPolicy(agent, seed=seed), cfg.residual_scale)
-
-    return PolicyKind(make_residual_policy, residual_observation_spec(base_policy, provided.keys), action_dim, sac)
+        raise RunError(str(error)) from None

@@ -16,7 +16,7 @@ import dataclasses
 import math
 import re
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -24,6 +24,7 @@ import numpy as np
 
 from robot_rl.codec import CodecError, pack, unpack
 from robot_rl.files import atomic_write_bytes
+from robot_rl.policies.registry import GAUSSIAN
 
 if TYPE_CHECKING:  # robot_rl.types imports flax and JAX: the learner acknowledges transitions without them
     from robot_rl.types import ObservationSpec
@@ -240,8 +241,8 @@ class WeightsMessage:
     action_dim: int
     policy_config: dict[str, Any]
     """The head's config as JSON (for `gaussian`, the SAC agent config)."""
-    policy_kind: str = "gaussian"
-    """Which policy kind the weights belong to (robot_rl.policies.checkpoint.policy_from_weights builds it)."""
+    policy_kind: str = GAUSSIAN
+    """Which policy kind the weights belong to (robot_rl.policies.registry; policy_from_weights builds it)."""
     transitions: int = 0
     """Transitions of the run the learner had trained on when it produced these weights (every actor's)."""
     updates: int = 0
@@ -278,7 +279,7 @@ def decode_weights(payload: bytes | bytearray | memoryview) -> WeightsMessage:
     try:
         spec = message["observation_spec"]
         if "policy_config" not in message and "sac_config" in message:
-            kind, config = "gaussian", message["sac_config"]
+            kind, config = GAUSSIAN, message["sac_config"]
         else:
             kind, config = message["policy_kind"], message["policy_config"]
         if not isinstance(spec, dict) or not isinstance(message["policy"], bytes) or not isinstance(config, dict) \
@@ -385,6 +386,27 @@ class Outbox:
                 if len(out) >= budget:
                     break
         return out
+
+    def due_messages(self, source: str, now: float, max_items: int = 64, max_messages: int = 8) -> list[bytes]:
+        """What is due now as transitions messages of `source` (`encode_transitions`, at most `max_items` each),
+        each marked sent."""
+        messages = []
+        for _ in range(max_messages):
+            due = self.due(now, max_items)
+            if not due:
+                break
+            messages.append(encode_transitions(source, due))
+            self.mark_sent(due, now)
+        return messages
+
+    def take_ack(self, payload: bytes | bytearray | memoryview, source: str, now: float) -> None:
+        """Apply a learner's acknowledgement message for `source`: its cumulative ack, and the ranges it holds above
+        a gap (only the gap is re-sent); TransportError if malformed."""
+        acks, above = decode_ack(payload), decode_ack_above(payload)
+        if source in acks:
+            self.acknowledge(acks[source], now)
+        if source in above:
+            self.acknowledge_ranges(above[source], now)
 
     def mark_sent(self, items: Sequence[StampedTransition], now: float) -> None:
         for item in items:
@@ -662,9 +684,17 @@ class TransitionLog:
 
     def truncate(self, through: int) -> int:
         """Delete the entries with index <= `through` (they are in a checkpoint); returns how many."""
+        return self._delete(lambda index: index <= through)
+
+    def discard_after(self, index: int) -> int:
+        """Delete the entries with index > `index` (a checkpoint's last entry), for an actor restarted from that
+        checkpoint with its learner, which collects them again; returns how many."""
+        return self._delete(lambda entry: entry > index)
+
+    def _delete(self, chosen: Callable[[int], bool]) -> int:
         removed = 0
         for index in self.indices():
-            if index <= through:
+            if chosen(index):
                 self._path(index).unlink(missing_ok=True)
                 removed += 1
         return removed

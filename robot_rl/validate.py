@@ -305,13 +305,15 @@ def _pool_worker_init() -> None:
 
 def run_block(block: Block) -> dict[str, Any]:
     """Run one block of episodes; returns per-episode results (and frames of the filmed ones)."""
-    from robot_rl.actor import Actor, ActorSession
+    from robot_rl.actor import Actor
+    from robot_rl.episode import run_episodes
     from robot_rl.loop import make_env
     from robot_rl.robot_config import load_robot_config
     from robot_rl.safety import Safety
     from robot_rl.sim.evaluate import EVAL_SEED_OFFSET, env_settings_for
     from robot_rl.sim.perturb import PerturbedEnv
-    from robot_rl.sim.robot_adapter import SimRobotAdapter
+    from robot_rl.sim.robot_adapter import sim_runner
+    from robot_rl.transport import Outbox
 
     _worker_setup()
     policy = _cached_policy(block.policy, block.device)
@@ -319,56 +321,62 @@ def run_block(block: Block) -> dict[str, Any]:
     env = PerturbedEnv(make_env(block.task, obs_mode=obs_mode, image_size=image_size or 64), block.condition,
                        block.suite_seed)
     try:
-        adapter = SimRobotAdapter(env)
         robot = load_robot_config(block.robot)
-        safety = Safety(robot.safety_config(action_dim=policy.action_dim))
-        session = ActorSession(safety, "validate", max_episode_steps=adapter.max_episode_steps,
-                               actor=Actor(policy, deterministic=True))
-        episodes = []
-        frames: dict[int, dict[str, list[np.ndarray]]] = {}
-        for index in range(block.first, block.first + block.count):
-            filmed = index in block.film
-            episodes.append(_run_episode(adapter, env, session, EVAL_SEED_OFFSET + block.suite_seed + index,
-                                         frames.setdefault(index, {}) if filmed else None))
-        return {"condition": block.condition.name, "first": block.first, "episodes": episodes,
-                "frames": {i: {k: np.stack(v) for k, v in f.items()} for i, f in frames.items() if f},
+        indices = range(block.first, block.first + block.count)
+        watch = _EpisodeWatch(env, block.film, indices, [EVAL_SEED_OFFSET + block.suite_seed + i for i in indices])
+        runner = sim_runner(watch.link, Actor(policy, deterministic=True),
+                            safety=Safety(robot.safety_config(action_dim=policy.action_dim)), source="validate",
+                            outbox=Outbox(capacity=1), on_episode_end=watch.ended)  # transitions are not kept
+        run_episodes(runner, block.count)
+        return {"condition": block.condition.name, "first": block.first, "episodes": watch.episodes,
+                "frames": {i: {k: np.stack(v) for k, v in f.items()} for i, f in watch.frames.items() if f},
                 "fps": 1.0 / env.unwrapped.control_dt}
     finally:
         env.close()
 
 
-def _run_episode(adapter, env, session, seed: int, film: dict[str, list[np.ndarray]] | None) -> dict[str, Any]:
-    from robot_rl.sim.perturb import free_bodies
+class _EpisodeWatch:
+    """The sim link of a block's episodes (episode `indices[k]` reset with `seeds[k]`), and what each episode did:
+    physics, object motion, safety holds, its film."""
 
-    start = adapter.reset(seed=seed)
-    base = env.unwrapped
-    data = base.data
-    objects = free_bodies(base.model)
-    start_positions = data.xpos[objects].copy()
-    moved, lifted = 0.0, 0.0
-    held_before = session.counters["held"]
-    session.start_episode(start.tcp_position, start.tcp_quat, start.gripper)
-    decision = session.step(start.observation)
-    steps, success, unstable = 0, False, False
-    while not decision.episode_over:
-        executed = adapter.execute(decision.command)
-        steps += 1
-        success = success or executed.success
-        unstable = unstable or bool(executed.info.get("physics_unstable", False))
-        if objects:
-            offsets = data.xpos[objects] - start_positions
-            moved = max(moved, float(np.linalg.norm(offsets, axis=1).max()))
-            lifted = max(lifted, float(offsets[:, 2].max()))
-        if film is not None:
-            for camera, frame in base.camera_frames(FILM_SIZE).items():
+    def __init__(self, env, film: Sequence[int], indices: range, seeds: Sequence[int]):
+        from robot_rl.sim.perturb import free_bodies
+        from robot_rl.sim.robot_adapter import SimLink, SimRobotAdapter
+
+        self.link = SimLink(SimRobotAdapter(env), seeds, on_reset=self.started, on_executed=self.executed)
+        self.env = env
+        self.base = env.unwrapped
+        self.objects = free_bodies(self.base.model)
+        self.film = film
+        self.indices = indices
+        self.episodes: list[dict[str, Any]] = []
+        self.frames: dict[int, dict[str, list[np.ndarray]]] = {}
+
+    def started(self, start) -> None:
+        self.index = self.indices[len(self.episodes)]
+        self.start_positions = self.base.data.xpos[self.objects].copy()
+        self.moved, self.lifted, self.unstable = 0.0, 0.0, False
+
+    def executed(self, executed) -> None:
+        self.unstable = self.unstable or bool(executed.info.get("physics_unstable", False))
+        if self.objects:
+            offsets = self.base.data.xpos[self.objects] - self.start_positions
+            self.moved = max(self.moved, float(np.linalg.norm(offsets, axis=1).max()))
+            self.lifted = max(self.lifted, float(offsets[:, 2].max()))
+        if self.index in self.film:
+            film = self.frames.setdefault(self.index, {})
+            for camera, frame in self.base.camera_frames(FILM_SIZE).items():
                 film.setdefault(camera, []).append(frame)
-        decision = session.step(executed.observation, reward=executed.reward, success=executed.success,
-                                episode_key=executed.episode_key)
-    session.outbox.acknowledge(session.next_seq - 1)  # transitions are not kept
-    holds = session.counters["held"] - held_before
-    return {"seed": seed, "success": bool(success), "length": steps, "holds": int(holds),
-            "failure": None if success else failure_mode(unstable, holds, bool(objects), moved, lifted),
-            "perturbation": dict(env.drawn)}
+
+    def ended(self, end) -> None:
+        link = self.link
+        holds = link.episode_steps - end.record["steps"]  # executed commands the safety layer held: no transition
+        success = link.episode_success
+        self.episodes.append({
+            "seed": link.last_seed, "success": success, "length": link.episode_steps, "holds": int(holds),
+            "failure": None if success else failure_mode(self.unstable, holds, bool(self.objects), self.moved,
+                                                         self.lifted),
+            "perturbation": dict(self.env.drawn)})
 
 
 def failure_mode(unstable: bool, holds: int, has_objects: bool, moved_m: float, lifted_m: float) -> str:

@@ -1,8 +1,9 @@
 """Evaluate a policy in the sim mirror in-process: success rate with a 95 % interval, returns, lengths and a video.
 
 `robot-rl train` evaluates its policy with `evaluate`; `robot-rl eval` runs `evaluate_policy_file` on a saved
-policy (``<run_dir>/policy.msgpack``). Evaluation episodes use held-out seeds (`EVAL_SEED_OFFSET` + k) that training
-episodes (seed + k) and demos never use.
+policy (``<run_dir>/policy.msgpack``). Episodes run in the one episode loop (robot_rl.episode.EpisodeRunner), so
+the policy's commands go through an `ActorSession` and the safety layer, as on the robot. Evaluation episodes use
+held-out seeds (`EVAL_SEED_OFFSET` + k) that training episodes (seed + k) and demos never use.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from robot_rl.loop import EpisodeResult, make_env, run_episode
+from robot_rl.loop import EpisodeResult, as_actor, make_env
 from robot_rl.report import wilson_interval
 from robot_rl.types import ObservationSpec
 
@@ -90,37 +91,42 @@ def evaluate(
     should_stop: Callable[[], bool] | None = None,
     on_episode: Callable[[EpisodeResult], None] | None = None,
 ) -> Evaluation:
-    """Run `policy` (use a deterministic one) for `episodes` episodes with seeds seed, seed + 1, ...
+    """Run `policy` (see robot_rl.loop.as_actor; an `Actor` should be deterministic) for `episodes` episodes with
+    seeds seed, seed + 1, ..., through an `ActorSession` and the safety layer (the env's limits).
 
     With `video_path`, the first `video_episodes` episodes are filmed with the front and wrist cameras side by side
-    and a "episode e/E  step t  success" caption. `should_stop` is checked after every env step; StopRequested is
+    and a "episode e/E  step t  success" caption. `should_stop` is checked between env steps; StopRequested is
     raised when it returns True.
     """
+    from robot_rl.episode import run_episodes
+    from robot_rl.sim.robot_adapter import SimLink, SimRobotAdapter, sim_runner
+    from robot_rl.transport import Outbox
+
     if episodes < 1:
         raise ValueError(f"episodes={episodes} must be >= 1")
     streams: dict[str, list[np.ndarray]] = {}
     captions: list[str] = []
     filmed = min(episodes, video_episodes) if video_path is not None else 0
-    results = []
-    for index in range(episodes):
-        step = 0
-        succeeded = False
+    results: list[EpisodeResult] = []
 
-        def on_step(obs, action, reward, terminated, truncated, info, index=index):
-            nonlocal step, succeeded
-            step += 1
-            succeeded = succeeded or bool(info.get("success", False))
-            if index < filmed:
-                for camera, frame in env.unwrapped.camera_frames().items():
-                    streams.setdefault(camera, []).append(frame)
-                captions.append(f"episode {index + 1}/{filmed}  step {step}" + ("  success" if succeeded else ""))
-            if should_stop is not None and should_stop():
-                raise StopRequested
+    def film(executed) -> None:
+        if len(results) < filmed:
+            for camera, frame in env.unwrapped.camera_frames().items():
+                streams.setdefault(camera, []).append(frame)
+            captions.append(f"episode {len(results) + 1}/{filmed}  step {link.episode_steps}"
+                            + ("  success" if link.episode_success else ""))
 
-        result, _ = run_episode(env, policy, seed=seed + index, on_step=on_step)
-        results.append(result)
+    def episode_done(end) -> None:
+        results.append(link.episode_result(end))
         if on_episode is not None:
-            on_episode(result)
+            on_episode(results[-1])
+
+    link = SimLink(SimRobotAdapter(env), range(seed, seed + episodes), on_executed=film)
+    runner = sim_runner(link, as_actor(policy, env.action_space.shape[0]), source="eval",
+                        outbox=Outbox(capacity=1), on_episode_end=episode_done)  # transitions are not kept
+    run_episodes(runner, episodes, should_stop=should_stop)
+    if len(results) < episodes:
+        raise StopRequested
     video = None
     if filmed:
         from robot_rl.data.video import write_video
@@ -170,8 +176,6 @@ def evaluate_policy(
     """Evaluate any `robot_rl.policies.Policy` (deterministic sampling, chunks executed receding-horizon) in the sim
     mirror; with `out`, writes `eval.json` (and `eval.mp4`) there. Returns the summary. `seed` below
     EVAL_SEED_OFFSET is taken as an offset from it (held-out seeds)."""
-    from robot_rl.policies.base import ChunkRunner
-
     seed = seed if seed >= EVAL_SEED_OFFSET else EVAL_SEED_OFFSET + seed
     spec = policy.observation_spec
     needed_mode, needed_size = env_settings_for(spec)
@@ -185,7 +189,7 @@ def evaluate_policy(
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
         try:
-            evaluation = evaluate(env, ChunkRunner(policy, deterministic=True), episodes, seed,
+            evaluation = evaluate(env, policy, episodes, seed,
                                   video_path=out / "eval.mp4" if video and out is not None else None,
                                   video_episodes=video_episodes, on_episode=on_episode)
         except BaseException:

@@ -1,21 +1,29 @@
 """A sim env as the robot an `ActorSession` drives in-process: reset to a start pose, then one safe absolute command
 per control step.
 
-The ROS actor node sends its safe commands to the sim node (robot_rl.sim.node); in-process `robot-rl train` hands
-them to this adapter instead, so both go through the same session and safety layer. A command is executed as the
-env's own delta action towards its target (`robot_rl.safety.sim_env_action`, as `SafetyWrapper` does), so the env
-moves exactly as when stepped with the action the command came from.
+The ROS actor node sends its safe commands to the sim node (robot_rl.sim.node); the in-process tools (`robot-rl
+train` and its evaluations, `eval`, `record`, `validate`) hand them to this adapter instead, behind a `SimLink` that
+the one episode loop (robot_rl.episode.EpisodeRunner, built by `sim_runner`) drives, so all go through the same
+session and safety layer. A command is executed as the env's own delta action towards its target
+(`robot_rl.safety.sim_env_action`), so the env moves exactly as when stepped with the action the command came from.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import math
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
-from robot_rl.safety import SafeCommand, SafetyConfig, check_sim_env, sim_env_action, sim_safety_config
+from robot_rl.safety import SafeCommand, Safety, SafetyConfig, check_sim_env, sim_env_action, sim_safety_config
+
+if TYPE_CHECKING:
+    from robot_rl.episode import EpisodeEnd, EpisodeRunner
+    from robot_rl.loop import EpisodeResult
+    from robot_rl.transport import Outbox
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -78,3 +86,136 @@ class SimRobotAdapter:
 
     def close(self) -> None:
         self.env.close()
+
+
+class SimLink:
+    """A sim env as the `robot_rl.episode.RobotLink` the episode runner drives in-process: every reset and command
+    answers at once (lock-step), each frame one control period after the last on the link's own clock.
+
+    Reset k uses the k-th of `seeds`; `on_reset(start)` sees each episode's start, `on_executed(executed)` each env
+    step (filming, statistics). The env steps, reward and success of the episode under way are tallied
+    (`episode_result`).
+    """
+
+    name = "the sim env's reset"
+
+    def __init__(self, adapter: SimRobotAdapter, seeds: Iterable[int | None], *,
+                 on_reset: Callable[[RobotStart], None] | None = None,
+                 on_executed: Callable[[ExecutedCommand], None] | None = None):
+        from robot_rl.episode import StepInputs
+
+        self.adapter = adapter
+        self.seeds: Iterator[int | None] = iter(seeds)
+        self.on_reset = on_reset
+        self.on_executed = on_executed
+        self.control_dt = float(adapter.env.unwrapped.control_dt)
+        self.reset_service = self
+        self.stamp: float | None = None
+        self.inputs = StepInputs(lambda: self.stamp or 0.0)
+        self.start: RobotStart | None = None
+        self.last_seed: int | None = None
+        self.episode_steps = 0  # env steps of the episode under way (held commands too)
+        self.episode_reward = 0.0
+        self.episode_success = False
+        self._observation: dict[str, np.ndarray] | None = None
+
+    def _next_frame(self, observation: dict[str, np.ndarray]) -> None:
+        self.stamp = 0.0 if self.stamp is None else self.stamp + self.control_dt
+        self._observation = observation
+
+    # ResetService
+    def ready(self) -> bool:
+        return True
+
+    def call(self) -> RobotStart:
+        self.last_seed = next(self.seeds)
+        self.start = self.adapter.reset(seed=self.last_seed)
+        self.episode_steps, self.episode_reward, self.episode_success = 0, 0.0, False
+        self._next_frame(self.start.observation)
+        if self.on_reset is not None:
+            self.on_reset(self.start)
+        return self.start
+
+    def result(self, handle) -> tuple[bool, str]:
+        return True, ""
+
+    def abandon(self, handle) -> None:
+        pass
+
+    # RobotLink
+    def now(self) -> float:
+        return self.stamp or 0.0
+
+    def frame_stamp(self) -> float | None:
+        return self.stamp
+
+    pose_stamp = frame_stamp
+
+    def observation(self, now: float) -> tuple[dict[str, np.ndarray] | None, tuple[str, ...]]:
+        return self._observation, ()
+
+    def sensor_stamps(self) -> dict[str, float]:
+        return {} if self._observation is None else dict.fromkeys(self._observation, self.stamp)
+
+    def tcp_pose(self) -> tuple[np.ndarray, np.ndarray] | None:
+        return None if self.start is None else (self.start.tcp_position, self.start.tcp_quat)
+
+    def start_gripper(self) -> float | None:
+        return None if self.start is None else self.start.gripper
+
+    def missing_sensors_text(self) -> str:
+        return "the sim env steps only when commanded"
+
+    def reset_begun(self) -> None:
+        pass
+
+    def episode_started(self, episode: int) -> None:
+        pass
+
+    def send(self, command: SafeCommand, stamp: float | None) -> None:
+        """Execute the command for one control step; its reward and success (and "reset" when the env ended the
+        episode) go to the runner's inputs with the next frame."""
+        executed = self.adapter.execute(command)
+        self.episode_steps += 1
+        self.episode_reward += executed.reward
+        self.episode_success = self.episode_success or executed.success
+        self._next_frame(executed.observation)
+        self.inputs.reward(executed.reward)
+        self.inputs.success(executed.success)
+        if executed.episode_key is not None:
+            self.inputs.key(executed.episode_key)
+        if self.on_executed is not None:
+            self.on_executed(executed)
+        return None
+
+    def runner_config(self, episodes: int = 0):
+        """The runner settings for this link: lock-step at the env's rate, its reset, `episodes` episodes."""
+        from robot_rl.episode import RunnerConfig
+
+        return RunnerConfig(mode="lockstep", control_dt=self.control_dt, reset="service", episodes=episodes,
+                            frame_timeout_s=math.inf, reset_timeout_s=math.inf)
+
+    def episode_result(self, end: EpisodeEnd) -> EpisodeResult:
+        """The episode `end` closed, as the in-process tools report it: its seed, env steps, reward and success."""
+        from robot_rl.loop import EpisodeResult
+
+        return EpisodeResult(self.last_seed, self.episode_steps, self.episode_reward, self.episode_success,
+                             float(end.record["seconds"]))
+
+
+def sim_runner(link: SimLink, actor, *, safety: Safety | None = None, source: str = "sim",
+               outbox: Outbox | None = None, **options: Any) -> EpisodeRunner:
+    """The episode loop driving `actor` (a robot_rl.actor.Actor) on `link`'s sim env through an `ActorSession` and
+    the safety layer (the env's own limits unless `safety` is given); `options` go to the `EpisodeRunner` (hooks,
+    `uniform`, `log`); ValueError for a safety layer of another action size than the env's."""
+    from robot_rl.actor import ActorSession
+    from robot_rl.episode import EpisodeRunner
+
+    adapter = link.adapter
+    safety = safety if safety is not None else Safety(adapter.safety_config())
+    env_dim = adapter.env.action_space.shape[0]
+    if safety.config.action_dim != env_dim:
+        raise ValueError(f"the safety layer is configured for {safety.config.action_dim}-d actions; the env takes "
+                         f"{env_dim}-d actions")
+    session = ActorSession(safety, source, outbox, max_episode_steps=adapter.max_episode_steps, actor=actor)
+    return EpisodeRunner(session, link, link.runner_config(), inputs=link.inputs, **options)

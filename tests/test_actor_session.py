@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from robot_rl.actor import Actor, ActorSession, ActorStep, SessionStep
+from robot_rl.policies.base import PolicyBase
 from robot_rl.safety import Safety, SafetyConfig
 from robot_rl.sensors import MissingSensors, SensorCache, sensors_for
 from robot_rl.transport import Outbox, make_source
@@ -56,7 +57,7 @@ class StubPolicy:
         self.resets += 1
 
 
-class ConstantPolicy:
+class ConstantPolicy(PolicyBase):
     """A `robot_rl.policies` policy that always gives `action` (chunks of one)."""
 
     kind = "constant"

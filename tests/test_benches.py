@@ -5,17 +5,24 @@ Each bench runs as a subprocess from the repository root, as a user would run it
 learner_startup, private_network, ros, ros_training) re-run themselves or their launches inside a private network
 namespace (only ``lo``) with ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST; here they also get a test-specific
 ROS_DOMAIN_ID (``--domain-id``, 170-174 and 177), and they are skipped, with the reason, where no namespace can be
-made or the ROS 2 wheels are missing. Output folders go to pytest's tmp_path.
+made or the ROS 2 wheels are missing. Output folders go to pytest's temporary folders (one per bench).
+
+The selected benches run two at a time (JOBS), started when the first bench's test needs them, longest first: a smoke
+run spends much of its time starting processes one after another and waiting on them (ROS discovery, a learner's
+start-up, a real-time phase) with the second core idle. Nothing here checks a timing, only that each figure is there
+and sane; each bench's test waits for its own run and checks it.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import math
 import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +30,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 120
+JOBS = 2  # smoke runs at once
+# The order the smoke runs start in: the long ones first (the rest fill in beside them), then any other.
+LONGEST_FIRST = ("learner_startup", "ros_training", "ros", "bc", "policies", "reward_classifier", "learner",
+                 "learning", "validate", "launch")
 
 
 def positive(value) -> bool:
@@ -186,12 +197,18 @@ def test_every_bench_is_covered():
     assert scripts == set(BENCHES)
 
 
+_running: set[subprocess.Popen] = set()  # the benches' processes under way (killed if the session ends first)
+_running_lock = threading.Lock()
+
+
 def run(argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
     """(return code, stdout, stderr) of `argv` run from the repository root. On a time-out the bench gets SIGINT
     first (the ROS benches then stop the children they started in sessions of their own), then its process group
     SIGKILL, and the test fails."""
     process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)
+    with _running_lock:
+        _running.add(process)
     try:
         stdout, stderr = process.communicate(timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -203,6 +220,9 @@ def run(argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
             stdout, stderr = process.communicate()
         pytest.fail(f"{' '.join(argv[1:])} timed out after {TIMEOUT_S} s\nstdout: {stdout[-2000:]}\n"
                     f"stderr: {stderr[-4000:]}")
+    finally:
+        with _running_lock:
+            _running.discard(process)
     return process.returncode, stdout, stderr
 
 
@@ -217,9 +237,10 @@ def ros_skip_reason() -> str | None:
     return f"cannot make a private network namespace: {problem}" if problem else None
 
 
-@pytest.mark.parametrize("name", sorted(BENCHES))
-def test_bench_smoke(name, tmp_path):
-    arguments, check, domain_id = BENCHES[name]
+def smoke_run(name: str, tmp_path: Path) -> tuple[int, str, str]:
+    """`bench/NAME.py --smoke` (a ROS bench on its own domain id), output folders in `tmp_path`; skips a ROS bench
+    (with the reason) where it cannot run."""
+    arguments, _, domain_id = BENCHES[name]
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
     argv = [sys.executable, f"bench/{name}.py", "--smoke", *arguments(tmp_path)]
     if domain_id is not None:
@@ -228,7 +249,41 @@ def test_bench_smoke(name, tmp_path):
             pytest.skip(reason)
         env.update(ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", ROS_DOMAIN_ID=str(domain_id))
         argv += ["--domain-id", str(domain_id)]
-    returncode, stdout, stderr = run(argv, env)
+    return run(argv, env)
+
+
+@pytest.fixture(scope="module")
+def smoke_runs(request, tmp_path_factory):
+    """{bench name: (future of its smoke_run, its output folder)} for the benches this session selected, JOBS at a
+    time, longest first."""
+    selected = set()
+    for item in request.session.items:
+        callspec = getattr(item, "callspec", None)
+        if getattr(item, "module", None) is request.module and callspec is not None and "name" in callspec.params:
+            selected.add(callspec.params["name"])
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=JOBS, thread_name_prefix="bench-smoke")
+    runs = {}
+    for name in sorted(selected, key=lambda name: (rank.get(name, len(rank)), name)):
+        folder = tmp_path_factory.mktemp(f"bench-{name}")
+        runs[name] = (pool.submit(smoke_run, name, folder), folder)
+    try:
+        yield runs
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        with _running_lock:
+            for process in _running:  # only if the session ended before a run did
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+@pytest.mark.parametrize("name", sorted(BENCHES))
+def test_bench_smoke(name, smoke_runs):
+    _, check, _ = BENCHES[name]
+    future, tmp_path = smoke_runs[name]
+    returncode, stdout, stderr = future.result()
     assert returncode == 0, f"rc {returncode}\nstdout: {stdout[-2000:]}\nstderr: {stderr[-4000:]}"
     lines = stdout.strip().splitlines()
     assert lines, f"no output; stderr: {stderr[-3000:]}"

@@ -11,7 +11,7 @@ import av
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SMALL_BUDGET = ["DEMO_DEMOS=3", "DEMO_STEPS=100", "DEMO_EVAL_EVERY=100", "DEMO_EVAL_EPISODES=2"]
+SMALL_BUDGET = ["DEMO_DEMOS=3", "DEMO_STEPS=50", "DEMO_EVAL_EVERY=50", "DEMO_EVAL_EPISODES=2"]
 
 
 def make(*args: str, timeout: float) -> subprocess.CompletedProcess:

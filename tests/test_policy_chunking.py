@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from robot_rl.policies.base import ActionChunk, ChunkRunner, ObservationHistory, PolicyError, stack_history
+from robot_rl.policies.base import (ActionChunk, ChunkRunner, ObservationHistory, PolicyBase, PolicyError,
+                                    stack_history)
 from robot_rl.policies.chunking import ChunkSchedule
 
 DT = 0.1
@@ -119,7 +120,7 @@ def test_observation_history_pads_the_episode_start_with_the_first_observation()
         stack_history([{"x": np.array([5.0])}], ["y"], 1)
 
 
-class CountingPolicy:
+class CountingPolicy(PolicyBase):
     """A fake chunked policy: each chunk is [n, n+1, ...] for the n-th call; it records the histories it saw."""
 
     kind = "fake"

@@ -24,7 +24,7 @@ def client() -> dict:
     ensure_ros_environment()
     import rclpy
     from ros_harness import untrained_state_agent
-    from std_msgs.msg import Bool, Float32
+    from std_msgs.msg import Bool
 
     from robot_rl.policy_file import weights_message, write_policy_file
     from robot_rl.ros.actor_node import ActorNode
@@ -38,7 +38,7 @@ def client() -> dict:
                                 "-p", "obs_mode:=state", "-p", "reset_service:=none", "-p", f"weights_path:={weights}",
                                 "-p", "stream_transitions:=false"])
     published: list = []
-    actor._trajectory_pub = types.SimpleNamespace(publish=published.append)
+    actor._arm_pub = types.SimpleNamespace(publish=published.append)
     names = [f"joint{i}" for i in range(1, 8)] + ["finger_joint1", "finger_joint2"]
 
     qdot = [0.1, -0.2, 0.15, 0.1, -0.1, 0.2, 0.05]
@@ -49,18 +49,18 @@ def client() -> dict:
 
     summary = {}
     try:
-        actor._on_timer()  # idle -> starting (no reset call)
+        actor.runner.tick()  # idle -> starting (no reset call)
         frame(100.0)
         summary["after_first_frame"] = len(published)
-        actor._on_reward(Float32(data=0.0))
+        actor.inputs.reward(0.0)
         actor._on_success(Bool(data=False))
         summary["after_task_result"] = len(published)
         frame(100.1)
         summary["after_second_frame"] = len(published)
-        summary["phase"] = actor._phase
+        summary["phase"] = actor.runner.phase
         # the derived twist is J(q) q' of the message's joint velocities (not a difference of wall-clock stamps)
-        linear, angular = actor.sensors._readings["tcp_twist"].value
-        expected = actor.kinematics.twist(HOME_QPOS, qdot)
+        linear, angular = actor.link.cache._readings["tcp_twist"].value
+        expected = actor.link.kinematics.twist(HOME_QPOS, qdot)
         summary["twist_error"] = float(max(abs(linear - expected[0]).max(), abs(angular - expected[1]).max()))
         summary["twist_speed"] = float(np.linalg.norm(expected[0]))
     finally:

@@ -98,7 +98,15 @@ def client() -> dict:
         bad_pose = pose_to_msg((0.45, 0.0, 0.2), (0.0, 1.0, 0.0, 0.0), stamp=101.0, frame_id="base")
         bad_pose.pose.position.x = float("nan")
         pub["pose"].publish(bad_pose)
-        spin(3.0)
+
+        def logged(name: str, *lines: str) -> bool:
+            text = (run_dir / f"{name}.log").read_text()
+            return all(line in text for line in lines)
+
+        # each one dropped with its log line (checked by the test), while both nodes stay up
+        wait_for(lambda: logged("actor", "rejected weights from learner", "dropped malformed tcp_pose",
+                                "dropped malformed teleop/episode")
+                 and logged("learner", "dropped a malformed transitions message"), 20.0)
         summary["alive"] = {name: process.poll() is None for name, process in nodes.items()}
         # still working: the next valid frame (with the step's reward / success) gets a command
         before = len(commands)

@@ -132,14 +132,8 @@ def client() -> dict:
     from robot_rl.transport import StampedTransition, decode_ack, encode_transitions, make_source
 
     work = Path(tempfile.mkdtemp(prefix="ros-node-startup-"))
-    starts = {name: subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-              for name, command in bad_starts(work).items()}
-    gated_logs = {name: open(work / f"{name}.log", "w+") for name in ("validated", "allowed", "validated_head")}
-    gated = {name: subprocess.Popen(command, stdout=gated_logs[name], stderr=subprocess.STDOUT, text=True,
-                                    start_new_session=True)
-             for name, command in gated_starts(work).items()}
-
-    # Learners whose agent cannot be built yet: their demo dataset's metadata is a pipe nobody writes to.
+    # Learners whose agent cannot be built yet: their demo dataset's metadata is a pipe nobody writes to. They start
+    # first (the slowest to come up); the other nodes start while they do.
     demos = work / "demos.zarr"
     demos.mkdir()
     os.mkfifo(demos / "zarr.json")
@@ -153,6 +147,18 @@ def client() -> dict:
     stopped = subprocess.Popen([*learner_command, "-p", f"run_dir:={work / 'stopped'}"],
                                env={**os.environ, "ROS_DOMAIN_ID": str(STOPPED_DOMAIN_ID)},
                                stdout=stopped_log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        starts = {name: subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                  for name, command in bad_starts(work).items()}
+        gated_logs = {name: open(work / f"{name}.log", "w+") for name in ("validated", "allowed", "validated_head")}
+        gated = {name: subprocess.Popen(command, stdout=gated_logs[name], stderr=subprocess.STDOUT, text=True,
+                                        start_new_session=True)
+                 for name, command in gated_starts(work).items()}
+    except BaseException:  # the learners wait on their pipe for ever: not left behind
+        for process in (learner, stopped):
+            os.killpg(process.pid, signal.SIGKILL)
+        raise
+
     rclpy.init()
     node = rclpy.create_node("startup_client")
     source = make_source("startup")
@@ -228,7 +234,7 @@ def client() -> dict:
                 output, _ = process.communicate()
             summary["bad_starts"][name] = {"exit": process.returncode, "output": output[-3000:]}
         summary["gated"] = {}
-        for name, process in gated.items():  # up by now (the learners took longer); stopped like a user would
+        for name, process in gated.items():  # up by now, or soon; stopped like a user would
             deadline = time.monotonic() + 60.0
             while "actor up" not in (work / f"{name}.log").read_text() and time.monotonic() < deadline \
                     and process.poll() is None:

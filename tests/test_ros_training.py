@@ -148,7 +148,7 @@ def client(policy: str = "plain") -> dict:
         killed_at = time.monotonic()
         at_kill = {s["source"]: s for s in (_read(p) for p in actors.values())}
         summary["acked_at_kill"] = acked
-        time.sleep(3.0)
+        time.sleep(2.0)
         dead = {s["source"]: s for s in (_read(p) for p in actors.values())}
         # A hold (stale sensors, safety) also counts as a command: only the others moved the robot.
         summary["commands_while_dead"] = {src: dead[src]["commands"] - at_kill[src]["commands"] for src in dead}

@@ -1,9 +1,10 @@
-"""Safety layer: >= 10^6 fuzzed and adversarial commands never leave the limits; watchdog, e-stop, sim wrapper."""
+"""Safety layer: >= 10^6 fuzzed and adversarial commands never leave the limits; watchdog, e-stop, the sim env driven
+through an actor session."""
 
 import numpy as np
 import pytest
 
-from robot_rl.safety import SafeCommand, Safety, SafetyConfig, SafetyWrapper, sim_safety_config
+from robot_rl.safety import SafeCommand, Safety, SafetyConfig
 
 SLACK = 1e-9  # relative: float rounding of `current + step`
 CONFIG_7D = SafetyConfig(action_dim=7)
@@ -292,50 +293,63 @@ def test_repeated_calls_give_the_same_command_and_are_counted():
     assert safety.counters["commands"] == 201 and safety.counters["held"] == 0
 
 
-# ----- the sim wrapper ------------------------------------------------------------------------------------------
+# ----- the sim env through an actor session --------------------------------------------------------------------
 @pytest.mark.parametrize("control_rotation", [False, True], ids=["4d", "7d"])
-def test_wrapper_on_the_sim_survives_nan_and_keeps_the_tcp_in_the_box(control_rotation):
+def test_the_sim_driven_through_an_actor_session_survives_nan_and_keeps_the_tcp_in_the_box(control_rotation):
+    """What the in-process tools do (robot_rl.sim.robot_adapter): every action goes through the session's safety
+    layer to the sim env as a safe command."""
+    from robot_rl.actor import ActorSession
     from robot_rl.loop import make_env
+    from robot_rl.sim.robot_adapter import SimRobotAdapter
 
-    env = make_env("PickCube-v0", control_rotation=control_rotation)
-    safety = Safety(sim_safety_config(env, required_sensors=("state",)))
-    wrapped = SafetyWrapper(env, safety)
-    base = env.unwrapped
-    wrapped.reset(seed=0)
+    adapter = SimRobotAdapter(make_env("PickCube-v0", control_rotation=control_rotation))
+    safety = Safety(adapter.safety_config(required_sensors=("state",)))
+    session = ActorSession(safety, "test/safety", max_episode_steps=adapter.max_episode_steps)
+    base = adapter.env.unwrapped
+
+    def start(seed=None):
+        started = adapter.reset(seed=seed)
+        session.start_episode(started.tcp_position, started.tcp_quat, started.gripper)
+        return started.observation
+
+    def execute(obs, action, sensor_age=0.0):
+        command = session.step(obs, now=10.0, sensor_stamps={"state": 10.0 - sensor_age}, human_action=action).command
+        return command, adapter.execute(command)
+
+    obs = start(seed=0)
     rng = np.random.default_rng(0)
-    dim = env.action_space.shape[0]
+    dim = adapter.env.action_space.shape[0]
     actions = adversarial_actions(rng, 60, dim) + rng.choice([0.0, 4.0, -4.0], (60, dim))
     for action in actions:
         target_before, gripper_before = base.target_pose(), base.gripper_command
         with np.errstate(over="ignore"):  # 1e300 -> inf in float32: held like any non-finite action
             action = action.astype(np.float32)
-        obs, reward, terminated, truncated, info = wrapped.step(action)
-        assert not info["action_rejected"]  # nothing non-finite reached the env
+        command, executed = execute(obs, action)
+        assert not executed.info["action_rejected"]  # nothing non-finite reached the env
         if not np.isfinite(action).all():
-            assert info["safety"] == {"held": True, "reasons": ("non_finite_action",)}
+            assert command.held and command.reasons == ("non_finite_action",)
             np.testing.assert_allclose(base.target_pose()[0], target_before[0], atol=1e-9)
             assert base.gripper_command == pytest.approx(gripper_before)
         position = base.tcp_pose()[0]
         assert np.all(position >= base.workspace_low - 0.02) and np.all(position <= base.workspace_high + 0.02)
-        assert np.isfinite(obs["state"]).all()
-        if terminated or truncated:
-            wrapped.reset()
-    wrapped.sensor_stamps["state"] -= 1.0  # the proprioception went silent
+        assert np.isfinite(executed.observation["state"]).all()
+        obs = start() if executed.terminated or executed.truncated else executed.observation
     target_before = base.target_pose()[0]
-    obs, reward, terminated, truncated, info = wrapped.step(np.ones(dim, dtype=np.float32))
-    assert info["safety"]["held"] and info["safety"]["reasons"] == ("stale:state",)
+    command, executed = execute(obs, np.ones(dim, dtype=np.float32), sensor_age=1.0)  # the proprioception went silent
+    assert command.held and command.reasons == ("stale:state",)
     np.testing.assert_allclose(base.target_pose()[0], target_before, atol=1e-9)
     safety.engage_estop("test")
-    assert wrapped.step(np.ones(dim, dtype=np.float32))[4]["safety"]["reasons"] == ("estop:test",)
+    assert execute(executed.observation, np.ones(dim, dtype=np.float32))[0].reasons == ("estop:test",)
     safety.clear_estop()
-    assert not wrapped.step(np.ones(dim, dtype=np.float32))[4]["safety"]["held"]
-    wrapped.close()
+    assert not execute(executed.observation, np.ones(dim, dtype=np.float32))[0].held
+    adapter.close()
 
 
-def test_wrapper_refuses_a_mismatched_action_size():
+def test_a_sim_runner_refuses_a_safety_layer_of_another_action_size():
     from robot_rl.loop import make_env
+    from robot_rl.sim.robot_adapter import SimLink, SimRobotAdapter, sim_runner
 
     env = make_env("PickCube-v0")
     with pytest.raises(ValueError, match="7-d actions"):
-        SafetyWrapper(env, Safety(CONFIG_7D))
+        sim_runner(SimLink(SimRobotAdapter(env), [0]), None, safety=Safety(CONFIG_7D))
     env.close()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from robot_rl.actor import Actor
-from robot_rl.loop import make_env, run_episode
+from robot_rl.loop import make_env
 from robot_rl.sim.human import SimulatedHuman, SimulatedHumanConfig
 
 
@@ -100,11 +100,12 @@ def test_a_watching_human_takes_over_a_policy_heading_away_and_leaves_the_expert
 
 def test_actor_with_simulated_human_succeeds_and_flags_its_steps(env):
     from robot_rl.agents.sac import SACAgent
+    from robot_rl.sim.evaluate import evaluate
 
     agent = SACAgent.create(0, env.observation_space, 4)
     config = SimulatedHumanConfig(takeover_steps=50, episode_budget=50, stuck_window=2, stuck_distance=0.1)
     human = SimulatedHuman(env, config)
     actor = Actor(agent, deterministic=True, human=human)
-    result, _ = run_episode(env, actor, seed=1)
+    (result,) = evaluate(env, actor, 1, seed=1)  # the actor runs through an ActorSession and the safety layer
     assert result.success  # the untrained policy is "stuck" at once; the expert takes over and finishes the task
     assert human.episode_steps == result.steps - 1

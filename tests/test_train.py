@@ -138,7 +138,8 @@ def assert_interrupted(run_dir: Path, stderr: str, steps: int) -> int:
     assert match, stderr
     env_step = int(match[1])
     saved = checkpoint_state(run_dir)
-    assert saved["extra"]["env_step"] == saved["transitions"] == env_step
+    # the episode under way is in the learner server's transition log, not yet in replay: every transition arrived
+    assert saved["extra"]["env_step"] == saved["extra"]["server"]["received"] == env_step
     assert f"Interrupted at env step {env_step} of {steps}" in (run_dir / "report.md").read_text()
     for name in ("policy.msgpack", "learning_curve.png", "training_curves.png"):
         assert (run_dir / name).stat().st_size > 0, name
@@ -147,33 +148,33 @@ def assert_interrupted(run_dir: Path, stderr: str, steps: int) -> int:
 
 @pytest.mark.slow
 def test_ctrl_c_and_sigterm_checkpoint_report_and_resume(tmp_path):
-    """SIGINT after the step-50 eval -> 130; resume; SIGTERM after the step-100 eval -> 143; resume to the end."""
+    """SIGINT after the step-30 eval -> 130; resume; SIGTERM after the step-60 eval -> 143; resume to the end."""
     run_dir = tmp_path / "run"
-    first = TrainProcess(["--steps", "150", "--demos", "3", "--eval-every", "50", "--eval-episodes", "2",
+    first = TrainProcess(["--steps", "90", "--demos", "3", "--eval-every", "30", "--eval-episodes", "2",
                           "--checkpoint-every", "10000", "--no-video", "--run-dir", str(run_dir)])
-    first.wait_for(r"^env step 50: eval success")
+    first.wait_for(r"^env step 30: eval success")
     first.proc.send_signal(signal.SIGINT)
     status, stderr = first.finish()
     assert status == 130, stderr
-    stopped = assert_interrupted(run_dir, stderr, 150)
-    assert 50 <= stopped < 150
+    stopped = assert_interrupted(run_dir, stderr, 90)
+    assert 30 <= stopped < 90
 
     second = TrainProcess(["--resume", str(run_dir)])
     second.wait_for(rf"^resumed {re.escape(str(run_dir))} from env step {stopped} ")
-    second.wait_for(r"^env step 100: eval success")
+    second.wait_for(r"^env step 60: eval success")
     second.proc.send_signal(signal.SIGTERM)
     status, stderr = second.finish()
     assert status == 143, stderr
-    stopped = assert_interrupted(run_dir, stderr, 150)
-    assert 100 <= stopped < 150
+    stopped = assert_interrupted(run_dir, stderr, 90)
+    assert 60 <= stopped < 90
 
     third = subprocess.run([sys.executable, "-m", "robot_rl.cli", "train", "--resume", str(run_dir)],
                            capture_output=True, text=True, timeout=600)
     assert third.returncode == 0, third.stdout + third.stderr
     final = checkpoint_state(run_dir)
-    assert final["extra"]["env_step"] == final["transitions"] == 150  # nothing lost, nothing trained on twice
+    assert final["extra"]["env_step"] == final["transitions"] == 90  # nothing lost, nothing trained on twice
     assert final["extra"]["finished"]
-    assert [row["env_step"] for row in final["extra"]["evals"]] == [0, 50, 100, 150]
+    assert [row["env_step"] for row in final["extra"]["evals"]] == [0, 30, 60, 90]
     report = (run_dir / "report.md").read_text()
     assert "Final eval success" in report and "Interrupted" not in report
 
@@ -183,7 +184,7 @@ def test_killed_run_resumes_from_its_checkpoint(tmp_path):
     """kill -9 after a checkpoint taken in the middle of an episode (every 75 steps; episodes last up to 50)."""
     run_dir = tmp_path / "run"
     command = [
-        sys.executable, "-m", "robot_rl.cli", "train", "--steps", "400", "--demos", "3", "--eval-every", "400",
+        sys.executable, "-m", "robot_rl.cli", "train", "--steps", "160", "--demos", "3", "--eval-every", "160",
         "--eval-episodes", "2", "--checkpoint-every", "75", "--no-video", "--run-dir", str(run_dir),
     ]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -196,7 +197,7 @@ def test_killed_run_resumes_from_its_checkpoint(tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     saved = json.loads(checkpoint.read_text())
-    assert 75 <= saved["extra"]["env_step"] < 400
+    assert 75 <= saved["extra"]["env_step"] < 160
 
     resumed = subprocess.run(
         [sys.executable, "-m", "robot_rl.cli", "train", "--resume", str(run_dir)],
@@ -205,8 +206,8 @@ def test_killed_run_resumes_from_its_checkpoint(tmp_path):
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert f"from env step {saved['extra']['env_step']}" in resumed.stdout
     final = json.loads(checkpoint.read_text())
-    assert final["extra"]["env_step"] == 400
-    assert final["transitions"] == 400  # nothing trained on twice, nothing lost between checkpoint and resume
+    assert final["extra"]["env_step"] == 160
+    assert final["transitions"] == 160  # nothing trained on twice, nothing lost between checkpoint and resume
     assert final["updates"] > saved["updates"]
     assert (run_dir / "report.md").exists()
 
@@ -401,35 +402,37 @@ def test_unsafe_policy_actions_in_training_go_through_the_safety_layer(tmp_path,
     assert any(np.array_equal(a, [1.0, -1.0, 1.0, 1.0]) for a in actions)  # the out-of-range action, clipped
 
 
-def test_the_outbox_feed_cuts_the_learners_episode_where_the_steps_do_not_follow_on():
-    """A held command leaves a gap in a session's steps: the transitions on either side are not joined in replay."""
-    from robot_rl.train import OutboxFeed
-    from robot_rl.transport import Outbox, StampedTransition
-
-    class RecordingLearner:
-        def __init__(self):
-            self.calls = []
-
-        def end_episode(self):
-            self.calls.append("end")
-
-        def insert(self, obs, action, reward, terminated, truncated, next_obs, intervention, learner_action=None,
-                   policy_info=None):
-            self.calls.append((int(obs["x"][0]), bool(truncated), bool(intervention)))
+def test_in_process_transitions_go_through_the_learner_servers_ingest_and_a_gap_cuts_the_episode(tmp_path):
+    """The session's outbox feeds a LearnerServer (the ROS learner node's ingest) and is acknowledged from its acks;
+    a held command leaves a gap in a session's steps: the transitions on either side are not joined in replay."""
+    from robot_rl.agents.sac import SACConfig
+    from robot_rl.learner import Learner, LearnerConfig
+    from robot_rl.learner_server import LearnerServer
+    from robot_rl.train import feed_server
+    from robot_rl.transport import Outbox, StampedTransition, make_source
 
     def item(seq, episode, step, truncated=False, intervention=False):
-        return StampedTransition(seq, episode, step, {"x": np.array([step])}, np.zeros(4, np.float32), 0.0, False,
-                                 truncated, {"x": np.array([step + 1])}, intervention)
+        return StampedTransition(seq, episode, step, {"x": np.array([step], np.float32)}, np.zeros(4, np.float32),
+                                 0.0, False, truncated, {"x": np.array([step + 1], np.float32)}, intervention)
 
-    outbox, learner = Outbox(), RecordingLearner()
-    feed = OutboxFeed(outbox, learner)
+    learner = Learner({"x": ((1,), np.float32)}, 4, SACConfig(actor_hidden_dims=(8,), critic_hidden_dims=(8,)),
+                      LearnerConfig(batch_size=4, online_capacity=16, demo_capacity=16))
+    server = LearnerServer(learner, tmp_path)
+    server.open()
+    server.attach(learner)
+    outbox, source = Outbox(), make_source("train")
     outbox.add(item(0, 0, 0))
-    assert [t.seq for t in feed.drain()] == [0] and len(outbox) == 0
+    assert feed_server(server, source, outbox) == 1 and len(outbox) == 0
     for transition in (item(1, 0, 1, intervention=True), item(2, 0, 3, truncated=True), item(3, 1, 0)):
         outbox.add(transition)
-    assert [t.seq for t in feed.drain()] == [1, 2, 3] and len(outbox) == 0 and feed.drain() == []
-    assert learner.calls == ["end", (0, False, False), (1, False, True), "end", (3, True, False), "end",
-                             (0, False, False)]
+    assert feed_server(server, source, outbox) == 3 and len(outbox) == 0
+    assert feed_server(server, source, outbox) == 0
+    assert server.received == 4 and outbox.acknowledged_through == 3
+    stored = learner.online.gather(np.flatnonzero(learner.online.valid))  # episode 0: it ended; episode 1 goes on
+    np.testing.assert_array_equal(stored.observations["x"][:, 0], [0, 1, 3])
+    np.testing.assert_array_equal(stored.next_observations["x"][:, 0], [1, 2, 4])  # step 1 not joined to step 3
+    np.testing.assert_array_equal(learner.online.truncated[learner.online.valid], [False, True, True])  # the cut
+    assert learner.interventions == len(learner.demo) == 1
 
 
 def test_bad_demo_dataset_leaves_no_run_folder(tmp_path):

@@ -116,7 +116,7 @@ class SACConfig:
     """Residual RL: the SAC action a is a correction of the base action in observation entry `residual_key`, and
     the executed action is clip(base + residual_scale * a, -1, 1). The critic scores executed actions (what the
     batches hold), the actor is trained through that map, and the BC term compares executed actions. None: the SAC
-    action is the executed action."""
+    action is the executed action. A run's residual kind sets it (robot_rl.policies.registry)."""
     residual_key: str = "base_action"
     """Observation entry holding the base policy's action (with residual_scale)."""
     aliased_chunk_dim: int | None = None
@@ -124,7 +124,7 @@ class SACConfig:
     the executed chunk of this many numbers (execute x action_dim), trained by TD on what was executed, so human and
     demo steps (noise unknown) train it too; a noise critic regresses it on (noise, denoised chunk) pairs the actor
     recorded, and the SAC actor maximises the noise critic. Batches carry packed actions (see `AliasedActions`).
-    None: the critic scores the SAC action itself."""
+    None: the critic scores the SAC action itself. A run's noise kind sets it (robot_rl.policies.registry)."""
     aliasing_samples: int = 4
     """With aliased_chunk_dim: (noise, chunk) pairs the actor denoises per decision besides its own, for the noise
     critic to regress the action critic on."""

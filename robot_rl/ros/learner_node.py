@@ -51,6 +51,8 @@ from pathlib import Path
 
 from robot_rl.config_io import config_to_json
 from robot_rl.learner_evals import RateWindow, robot_summary
+from robot_rl.policies.base import PolicyError
+from robot_rl.policies.registry import kind_of, learner_plan
 from robot_rl.ros import qos
 from robot_rl.ros.node_util import NodeStartupError, declare_parameters
 
@@ -404,20 +406,18 @@ class LearnerNode:
                                        f"and task {cfg.task!r} is not a sim task (eval_every:=0)")
             if not self.sim_episode_steps or (int(self.settings["eval_every"]) < 0 and not self.robot.sim):
                 self.eval_every = 0  # automatic evaluations: sim runs only
-            from robot_rl.train import RunError, policy_kind
-
             try:
-                kind = policy_kind(cfg, spec, action_dim)
-            except RunError as error:
+                plan = learner_plan(cfg, spec, action_dim)
+            except PolicyError as error:
                 raise NodeStartupError(str(error).replace("--base", "base")) from None
-            learner = Learner(kind.observation_spec, kind.action_dim, kind.sac, cfg.learner,
-                              chunk_decisions=kind.chunk_decisions, robot_action_dim=kind.robot_action_dim)
-            self.server.make_policy = kind.make_policy
+            learner = Learner(plan.observation_spec, plan.action_dim, plan.sac, cfg.learner,
+                              chunk_decisions=plan.chunk_decisions, robot_action_dim=plan.robot_action_dim)
+            self.server.make_policy = plan.make_policy
             self._mark("learner")
             resuming = self.server.checkpoint_state is not None
             demos = None if resuming or not cfg.learns_from_demos else record_demos(cfg, self.run_dir,
                                                                                      should_stop=self._is_stopping)
-            labeller = kind.make_policy(learner.agent) if cfg.policy == "residual" else None
+            labeller = plan.demo_labeller(learner.agent)
             message = self.server.load_learner(learner, demos, labeller)
             if cfg.demo_path is not None and not resuming:  # read by the loader above: a usable dataset
                 check_demo_images(cfg.demo_path, str(self.settings["robot"]), cfg.image_size)
@@ -464,7 +464,8 @@ class LearnerNode:
     def _spaces(self, cfg):
         """(observation spec, action dim): recorded in the checkpoint, else from the task's sim env."""
         state = self.server.checkpoint_state or {}
-        if "observation_spec" in state and cfg.policy == "plain":  # a head's recorded spec is its own, not the robot's
+        # a head's recorded spec is its own, not the robot's
+        if "observation_spec" in state and kind_of(cfg.policy).robot_spec_in_weights:
             from robot_rl.types import ArraySpec, ObservationSpec
 
             recorded = state["observation_spec"].items()

@@ -308,3 +308,83 @@ def topic_publisher(node, msg_type, topic: str):
     from robot_rl.ros import qos
 
     return node.create_publisher(msg_type, relative_name(topic), qos.topic_qos(topic))
+
+
+class GuardedSubscriptions:
+    """Subscriptions no message can crash: an error in a callback drops the message with a log line naming the topic
+    (at most once a second per topic, counted in `rejected`), and an incompatible QoS offer is logged with the fix
+    (counted in `incompatible_qos`). `topics` maps each subscription's name to its resolved topic."""
+
+    def __init__(self, node, topics: dict[str, str] | None = None):
+        import collections
+
+        self.node = node
+        self.log = node.get_logger()
+        self.topics = topics if topics is not None else {}
+        self.rejected: collections.Counter[str] = collections.Counter()
+        self.incompatible_qos: collections.Counter[str] = collections.Counter()
+        self._rejected_logged: dict[str, float] = {}
+
+    def subscribe(self, message_type, topic: str, callback, profile, what: str, matched=None) -> None:
+        from rclpy.event_handler import SubscriptionEventCallbacks
+
+        def guarded(msg) -> None:
+            try:
+                callback(msg)
+            except Exception as error:  # noqa: BLE001 - a message must never take the node down
+                self.reject(what, error)
+
+        events = SubscriptionEventCallbacks(
+            incompatible_qos=lambda info: self._incompatible(what, topic, profile, info), matched=matched)
+        subscription = self.node.create_subscription(message_type, topic, guarded, profile, event_callbacks=events)
+        self.topics[what] = subscription.topic_name
+
+    def reject(self, what: str, error: Exception) -> None:
+        """Log a dropped message (rclpy throttles per call site, not per topic: this throttles per topic)."""
+        import time
+
+        self.rejected[what] += 1
+        now = time.monotonic()
+        if now - self._rejected_logged.get(what, -math.inf) >= 1.0:
+            self._rejected_logged[what] = now
+            topic = self.topics.get(what)
+            where = f" on {topic}" if topic else ""
+            self.log.warning(f"dropped malformed {what} message{where}: {error} ({self.rejected[what]} so far)")
+
+    def _incompatible(self, what: str, topic: str, profile, info) -> None:
+        from rclpy.qos import ReliabilityPolicy
+
+        self.incompatible_qos[what] += 1
+        policy = getattr(getattr(info, "last_policy_kind", None), "name", str(getattr(info, "last_policy_kind", "")))
+        hint = ""
+        if profile.reliability == ReliabilityPolicy.RELIABLE and "RELIABILITY" in policy.upper():
+            hint = ": the publisher is best-effort (most camera drivers are); set qos: best_effort in the robot file"
+        self.log.error(f"incompatible QoS on {self.topics.get(what, topic)} ({what}): a publisher's offer does not "
+                       f"match this subscription ({policy}){hint}", throttle_duration_sec=5.0)
+
+
+class TriggerReset:
+    """A std_srvs/Trigger client as the episode runner's reset (robot_rl.episode.ResetService)."""
+
+    def __init__(self, node, name: str):
+        from std_srvs.srv import Trigger
+
+        self._trigger = Trigger
+        self.client = node.create_client(Trigger, name)
+        self.name = self.client.service_name
+
+    def ready(self) -> bool:
+        return self.client.service_is_ready()
+
+    def call(self):
+        return self.client.call_async(self._trigger.Request())
+
+    def result(self, future) -> tuple[bool, str] | None:
+        if not future.done():
+            return None
+        response = future.result()
+        return (False, "no response") if response is None else (bool(response.success), response.message)
+
+    def abandon(self, future) -> None:
+        self.client.remove_pending_request(future)
+        future.cancel()
