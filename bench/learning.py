@@ -8,7 +8,13 @@ Prints one JSON line and writes a PNG of the curves. Each entry trains a fresh r
     python bench/learning.py --suite pixels --policy residual --base runs/bc/policy   # residual SAC on a frozen base
     python bench/learning.py --suite pixels --policy noise --base runs/bc/policy      # noise-space SAC (DSRL)
     python bench/learning.py --suite pixels --policy noise --noise-aliasing --base runs/bc/policy   # DSRL-NA
+    python bench/learning.py --suite peg-pixels       # PegInsert from cameras, 20 demos, BC weight 25, the watching
+                                                      # simulated human (--intervene False: without), 20k steps
+    python bench/learning.py --runs runs/a runs/b     # summarise run folders (finished or under way): per-eval table
     python bench/learning.py --smoke --out /tmp/x      # one seed, 1 demo, 20 env steps, batch 8 (tests run this)
+
+The PNG plots, per evaluation and seed, the success rate, the human's share of the training steps since the previous
+evaluation and the critic's mean Q.
 """
 
 from __future__ import annotations
@@ -32,12 +38,15 @@ SUITES = {
     "peg": dict(task="PegInsert-v0", obs_mode="state", steps=10000, seeds=(0, 1, 2), target=0.95, demos=50,
                 bc_weight=25.0),
     "pixels": dict(task="PickCube-v0", obs_mode="pixels", steps=10000, seeds=(0, 1, 2), target=0.95),
+    # The lab's setting: a precise task from cameras (no privileged state in the policy), few demos, a human watching.
+    "peg-pixels": dict(task="PegInsert-v0", obs_mode="pixels", steps=20000, seeds=(0, 1, 2), target=0.95, demos=20,
+                       bc_weight=25.0, intervene=True, disagreement=0.6),
 }
 
 
 @dataclasses.dataclass(frozen=True)
 class Args:
-    suite: Literal["state", "peg", "pixels"] = "state"
+    suite: Literal["state", "peg", "pixels", "peg-pixels"] = "state"
     steps: int | None = None
     """Override the suite's env-step budget."""
     seeds: tuple[int, ...] | None = None
@@ -59,14 +68,16 @@ class Args:
     """Override the SAC per-step discount (default: 0.97)."""
     batch_size: int | None = None
     """Override the learner batch size (default: 256)."""
-    intervene: bool = False
-    """Train with the simulated human taking over when the policy is stuck (HIL-SERL); evals never intervene."""
+    intervene: bool | None = None
+    """Train with the simulated human taking over when the policy is stuck (HIL-SERL); evals never intervene (None:
+    the suite's, on for peg-pixels)."""
     stuck_distance: float | None = None
     """With --intervene: TCP travel [m] over the human's stuck window below which it takes over (default 0.01; larger:
     a more demanding human who takes over more often)."""
     disagreement: float | None = None
     """With --intervene: the human also takes over when the policy's translation command lies farther than this from
-    the expert's (robot_rl.sim.human.InterventionConfig.disagreement; default: off)."""
+    the expert's (robot_rl.sim.human.InterventionConfig.disagreement; default: the suite's, 0.6 for peg-pixels, else
+    off)."""
     tag: str = ""
     """Suffix of the run names and the PNG (keeps parallel runs apart)."""
     policy: Literal["plain", "residual", "noise"] = "plain"
@@ -87,6 +98,9 @@ class Args:
     """Critic-only gradient steps before the actor moves (default: the SAC config's)."""
     target_entropy: float | None = None
     """Override the SAC target entropy (default: -action_dim; DSRL uses 0 over its noise)."""
+    runs: tuple[Path, ...] = ()
+    """Summarise these run folders (of `robot-rl train`, finished or under way) instead of training: the per-eval
+    table and the curves PNG."""
     smoke: bool = False
     """Check that the bench runs (tests run this): the suite's task with seed 0, 1 demo, 20 env steps, batch 8,
     UTD 1, one evaluation episode at the start and at the end (unless overridden; the figures mean nothing)."""
@@ -96,7 +110,47 @@ SMOKE = dict(steps=20, seeds=(0,), demos=1, eval_every=20, eval_episodes=1, fina
              utd=1)
 
 
+def run_summary(run_dir: Path) -> dict:
+    """A training run's evaluations with the human's share of the steps since the previous evaluation and the
+    critic's mean Q at the evaluation (the last training metrics before it), and the human's share by quarter of the
+    training episodes."""
+    learner_state = json.loads((Path(run_dir) / "checkpoint" / "learner.json").read_text())
+    state = learner_state["extra"]
+    log, metrics = state["episodes_log"], state["metrics"]
+    per_eval, previous = [], -1
+    for row in state["evals"]:
+        window = [e for e in log if previous < e["env_step"] <= row["env_step"]]
+        steps = sum(e["length"] for e in window)
+        q = [m["q_mean"] for m in metrics if m["env_step"] <= row["env_step"] and "q_mean" in m]
+        per_eval.append({"env_step": row["env_step"], "success_rate": row["success_rate"],
+                         "episodes": row["episodes"],
+                         "human_share": round(sum(e["intervention_rate"] * e["length"] for e in window) / steps, 3)
+                         if steps else None,
+                         "q_mean": round(float(q[-1]), 3) if q else None})
+        previous = row["env_step"]
+    quarters = [part for part in np.array_split(np.arange(len(log)), 4) if len(part)]
+    human = {"by_quarter": [round(float(np.mean([log[i]["intervention_rate"] for i in part])), 3) for part in quarters],
+             "training_success_by_quarter": [round(float(np.mean([log[i]["success"] for i in part])), 3)
+                                             for part in quarters],
+             "human_steps": learner_state["interventions"], "episodes": len(log)}
+    return {"run_dir": str(run_dir), "env_step": state["env_step"], "wall_s": round(state["wall_seconds"], 1),
+            "curve": [(row["env_step"], row["success_rate"]) for row in state["evals"]], "per_eval": per_eval,
+            "human": human}
+
+
+def summarize_runs(args: Args) -> dict:
+    """`--runs`: the summary of each run folder and one PNG of them all."""
+    summaries = {str(run): run_summary(run) for run in args.runs}
+    png = args.out / f"runs-{time.strftime('%Y%m%d-%H%M%S')}{'-' + args.tag if args.tag else ''}.png"
+    plot({Path(run).name: s["per_eval"] for run, s in summaries.items()}, png, args.tag or "runs")
+    result = {"bench": "learning", "runs": summaries, "png": str(png)}
+    print(json.dumps(result))
+    return result
+
+
 def main(args: Args) -> dict:
+    if args.runs:
+        return summarize_runs(args)
     if args.smoke:  # what the command line left at its default takes the smoke size
         defaults = Args()
         args = dataclasses.replace(args, **{k: v for k, v in SMOKE.items() if getattr(args, k) == getattr(defaults, k)})
@@ -111,6 +165,7 @@ def main(args: Args) -> dict:
     curves = {}
     wall = {}
     intervention = {}  # per seed: mean per-episode intervention rate (and training success) by quarter of episodes
+    per_eval = {}  # per seed: success, the human's share of steps and mean Q at each evaluation
     base = TrainConfig()
     learner_overrides = {k: v for k, v in (("utd", args.utd), ("n_step", args.n_step), ("batch_size", args.batch_size),
                                            ("warmup_transitions", args.warmup_transitions)) if v is not None}
@@ -121,8 +176,10 @@ def main(args: Args) -> dict:
                                        ("target_entropy", args.target_entropy))
                      if v is not None}
     learner_cfg = dataclasses.replace(base.learner, **learner_overrides)
+    intervene = args.intervene if args.intervene is not None else suite.get("intervene", False)
+    disagreement = args.disagreement if args.disagreement is not None else suite.get("disagreement")
     human_cfg = dataclasses.replace(base.human, **{k: v for k, v in (("stuck_distance", args.stuck_distance),
-                                                                     ("disagreement", args.disagreement))
+                                                                     ("disagreement", disagreement))
                                                    if v is not None})
     sac_cfg = dataclasses.replace(base.sac, **sac_overrides)
     name = f"{args.suite}-{stamp}{'-' + args.tag if args.tag else ''}"
@@ -131,28 +188,19 @@ def main(args: Args) -> dict:
             task=suite["task"], obs_mode=suite["obs_mode"], demos=demos, steps=steps, seed=seed,
             eval_every=args.eval_every, eval_episodes=args.eval_episodes, final_eval_episodes=args.final_eval_episodes,
             checkpoint_every=steps, video=False, run_dir=args.out / f"{name}-seed{seed}",
-            learner=learner_cfg, sac=sac_cfg, intervene=args.intervene, human=human_cfg, policy=args.policy,
+            learner=learner_cfg, sac=sac_cfg, intervene=intervene, human=human_cfg, policy=args.policy,
             base=args.base, residual_scale=args.residual_scale, noise_bound=args.noise_bound,
             noise_aliasing=args.noise_aliasing, noise_repeat=args.noise_repeat,
         )
         start = time.perf_counter()
         run_dir = train(cfg)
         wall[seed] = time.perf_counter() - start
-        learner_state = json.loads((run_dir / "checkpoint" / "learner.json").read_text())
-        state = learner_state["extra"]
-        curves[seed] = [(row["env_step"], row["success_rate"]) for row in state["evals"]]
-        log = state["episodes_log"]
-        quarters = [part for part in np.array_split(np.arange(len(log)), 4) if len(part)]
-        intervention[seed] = {
-            "by_quarter": [round(float(np.mean([log[i]["intervention_rate"] for i in part])), 3) for part in quarters],
-            "training_success_by_quarter": [round(float(np.mean([log[i]["success"] for i in part])), 3)
-                                            for part in quarters],
-            "human_steps": learner_state["interventions"],
-            "episodes": len(log)}
+        summary = run_summary(run_dir)
+        curves[seed], per_eval[seed], intervention[seed] = summary["curve"], summary["per_eval"], summary["human"]
     finals = [curve[-1][1] for curve in curves.values()]
     first_hit = [next((step for step, rate in curve if rate >= suite["target"]), None) for curve in curves.values()]
     png = args.out / f"{name}.png"
-    plot(curves, png, f"{suite['task']} ({suite['obs_mode']}), {args.policy}, {demos} demos {args.tag}".strip())
+    plot(per_eval, png, f"{suite['task']} ({suite['obs_mode']}), {args.policy}, {demos} demos {args.tag}".strip())
     result = {
         "bench": "learning",
         "suite": args.suite,
@@ -166,10 +214,10 @@ def main(args: Args) -> dict:
         "critics": sac_cfg.critic_ensemble_size,
         "bc_weight": sac_cfg.bc_weight,
         "discount": sac_cfg.discount,
-        "intervene": args.intervene,
-        "stuck_distance": human_cfg.stuck_distance if args.intervene else None,
-        "disagreement": human_cfg.disagreement if args.intervene else None,
-        "intervention_rate": {str(seed): rates for seed, rates in intervention.items()} if args.intervene else None,
+        "intervene": intervene,
+        "stuck_distance": human_cfg.stuck_distance if intervene else None,
+        "disagreement": human_cfg.disagreement if intervene else None,
+        "intervention_rate": {str(seed): rates for seed, rates in intervention.items()} if intervene else None,
         "policy": args.policy,
         "base": str(args.base) if args.base else None,
         **{option: getattr(args, option) if option in kind_of(args.policy).options else None
@@ -187,6 +235,7 @@ def main(args: Args) -> dict:
         "first_step_at_target": first_hit,
         "target": suite["target"],
         "curves": {str(seed): curve for seed, curve in curves.items()},
+        "per_eval": {str(seed): rows for seed, rows in per_eval.items()},
         "wall_s": {str(seed): round(seconds, 1) for seed, seconds in wall.items()},
         "png": str(png),
     }
@@ -194,19 +243,26 @@ def main(args: Args) -> dict:
     return result
 
 
-def plot(curves: dict, path: Path, title: str) -> None:
+def plot(per_eval: dict, path: Path, title: str) -> None:
+    """Success, the human's share of the steps and the critic's mean Q at each evaluation, one line per run."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
-    for seed, curve in curves.items():
-        steps, rates = zip(*curve)
-        ax.plot(steps, rates, "o-", label=f"seed {seed}")
-    ax.set(xlabel="environment steps", ylabel="eval success rate", ylim=(-0.02, 1.02), title=title)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    fig, axes = plt.subplots(3, 1, figsize=(7, 8), dpi=120, sharex=True)
+    panels = (("success_rate", "eval success rate", (-0.02, 1.02)), ("human_share", "human's share of steps", None),
+              ("q_mean", "mean Q (training batch)", None))
+    for ax, (key, label, limits) in zip(axes, panels):
+        for name, rows in per_eval.items():
+            points = [(row["env_step"], row[key]) for row in rows if row.get(key) is not None]
+            if points:
+                ax.plot(*zip(*points), "o-", label=f"seed {name}" if isinstance(name, int) else str(name))
+        ax.set(ylabel=label, ylim=limits)
+        ax.grid(alpha=0.3)
+    axes[0].set_title(title)
+    axes[0].legend(loc="lower right", fontsize=7)
+    axes[-1].set_xlabel("environment steps")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
