@@ -111,21 +111,26 @@ SMOKE = dict(steps=20, seeds=(0,), demos=1, eval_every=20, eval_episodes=1, fina
 
 
 def run_summary(run_dir: Path) -> dict:
-    """A training run's evaluations with the human's share of the steps since the previous evaluation and the
-    critic's mean Q at the evaluation (the last training metrics before it), and the human's share by quarter of the
-    training episodes."""
+    """A training run's evaluations with the human's share of the steps since the previous evaluation, the human's
+    share of the demo buffer's rows (the BC term's) and the critic's mean Q at the evaluation (the last training
+    metrics before it), and the human's share by quarter of the training episodes."""
     learner_state = json.loads((Path(run_dir) / "checkpoint" / "learner.json").read_text())
     state = learner_state["extra"]
     log, metrics = state["episodes_log"], state["metrics"]
     per_eval, previous = [], -1
+    demos = learner_state.get("demo_transitions", 0)
     for row in state["evals"]:
         window = [e for e in log if previous < e["env_step"] <= row["env_step"]]
         steps = sum(e["length"] for e in window)
+        human_rows = sum(e["intervention_rate"] * e["length"] for e in log if e["env_step"] <= row["env_step"])
         q = [m["q_mean"] for m in metrics if m["env_step"] <= row["env_step"] and "q_mean" in m]
         per_eval.append({"env_step": row["env_step"], "success_rate": row["success_rate"],
                          "episodes": row["episodes"],
                          "human_share": round(sum(e["intervention_rate"] * e["length"] for e in window) / steps, 3)
                          if steps else None,
+                         # the BC term's rows: the scripted demos and every human step so far
+                         "demo_rows_human_share": round(human_rows / (demos + human_rows), 3)
+                         if demos + human_rows else None,
                          "q_mean": round(float(q[-1]), 3) if q else None})
         previous = row["env_step"]
     quarters = [part for part in np.array_split(np.arange(len(log)), 4) if len(part)]
