@@ -72,6 +72,12 @@ def policy_folder(path: str | Path) -> Path | None:
     return path if (path / POLICY_CONFIG).is_file() else None
 
 
+def find_policy_folder(path: str | Path) -> Path | None:
+    """The policy folder `path` names, or that a run folder `path` holds (its ``policy/``), else None."""
+    path = Path(path)
+    return policy_folder(path) or (policy_folder(path / "policy") if path.is_dir() else None)
+
+
 def read_policy_files(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(description, tensors) of a torch policy folder; PolicyError names the file and what is wrong."""
     from safetensors import SafetensorError
@@ -110,7 +116,7 @@ def load_policy(path: str | Path, *, device: str = "auto", seed: int = 0) -> Pol
     from robot_rl.policies.base import resolve_device
 
     path = Path(path)
-    folder = policy_folder(path) or (policy_folder(path / "policy") if path.is_dir() else None)
+    folder = find_policy_folder(path)
     if folder is not None:
         description, tensors = read_policy_files(folder)
         return files_builder(description.get("kind"))(description, tensors, resolve_device(device))

@@ -17,7 +17,6 @@ import dataclasses
 import time
 import typing
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
@@ -82,7 +81,7 @@ class PolicySlot:
     # ----- loading -----------------------------------------------------------------------------------------------
     def load_file(self, path: str) -> None:
         """Act with a saved policy from the start; PolicyError names any problem (the gate's included)."""
-        from robot_rl.policies.checkpoint import load_policy, policy_folder
+        from robot_rl.policies.checkpoint import find_policy_folder, load_policy
         from robot_rl.policies.registry import kind_of
         from robot_rl.policy_file import PolicyFileError, read_policy_file
 
@@ -92,7 +91,7 @@ class PolicySlot:
         if problem:
             raise PolicyError(problem)
         self.weights_path = path
-        folder = policy_folder(path) or (policy_folder(Path(path) / "policy") if Path(path).is_dir() else None)
+        folder = find_policy_folder(path)
         if folder is None:  # the learner's weights format (SAC): later weights from a learner may follow
             try:
                 weights = read_policy_file(path)

@@ -28,7 +28,7 @@ import dataclasses
 import json
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -251,7 +251,13 @@ class LearnerServer:
         """Accept a transitions payload; returns the cumulative acks to send back. TransportError if malformed."""
         if not self.opened:
             raise RuntimeError("open() the server before ingesting transitions")
-        source, items = decode_transitions(payload)
+        return self.accept(*decode_transitions(payload))
+
+    def accept(self, source: str, items: Sequence[StampedTransition]) -> dict[str, int]:
+        """Accept an actor's transitions in memory (in-process training; `ingest` decodes a message into this);
+        returns the cumulative acks."""
+        if not self.opened:
+            raise RuntimeError("open() the server before ingesting transitions")
         fresh = self.inbox.accept(source, items)
         if fresh:  # logged (rejected ones too, so a restart rebuilds the same acks) before they are acknowledged
             self.logged_through = self.log.append(source, fresh)

@@ -138,7 +138,6 @@ def record_episodes(
     """
     from robot_rl.episode import run_episodes
     from robot_rl.sim.robot_adapter import SimLink, SimRobotAdapter, sim_runner
-    from robot_rl.transport import Outbox
 
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
@@ -161,7 +160,7 @@ def record_episodes(
 
     link = SimLink(SimRobotAdapter(env), range(seed, seed + max_attempts))
     runner = sim_runner(link, as_actor(policy, env.action_space.shape[0]), source="record",
-                        outbox=Outbox(capacity=1), on_episode_end=on_episode_end)  # its end has the transitions
+                        on_episode_end=on_episode_end)
     for _ in range(max_attempts):
         if len(results) >= episodes or not run_episodes(runner, 1, should_stop=should_stop):
             break

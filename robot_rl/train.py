@@ -48,7 +48,7 @@ from robot_rl.learner_server import LearnerServer
 from robot_rl.policies.registry import LearnerPlan, kind_of, learner_kinds, learner_plan
 from robot_rl.sim.evaluate import EVAL_SEED_OFFSET, Evaluation, StopRequested, evaluate
 from robot_rl.sim.human import SimulatedHumanConfig
-from robot_rl.transport import Outbox, encode_transitions
+from robot_rl.transport import Outbox
 
 ObsMode = Literal["state", "pixels", "state+pixels"]
 DEMO_SEED_OFFSET = 2_000_000
@@ -264,11 +264,11 @@ class EvalHistory:
 
 
 def feed_server(server: LearnerServer, source: str, outbox: Outbox) -> int:
-    """Ingest an in-process actor's outbox into `server` (the transitions message an actor node sends) and
-    acknowledge it there from the server's acks; returns how many transitions went."""
+    """Ingest an in-process actor's outbox into `server` (what the ROS learner does with an actor node's
+    transitions message) and acknowledge it there from the server's acks; returns how many transitions went."""
     items = outbox.due(0.0, max_items=len(outbox))  # never marked sent: every item is due
     if items:
-        outbox.acknowledge(server.ingest(encode_transitions(source, items))[source])
+        outbox.acknowledge(server.accept(source, items)[source])
     return len(items)
 
 

@@ -174,11 +174,10 @@ def file_digest(path: str | Path, names: Sequence[str] = ()) -> str:
 
 def policy_location(path: str | Path) -> Path:
     """The policy folder or policy file `path` stands for (a run folder stands for its policy)."""
-    from robot_rl.policies.checkpoint import policy_folder
+    from robot_rl.policies.checkpoint import find_policy_folder
     from robot_rl.policy_file import resolve_policy_path
 
-    path = Path(path)
-    folder = policy_folder(path) or (policy_folder(path / "policy") if path.is_dir() else None)
+    folder = find_policy_folder(path)
     return folder if folder is not None else resolve_policy_path(path)
 
 
@@ -313,7 +312,6 @@ def run_block(block: Block) -> dict[str, Any]:
     from robot_rl.sim.evaluate import EVAL_SEED_OFFSET, env_settings_for
     from robot_rl.sim.perturb import PerturbedEnv
     from robot_rl.sim.robot_adapter import sim_runner
-    from robot_rl.transport import Outbox
 
     _worker_setup()
     policy = _cached_policy(block.policy, block.device)
@@ -326,7 +324,7 @@ def run_block(block: Block) -> dict[str, Any]:
         watch = _EpisodeWatch(env, block.film, indices, [EVAL_SEED_OFFSET + block.suite_seed + i for i in indices])
         runner = sim_runner(watch.link, Actor(policy, deterministic=True),
                             safety=Safety(robot.safety_config(action_dim=policy.action_dim)), source="validate",
-                            outbox=Outbox(capacity=1), on_episode_end=watch.ended)  # transitions are not kept
+                            on_episode_end=watch.ended)
         run_episodes(runner, block.count)
         return {"condition": block.condition.name, "first": block.first, "episodes": watch.episodes,
                 "frames": {i: {k: np.stack(v) for k, v in f.items()} for i, f in watch.frames.items() if f},

@@ -100,7 +100,6 @@ def evaluate(
     """
     from robot_rl.episode import run_episodes
     from robot_rl.sim.robot_adapter import SimLink, SimRobotAdapter, sim_runner
-    from robot_rl.transport import Outbox
 
     if episodes < 1:
         raise ValueError(f"episodes={episodes} must be >= 1")
@@ -123,7 +122,7 @@ def evaluate(
 
     link = SimLink(SimRobotAdapter(env), range(seed, seed + episodes), on_executed=film)
     runner = sim_runner(link, as_actor(policy, env.action_space.shape[0]), source="eval",
-                        outbox=Outbox(capacity=1), on_episode_end=episode_done)  # transitions are not kept
+                        on_episode_end=episode_done)
     run_episodes(runner, episodes, should_stop=should_stop)
     if len(results) < episodes:
         raise StopRequested
@@ -259,12 +258,11 @@ def evaluation_summary(evaluation: Evaluation, *, task: str, obs_mode: str, poli
 def saved_policy_fields(policy_path: str | Path) -> tuple[Path, dict[str, Any]]:
     """(where the saved policy is, what `eval.json` says about it): its path, and for a SAC policy file its weights
     version and the transitions and updates it was trained with."""
-    from robot_rl.policies.checkpoint import policy_folder
+    from robot_rl.policies.checkpoint import find_policy_folder
     from robot_rl.policy_file import read_policy_file, resolve_policy_path
 
-    path = Path(policy_path)
-    folder = policy_folder(path) or (policy_folder(path / "policy") if path.is_dir() else None)
-    located = folder if folder is not None else resolve_policy_path(path)
+    folder = find_policy_folder(policy_path)
+    located = folder if folder is not None else resolve_policy_path(policy_path)
     fields: dict[str, Any] = {"policy": str(located)}
     if folder is None:
         message = read_policy_file(located)

@@ -206,10 +206,12 @@ class SimLink:
 def sim_runner(link: SimLink, actor, *, safety: Safety | None = None, source: str = "sim",
                outbox: Outbox | None = None, **options: Any) -> EpisodeRunner:
     """The episode loop driving `actor` (a robot_rl.actor.Actor) on `link`'s sim env through an `ActorSession` and
-    the safety layer (the env's own limits unless `safety` is given); `options` go to the `EpisodeRunner` (hooks,
-    `uniform`, `log`); ValueError for a safety layer of another action size than the env's."""
+    the safety layer (the env's own limits unless `safety` is given), its transitions into `outbox` (default: none
+    kept, for evaluations and recordings, which take them from the episode's end); `options` go to the
+    `EpisodeRunner` (hooks, `uniform`, `log`); ValueError for a safety layer of another action size than the env's."""
     from robot_rl.actor import ActorSession
     from robot_rl.episode import EpisodeRunner
+    from robot_rl.transport import Outbox
 
     adapter = link.adapter
     safety = safety if safety is not None else Safety(adapter.safety_config())
@@ -217,5 +219,6 @@ def sim_runner(link: SimLink, actor, *, safety: Safety | None = None, source: st
     if safety.config.action_dim != env_dim:
         raise ValueError(f"the safety layer is configured for {safety.config.action_dim}-d actions; the env takes "
                          f"{env_dim}-d actions")
+    outbox = outbox if outbox is not None else Outbox(capacity=1)
     session = ActorSession(safety, source, outbox, max_episode_steps=adapter.max_episode_steps, actor=actor)
     return EpisodeRunner(session, link, link.runner_config(), inputs=link.inputs, **options)
