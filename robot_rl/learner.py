@@ -24,6 +24,10 @@ ACTION_SLACK = 1e-6  # float rounding of actions at the bounds of [-1, 1]
 log = logging.getLogger(__name__)
 
 
+ROW_SHARE_METRICS = ("bc_error_demos", "bc_error_human")
+"""Metrics over a kind of batch row that some batches lack."""
+
+
 @dataclasses.dataclass(frozen=True)
 class LearnerConfig:
     """Replay and update schedule of the learner."""
@@ -44,6 +48,10 @@ class LearnerConfig:
     """Transitions acted uniformly at random before the first update; None: 4 x batch_size without demos, 0 with."""
     seed: int = 0
     """Seed of the agent's initial weights and of batch sampling."""
+    takeover_is_failure: bool = False
+    """A human takeover marks the policy's step before it a failure (terminated, no bootstrap through the human's
+    rescue), so the critic learns that what made the human step in was wrong (RLIF); the human's steps still train
+    the critic and the BC term."""
 
     def __post_init__(self) -> None:
         problems = [f"{name}={getattr(self, name)!r} must be >= {low}"
@@ -321,7 +329,7 @@ class Learner:
                                   next_observation, policy_info or {})
         else:
             insert_with_interventions(self.online, self.demo, observation, action, reward, terminated, truncated,
-                                      next_observation, intervention)
+                                      next_observation, intervention, self.config.takeover_is_failure)
         self.transitions += 1
         self.interventions += int(intervention)
         self._episode_rewards.append(float(reward))
@@ -340,6 +348,8 @@ class Learner:
         step = policy_info.get(CHUNK_KEYS.step)
         human = learner_action is None or step is None  # a human's step: its noise is unknown
         chunk = self._chunk
+        if human and chunk is not None and not chunk["human"] and self.config.takeover_is_failure:
+            chunk["terminated"] = True
         if human and self.aliasing is None:
             self.skipped += 1
             self._close_chunk(cut=True)
@@ -448,7 +458,9 @@ class Learner:
         )
         self.agent, info = self.agent.update(batch, validate=False)
         self.updates += self.config.utd
-        return {k: float(v) for k, v in jax.device_get(info).items()}
+        info = {k: float(v) for k, v in jax.device_get(info).items()}
+        # Left out when these steps had no such rows (no human step yet, a demo-free batch): NaN, not a figure.
+        return {k: v for k, v in info.items() if not (k in ROW_SHARE_METRICS and np.isnan(v))}
 
     def policy_bytes(self) -> bytes:
         """Actor weights (msgpack) to send to actors."""

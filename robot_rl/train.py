@@ -58,7 +58,8 @@ CONFIG_FILE = "config.json"
 CHECKPOINT_DIR = "checkpoint"
 VIDEO_FILE = "eval.mp4"
 # Options a resumed run may change: its schedule and outputs, nothing the learning depends on.
-RESUME_OPTIONS = ("steps", "eval_every", "eval_episodes", "final_eval_episodes", "checkpoint_every", "video")
+RESUME_OPTIONS = ("steps", "eval_every", "eval_episodes", "final_eval_episodes", "eval_latest_weights",
+                  "checkpoint_every", "video")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +86,9 @@ class TrainConfig:
     """Episodes per evaluation (deterministic policy, no human)."""
     final_eval_episodes: int | None = None
     """Episodes of the final evaluation (None: as many as --eval-episodes)."""
+    eval_latest_weights: bool = False
+    """With --sac.policy-average-rate: each evaluation also runs the last gradient step's weights on the same
+    episodes (eval row `latest_success_rate`), to see what the average buys."""
     checkpoint_every: int = 2000
     """Env steps between checkpoints; there is also one after every evaluation, at the end and on Ctrl-C/SIGTERM."""
     policy: Literal["plain", "residual", "noise"] = "plain"
@@ -577,12 +581,19 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
         started = time.perf_counter()
         evaluation = evaluate(eval_env, eval_actor, episodes, cfg.seed + EVAL_SEED_OFFSET,
                               video_path=run_dir / VIDEO_FILE if final and cfg.video else None, should_stop=stop)
-        update_rate.exclude(time.perf_counter() - started)
         row = history.add(env_step, evaluation)
         for key in ("success_rate", "mean_return", "mean_length"):
             tb.add_scalar(f"eval/{key}", row[key], step=env_step)
+        latest = ""
+        if cfg.eval_latest_weights and learner.agent.policy_average is not None:
+            latest_actor = Actor(make_policy(learner.agent.replace(policy_average=None)), deterministic=True)
+            latest_eval = evaluate(eval_env, latest_actor, episodes, cfg.seed + EVAL_SEED_OFFSET, should_stop=stop)
+            row["latest_success_rate"] = latest_eval.success_rate
+            tb.add_scalar("eval/latest_success_rate", latest_eval.success_rate, step=env_step)
+            latest = f"; the latest weights {success_text(latest_eval.successes, len(latest_eval.episodes))}"
+        update_rate.exclude(time.perf_counter() - started)
         print_line(f"env step {env_step}: eval success {success_text(row['successes'], row['episodes'])}, "
-                   f"return {row['mean_return']:.2f}, length {row['mean_length']:.1f}")
+                   f"return {row['mean_return']:.2f}, length {row['mean_length']:.1f}{latest}")
 
     def checkpoint() -> None:
         nonlocal next_checkpoint

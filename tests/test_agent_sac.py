@@ -189,6 +189,29 @@ def test_serialisation_round_trip(tmp_path):
                                   jax.tree.leaves(trained.critic.params["encoder"])[0])
 
 
+def test_actors_get_the_averaged_policy_and_old_checkpoints_start_it():
+    spec = STATE_SPEC  # the encoder's params are averaged by the same tree map (pixel runs)
+    config = dataclasses.replace(SMALL, policy_average_rate=0.1)
+    agent = SACAgent.create(0, spec, 4, config)
+    trained = agent
+    for step in range(2):  # average <- 0.1 latest + 0.9 average after each actor step
+        before = trained.policy_params()
+        trained, _ = trained.update(random_batch(spec, (8,), seed=step))
+        for a, b, c in zip(*(jax.tree.leaves(x) for x in (before, trained.policy_params(),
+                                                          trained.latest_policy_params())), strict=True):
+            np.testing.assert_allclose(np.asarray(b), 0.9 * np.asarray(a) + 0.1 * np.asarray(c), atol=1e-6)
+    obs = random_obs(spec, (), np.random.default_rng(1))
+    assert not np.allclose(trained.eval_actions(obs), trained.replace(policy_average=None).eval_actions(obs))
+    actor_side = agent.with_policy_bytes(trained.policy_to_bytes())  # what an actor acts with
+    np.testing.assert_allclose(actor_side.eval_actions(obs), trained.eval_actions(obs), rtol=1e-6)
+    assert agent.restore_bytes(trained.to_bytes()).policy_average is not None
+    old = trained.replace(policy_average=None)  # as a checkpoint from before averaging holds it
+    resumed = agent.restore_bytes(old.to_bytes())
+    for a, b in zip(jax.tree.leaves(resumed.policy_params()), jax.tree.leaves(old.latest_policy_params()),
+                    strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_patch_conv_matches_flax_conv():
     import flax.linen as nn
 

@@ -67,6 +67,22 @@ def test_interventions_go_to_online_and_demo_buffers(env):
     assert learner.demo.intervention[learner.demo.valid].all()
 
 
+def test_takeovers_as_failures_and_bc_on_the_demos_alone(env, demos):
+    import dataclasses
+
+    bc_sac = dataclasses.replace(SMALL_SAC, bc_weight=1.0, bc_on_interventions=False)
+    learner = Learner(env.observation_space, env.action_space.shape[0], bc_sac,
+                      dataclasses.replace(SMALL_LEARNER, takeover_is_failure=True, batch_size=64))
+    learner.add_demos(demos)
+    fill_online(learner, env, 30, intervene_every=3)
+    # every takeover (steps 3, 6, ... after a policy step) fails the policy's step before it
+    policy_steps = np.flatnonzero(learner.online.valid & ~learner.online.intervention)
+    assert learner.online.terminated[policy_steps].sum() == 9
+    info = learner.step()
+    assert np.isfinite(info["bc_error_demos"]) and np.isfinite(info["bc_error_human"])
+    np.testing.assert_allclose(info["bc_error"], info["bc_error_demos"], rtol=1e-5)  # the human's rows are left out
+
+
 def test_resume_gives_the_same_next_update(env, demos, tmp_path):
     learner = new_learner(env)
     learner.add_demos(demos)

@@ -290,7 +290,8 @@ def test_every_config_field_has_help_text(capsys, monkeypatch):
         tyro.cli(LearnerConfig, args=["--help"])
     text = capsys.readouterr().out.replace("│", " ")
     for field in dataclasses.fields(LearnerConfig):
-        entry = text.split(f"--{field.name.replace('_', '-')} ", 1)[1].split("(default:", 1)[0]
+        flag = field.name.replace('_', '-')  # a bool is a flag pair: --name, --no-name
+        entry = re.split(rf"--(?:no-)?{flag}[ ,]", text)[-1].split("(default:", 1)[0]
         assert len(entry.split()) >= 6, (field.name, entry)  # the metavar and at least five words of help
 
 

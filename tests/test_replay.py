@@ -140,6 +140,24 @@ def test_interventions_go_to_both_buffers():
     np.testing.assert_array_equal(batch.next_observations["state"][:, 1], [3, 3, 6])
 
 
+def test_a_takeover_fails_the_policy_step_before_it_when_asked():
+    flags = [False, False, True, True, False, True]
+    for failure in (False, True):
+        demo, online = ReplayBuffer(SPEC, 4, 100), ReplayBuffer(SPEC, 4, 100)
+        for t, flag in enumerate(flags):
+            insert_with_interventions(online, demo, make_obs(0, t), np.array([0, t, 0, 0], np.float32), 0.0, False,
+                                      t == len(flags) - 1, make_obs(0, t + 1), flag, takeover_is_failure=failure)
+        marked = np.flatnonzero(online.terminated[:len(flags)])
+        # only the policy's steps a takeover followed (1 and 4); the human's steps and the others run on
+        assert marked.tolist() == ([1, 4] if failure else [])
+        batch = online.gather(np.arange(len(flags)), n_step=3, discount=0.5)
+        if failure:  # no bootstrap past the failed step, and no n-step window crosses it
+            np.testing.assert_array_equal(batch.masks, [0, 0, 0, 0, 0, 1])
+            np.testing.assert_array_equal(batch.next_observations["state"][:, 1], [2, 2, 5, 5, 5, 6])
+        check_next_obs(online.gather(np.arange(len(flags))))
+    assert not ReplayBuffer(SPEC, 4, 10).fail_last_step()  # nothing open
+
+
 def test_bad_inputs_raise():
     buffer = ReplayBuffer(SPEC, 4, 10)
     obs = make_obs(0, 0)

@@ -133,6 +133,13 @@ class SACConfig:
     bc_weight: float = 0.0
     """Behaviour-cloning term on demo rows of each batch: bc_weight * mean ||tanh(mean(s)) - a_demo||^2 in the actor
     loss. 0 is plain SAC/RLPD; a small weight makes learning from few demos much faster (TD3+BC-style)."""
+    bc_on_interventions: bool = True
+    """The BC term also covers the human's intervention rows of the demo buffer (False: the demo datasets' rows
+    only; the intervention rows still train the critic)."""
+    policy_average_rate: float | None = None
+    """Polyak rate, per actor step, of the policy the actors act with (actor head and encoder): they get
+    average <- rate * latest + (1 - rate) * average instead of the latest step's weights, so one gradient step's
+    noise does not move a precise policy (None: the latest weights)."""
     target_bounds: tuple[float, float] | None = None
     """Known bounds of the return, e.g. 0 1 for a sparse reward of 1 that ends the episode: TD targets are clipped
     into them, so the actor cannot chase critic over-estimates beyond what any policy can achieve (None: no
@@ -182,6 +189,9 @@ class SACConfig:
             problems.append(f"aliasing_samples={self.aliasing_samples} must be >= 1")
         if self.noise_critic_heads < 1:
             problems.append(f"noise_critic_heads={self.noise_critic_heads} must be >= 1")
+        if self.policy_average_rate is not None and not (
+                math.isfinite(self.policy_average_rate) and 0.0 < self.policy_average_rate <= 1.0):
+            problems.append(f"policy_average_rate={self.policy_average_rate} must be in (0, 1] or None (off)")
         if not (math.isfinite(self.bc_weight) and self.bc_weight >= 0):
             problems.append(f"bc_weight={self.bc_weight} must be >= 0")
         if self.target_bounds is not None and not (
@@ -264,6 +274,7 @@ class SACAgent(flax.struct.PyTreeNode):
     temperature: OptimisedParams  # {"log_temperature": scalar}
     rng: jax.Array
     step: jax.Array  # number of critic steps taken
+    policy_average: Params | None  # with config.policy_average_rate: the averaged policy_params, else None
     config: SACConfig = flax.struct.field(pytree_node=False)
     observation_spec: ObservationSpec = flax.struct.field(pytree_node=False)
     action_dim: int = flax.struct.field(pytree_node=False)
@@ -376,12 +387,22 @@ class SACAgent(flax.struct.PyTreeNode):
         return flax.serialization.to_bytes(self)
 
     def restore_bytes(self, data: bytes) -> SACAgent:
-        """Inverse of to_bytes; `self` (same config and spec) is the structural template."""
-        return flax.serialization.from_bytes(self, data)
+        """Inverse of to_bytes; `self` (same config and spec) is the structural template. A checkpoint from before
+        policy averaging starts its average at its latest weights."""
+        state = flax.serialization.msgpack_restore(data)
+        if self.policy_average is not None and not state.get("policy_average"):
+            restored = flax.serialization.from_state_dict(self.replace(policy_average=None), state)
+            return restored.replace(policy_average=restored.latest_policy_params())
+        return flax.serialization.from_state_dict(self, state)
+
+    def latest_policy_params(self) -> dict[str, Params]:
+        """The last gradient step's actor head and observation encoder."""
+        return {"actor": self.actor.params, "encoder": self.critic.params["encoder"]}
 
     def policy_params(self) -> dict[str, Params]:
-        """What an actor process needs to act: actor head and observation encoder."""
-        return {"actor": self.actor.params, "encoder": self.critic.params["encoder"]}
+        """What an actor process needs to act: actor head and observation encoder (averaged with
+        `config.policy_average_rate`)."""
+        return self.latest_policy_params() if self.policy_average is None else self.policy_average
 
     def policy_to_bytes(self) -> bytes:
         """Actor-side weights as msgpack bytes (for broadcasting to actors)."""
@@ -394,6 +415,7 @@ class SACAgent(flax.struct.PyTreeNode):
         return self.replace(
             actor=self.actor.replace(params=restored["actor"]),
             critic=self.critic.replace(params=critic_params),
+            policy_average=None if self.policy_average is None else restored,
         )
 
     def with_encoder_params_file(self, path: str) -> SACAgent:
@@ -528,7 +550,7 @@ def actor_loss(
     """alpha * log pi - mean_heads Q(executed action) (noise aliasing: mean_heads Q^W(noise)) (+ bc_weight * BC
     error on demo rows); the encoder is frozen here.
 
-    aux = (mean log pi, BC error).
+    aux = (mean log pi, BC error, per-row squared BC error).
     """
     if features is None:
         features = encode(agent, encoder_params, observations)
@@ -542,13 +564,14 @@ def actor_loss(
         q_values = critic_values(agent, critic_head_params, features, executed).mean(axis=0)
     loss = jnp.mean(temperature * log_probs - q_values)
     bc_error = jnp.zeros((), jnp.float32)
+    squared = jnp.zeros(features.shape[:1], jnp.float32)
     if demo_actions is not None and demo_mask is not None:
         mask = jnp.asarray(demo_mask, jnp.float32)
         mode = executed_actions(agent.config, observations, tanh_gaussian_mode(mean))
         squared = jnp.sum((mode - demo_actions) ** 2, axis=-1)
         bc_error = jnp.sum(mask * squared) / jnp.maximum(mask.sum(), 1.0)
         loss = loss + agent.config.bc_weight * bc_error
-    return loss, (jnp.mean(log_probs), bc_error)
+    return loss, (jnp.mean(log_probs), bc_error, squared)
 
 
 def _sac_step(agent: SACAgent, batch: Batch) -> tuple[SACAgent, dict[str, jax.Array]]:
@@ -617,9 +640,12 @@ def _sac_step(agent: SACAgent, batch: Batch) -> tuple[SACAgent, dict[str, jax.Ar
         info["noise_critic_loss"] = distillation
 
     def actor_and_temperature_step(agent: SACAgent) -> tuple[SACAgent, dict[str, jax.Array]]:
-        bc_args = (actions, batch.demo) if config.bc_weight > 0 else (None, None)
+        demo_rows = jnp.asarray(batch.demo, bool)
+        human_rows = demo_rows & jnp.asarray(batch.intervention, bool)
+        bc_rows = demo_rows if config.bc_on_interventions else demo_rows & ~human_rows
+        bc_args = (actions, bc_rows) if config.bc_weight > 0 else (None, None)
         followed = agent.critic.params["critic" if parts is None else "noise_critic"]
-        (loss_a, (log_prob, bc_error)), actor_grads = jax.value_and_grad(
+        (loss_a, (log_prob, bc_error, squared)), actor_grads = jax.value_and_grad(
             lambda p: actor_loss(agent, p, None, followed, observations, actor_key, temperature, features, *bc_args),
             has_aux=True,
         )(agent.actor.params)
@@ -633,15 +659,29 @@ def _sac_step(agent: SACAgent, batch: Batch) -> tuple[SACAgent, dict[str, jax.Ar
         loss_t, t_grads = jax.value_and_grad(temperature_loss)(agent.temperature.params)
         t_updates, t_opt_state = temperature_tx.update(t_grads, agent.temperature.opt_state, agent.temperature.params)
         t_params = optax.apply_updates(agent.temperature.params, t_updates)
+        average = agent.policy_average
+        if average is not None:
+            latest = {"actor": actor_params, "encoder": agent.critic.params["encoder"]}
+            average = optax.incremental_update(latest, average, config.policy_average_rate)
         agent = agent.replace(
             actor=OptimisedParams(actor_params, actor_opt_state),
             temperature=OptimisedParams(t_params, t_opt_state),
+            policy_average=average,
         )
-        return agent, {"actor_loss": loss_a, "entropy": -log_prob, "temperature_loss": loss_t, "bc_error": bc_error}
+        info = {"actor_loss": loss_a, "entropy": -log_prob, "temperature_loss": loss_t, "bc_error": bc_error}
+        if config.bc_weight > 0:  # the policy's distance from the demos' and from the human's actions, apart
+            for name, rows in (("bc_error_demos", demo_rows & ~human_rows), ("bc_error_human", human_rows)):
+                rows = rows.astype(jnp.float32)
+                info[name] = jnp.where(rows.sum() > 0, jnp.sum(rows * squared) / jnp.maximum(rows.sum(), 1.0),
+                                       jnp.nan)
+        return agent, info
 
     def skip(agent: SACAgent) -> tuple[SACAgent, dict[str, jax.Array]]:
         nan = jnp.full((), jnp.nan, jnp.float32)
-        return agent, {"actor_loss": nan, "entropy": nan, "temperature_loss": nan, "bc_error": nan}
+        names = ["actor_loss", "entropy", "temperature_loss", "bc_error"]
+        if config.bc_weight > 0:
+            names += ["bc_error_demos", "bc_error_human"]
+        return agent, {name: nan for name in names}
 
     if config.critic_actor_ratio == 1 and config.actor_delay == 0:
         agent, actor_info = actor_and_temperature_step(agent)
@@ -680,6 +720,8 @@ def _create_agent(key: jax.Array, spec: ObservationSpec, action_dim: int, config
         temperature=OptimisedParams(temperature_params, temperature_tx.init(temperature_params)),
         rng=rng,
         step=jnp.zeros((), jnp.int32),
+        policy_average=None if config.policy_average_rate is None else jax.tree.map(
+            jnp.array, {"actor": actor_params, "encoder": encoder_params}),
         config=config,
         observation_spec=spec,
         action_dim=action_dim,
@@ -705,12 +747,14 @@ def _update_scan(agent: SACAgent, batch: Batch) -> tuple[SACAgent, dict[str, jax
 
 @jax.jit
 def _sample_actions(agent: SACAgent, observations: dict, seed: jax.Array) -> jax.Array:
-    features = encode(agent, agent.critic.params["encoder"], observations)
-    mean, log_std = actor_distribution(agent, agent.actor.params, features)
+    params = agent.policy_params()
+    features = encode(agent, params["encoder"], observations)
+    mean, log_std = actor_distribution(agent, params["actor"], features)
     return tanh_gaussian_sample(seed, mean, log_std)[0]
 
 
 @jax.jit
 def _eval_actions(agent: SACAgent, observations: dict) -> jax.Array:
-    features = encode(agent, agent.critic.params["encoder"], observations)
-    return tanh_gaussian_mode(actor_distribution(agent, agent.actor.params, features)[0])
+    params = agent.policy_params()
+    features = encode(agent, params["encoder"], observations)
+    return tanh_gaussian_mode(actor_distribution(agent, params["actor"], features)[0])

@@ -105,6 +105,17 @@ class ReplayBuffer:
                 self.truncated[previous] = True
         self._pending_slot = None
 
+    def fail_last_step(self) -> bool:
+        """Mark the open episode's newest transition terminated (a failure: no bootstrap past it) unless it is a
+        human's; True if one was marked. A takeover calls it on the policy's step the human stepped in after."""
+        if self._pending_slot is None:
+            return False
+        previous = (self._pending_slot - 1) % self.capacity
+        if not self.valid[previous] or self.intervention[previous]:
+            return False
+        self.terminated[previous] = True
+        return True
+
     def continues_episode(self, observation: Mapping[str, Any]) -> bool:
         """Whether an episode is open and `observation` is its last `next_observation` (what `insert` requires)."""
         return self._pending_slot is not None and self._different_key(self._pending_slot, observation) is None
@@ -326,8 +337,15 @@ def insert_with_interventions(
     truncated: bool,
     next_observation: Mapping[str, Any],
     intervention: bool = False,
+    takeover_is_failure: bool = False,
 ) -> None:
-    """HIL-SERL rule: every transition goes to `online`; human-intervention transitions also go to `demo`."""
+    """HIL-SERL rule: every transition goes to `online`; human-intervention transitions also go to `demo`.
+
+    `takeover_is_failure`: a takeover (the first human step after the policy's) marks the policy's step before it
+    a failure (terminated, its reward kept) in `online`, so the critic does not credit the policy with the human's
+    rescue (RLIF's reading of an intervention)."""
+    if intervention and takeover_is_failure:
+        online.fail_last_step()
     online.insert(observation, action, reward, terminated, truncated, next_observation, intervention)
     if intervention:
         demo.insert(observation, action, reward, terminated, truncated, next_observation, intervention)
