@@ -37,9 +37,7 @@ class InterventionConfig:
     disagreement: float | None = None
     """Take over when the policy's translation command (first three action entries, in [-1, 1]) lies farther than
     this from the expert's, disagreement_steps steps in a row: a human who watches the motion and steps in when the
-    robot heads somewhere they would not (None: off). Such a human takes a stuck robot over only when it also
-    disagrees: the scripted expert, watched by the old rule, lost 18 % of its PegInsert steps to it (the slow last
-    millimetres of an insertion)."""
+    robot heads somewhere they would not (None: off)."""
     disagreement_steps: int = 3
     """Consecutive disagreeing steps before a takeover (with disagreement set)."""
 
@@ -80,9 +78,7 @@ class InterventionRule:
     """Decides, one control step at a time, whether the supervisor takes over (pure: no env, no ROS).
 
     Triggers (only when no takeover is running and budget is left): the TCP moved less than ``stuck_distance`` over
-    the last ``stuck_window`` steps (a watching supervisor, with ``disagreement`` set, only when the policy's push
-    also differs from the expert's by more than it: slow progress the expert would make too, such as a peg sliding
-    into its hole, is left alone); the commanded target was within ``boundary_margin`` of a workspace face with the
+    the last ``stuck_window`` steps; the commanded target was within ``boundary_margin`` of a workspace face with the
     push direction beyond 0.5 towards that face ``boundary_steps`` steps in a row; a non-finite policy action; with
     ``disagreement`` set, the push lying farther than that from the expert's ``disagreement_steps`` steps in a row. A
     takeover lasts ``takeover_steps`` steps, cut short when the episode or total budget runs out.
@@ -148,8 +144,7 @@ class InterventionRule:
         self._disagreeing = self._disagreeing + 1 if self._disagrees(push, expert_action) else 0
         if self._remaining == 0 and self.budget_left():
             trigger = None
-            if self._stuck() and (self._disagrees(push, expert_action) or expert_action is None
-                                  or config.disagreement is None):
+            if self._stuck():
                 trigger = TRIGGER_STUCK
             elif self._pushing_out >= config.boundary_steps:
                 trigger = TRIGGER_PUSHING_OUT

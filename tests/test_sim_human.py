@@ -98,29 +98,6 @@ def test_a_watching_human_takes_over_a_policy_heading_away_and_leaves_the_expert
         obs = env.step(action)[0]
 
 
-def test_a_watching_human_leaves_a_slow_insertion_alone_and_takes_a_stuck_policy_over():
-    peg = make_env("PegInsert-v0")
-    config = SimulatedHumanConfig(disagreement=0.6)  # the default stuck rule: under 1 cm in 6 steps
-    human, expert = SimulatedHuman(peg, config), SimulatedHuman(peg, SimulatedHumanConfig()).expert
-    slow_steps = 0
-    for seed in range(3):  # the expert slows down over the last millimetres; the old rule took 18 % of its steps
-        obs, _ = peg.reset(seed=seed)
-        human.reset()
-        tcp = [peg.unwrapped.tcp_pose()[0].copy()]
-        for _ in range(60):
-            action = expert.act(obs)
-            assert human.act(obs, action) is None
-            obs, _, terminated, truncated, _ = peg.step(action)
-            tcp.append(peg.unwrapped.tcp_pose()[0].copy())
-            if terminated or truncated:
-                break
-        slow_steps += sum(np.linalg.norm(tcp[t] - tcp[t - 5]) < config.stuck_distance for t in range(5, len(tcp)))
-    assert slow_steps > 0  # the stuck rule alone would have fired
-    flags = interventions_over_episode(peg, SimulatedHuman(peg, config), ConstantPolicy([0, 0, 0, 1]))
-    assert flags.any()  # standing still where the expert would move is still taken over
-    peg.close()
-
-
 def test_actor_with_simulated_human_succeeds_and_flags_its_steps(env):
     from robot_rl.agents.sac import SACAgent
     from robot_rl.sim.evaluate import evaluate
