@@ -97,6 +97,8 @@ class RobotEnv(gym.Env):
     start_position = np.array([0.45, 0.0, 0.25])
     start_position_range = np.array([0.04, 0.08, 0.03])
     settle_physics_steps = 0
+    # Vertical field of view of the wrist camera [deg]; None keeps the robot model's wide lens.
+    wrist_camera_fovy: float | None = None
 
     def __init__(self, obs_mode: str = "state", image_size: int = 128, render_mode: str | None = None,
                  control_rotation: bool = False, max_translation: float = 0.03, max_rotation: float = 0.15,
@@ -148,6 +150,8 @@ class RobotEnv(gym.Env):
             "front": mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, FRONT_CAMERA_NAME),
             "wrist": mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, ARM_PREFIX + robot.WRIST_CAMERA_NAME),
         }
+        if self.wrist_camera_fovy is not None:
+            self.model.cam_fovy[self._camera_ids["wrist"]] = self.wrist_camera_fovy
         self.controller = OperationalSpaceController(
             self.model, ARM_PREFIX + robot.TCP_SITE_NAME, self._arm_dof_adr, robot.TORQUE_LIMITS,
             posture=robot.HOME_QPOS, gains=gains, joint_limits=robot.JOINT_LIMITS)

@@ -93,6 +93,27 @@ def test_images_shapes_dtypes_and_change_when_arm_moves():
     env.close()
 
 
+def test_peg_insert_wrist_lens_fills_the_image_with_the_socket():
+    from robot_rl.sim.expert import make_expert
+
+    env = gym.make("robot_rl/PegInsert-v0", obs_mode="pixels", image_size=64)
+    base = env.unwrapped
+    obs, _ = env.reset(seed=3)
+    expert = make_expert(env)
+    while base.peg_tip()[2] - base.hole_top()[2] > 0.015:  # the expert's approach, just above the hole
+        obs, *_ = env.step(expert.act(obs))
+
+    def socket_share(image):
+        return float(((image[..., 1].astype(int) - np.maximum(image[..., 0], image[..., 2])) > 40).mean())
+
+    task_lens = socket_share(obs["images/wrist"])
+    base.model.cam_fovy[base._camera_ids["wrist"]] = 75.0  # the robot model's wide lens, as PickCube has it
+    assert 75.0 != base.wrist_camera_fovy and gym.make("robot_rl/PickCube-v0").unwrapped.wrist_camera_fovy is None
+    robot_lens = socket_share(base.camera_image("wrist", 64, 64))
+    assert task_lens > 3 * robot_lens > 0, (task_lens, robot_lens)
+    env.close()
+
+
 def test_unwrapped_accessors():
     env = gym.make("robot_rl/PickCube-v0").unwrapped
     env.reset(seed=3)
