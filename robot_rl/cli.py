@@ -360,8 +360,9 @@ def run_record(cfg: Record) -> None:
 
             record_episodes(env, expert, writer, cfg.episodes, seed=seed, only_successes=cfg.only_successes,
                             on_episode=on_episode)
-    except KeyboardInterrupt:  # every finished episode is committed; the one under way is dropped
-        kept = writer.seeds[held_before:] if writer is not None else []  # the dataset's count: committed is kept
+    except BaseException as exc:  # stopped: every finished episode is committed; the one under way is dropped
+        stopped = isinstance(exc, KeyboardInterrupt) or interrupts.requested() is not None  # or a converted interrupt
+        kept = writer.seeds[held_before:] if stopped and writer is not None else []  # committed is kept
         if len(kept):
             print(f"kept the {len(kept)} finished episodes in {cfg.out} (seeds {kept[0]}..{kept[-1]}); dataset now "
                   f"holds {writer.num_episodes} episodes", file=sys.stderr)

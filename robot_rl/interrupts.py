@@ -82,6 +82,7 @@ def note(signum: int) -> None:
 def check() -> None:
     """Raise the stop request's interrupt if there was one (outside :func:`deferred`: a safe point in a loop)."""
     if _signum is not None:
+        _cancel_redelivery()
         raise interrupt_for()
 
 
@@ -120,6 +121,7 @@ def _raise_when_safe(frame) -> None:
             _rearm()
             return
         frame = frame.f_back
+    _cancel_redelivery()
     raise interrupt_for()
 
 
@@ -135,6 +137,13 @@ def _rearm() -> None:
     if signal.getsignal(signal.SIGALRM) is not _redeliver:
         _previous.setdefault(signal.SIGALRM, signal.signal(signal.SIGALRM, _redeliver))
     signal.setitimer(signal.ITIMER_REAL, REDELIVER_AFTER_S)
+
+
+def _cancel_redelivery() -> None:
+    """Disarm a pending `_rearm`: the interrupt is being raised now, and a second one would cut short the clean-up
+    its handlers start (a `record` stopped while it listed the episodes it kept printed only `interrupted`)."""
+    if signal.SIGALRM in _previous and _thread.get_ident() == _main_ident:
+        signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def _unraisable(unraisable) -> None:

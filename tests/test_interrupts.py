@@ -84,6 +84,37 @@ def test_an_interrupt_eaten_by_a_gc_callback_is_raised_again():
     assert seconds < 2.0, seconds  # raised again at once, not found only once the 3 s of work are done
 
 
+def test_the_clean_up_of_a_raised_interrupt_is_not_cut_short_by_its_redelivery():
+    """An interrupt eaten by a gc callback is armed to be raised again; the job's own check raises it first. The
+    clean-up its handler starts then runs to its end (the redelivery cut `record`'s "kept the N finished episodes"
+    line short: CI printed only `interrupted`)."""
+    status, stderr, _ = run_script(COMMAND + """
+    from robot_rl import interrupts
+
+    def eats_it(phase, info):
+        if phase == "start" and not eaten:
+            eaten.append(1)
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):
+                pass
+
+    eaten = []
+    gc.callbacks.append(eats_it)
+
+    def job():
+        try:
+            gc.collect()
+            interrupts.check()  # the job's safe point, before the redelivery is due
+        except KeyboardInterrupt:
+            time.sleep(0.1)  # the clean-up: 20 redelivery periods
+            print("kept what was done", file=sys.stderr)
+            raise
+
+    run(job)
+    """)
+    assert (status, stderr) == (130, "kept what was done\ninterrupted\n"), (status, stderr)
+
+
 def test_an_interrupt_turned_into_another_exception_still_stops_the_command():
     """A ctypes argument conversion turns a KeyboardInterrupt into ctypes.ArgumentError (at 0.85 s, `record`
     exited 1 with its traceback): a stop request was recorded, so the command ends as stopped."""
