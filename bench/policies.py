@@ -156,7 +156,11 @@ def main() -> None:
     for row in results.values():
         row["ratio_to_gaussian_p50"] = round(row["p50_ms"] / base, 1)
     ddim = results[f"diffusion_ddim{args.ddim_steps}"]
-    summary = {"bench": "policies", "device": device, "threads": args.threads, "image_size": args.image_size,
+    import jax
+
+    accelerator = torch.cuda.get_device_name() if device.startswith("cuda") else None
+    summary = {"bench": "policies", "device": device, "accelerator": accelerator,
+               "jax_backend": jax.default_backend(), "threads": args.threads, "image_size": args.image_size,
                "cameras": len(CAMERAS), "state_dim": STATE_DIM, "calls": args.calls, "smoke": args.smoke,
                "results": results,
                "ddim_targets_met": args.ddim_steps == 10 and ddim["p50_ms"] <= 60 and ddim["p99_ms"] <= 100}

@@ -18,17 +18,33 @@ class GaussianPolicy(PolicyBase):
     kind = GAUSSIAN
     obs_horizon = 1
     chunk_length = 1
-    device = "cpu"
 
-    def __init__(self, agent, *, seed: int = 0):
+    def __init__(self, agent, *, seed: int = 0, device: str = "auto"):
         import jax
 
-        self.agent = agent
+        # `cpu` pins the actor to the host even where JAX's default device is a GPU: at batch 1 a head this small is
+        # bound by kernel launches and copies, 5x slower on an H200 than on a 2-core CPU (docs/results.md).
+        self._pinned = jax.devices("cpu")[0] if device == "cpu" else None
+        self.device = "cpu" if self._pinned is not None or jax.default_backend() == "cpu" else "cuda"
+        self.agent = self._placed(agent)
         self.observation_spec = agent.observation_spec
         self.observation_keys = tuple(agent.observation_spec.keys)
         self.action_dim = int(agent.action_dim)
         self.weights_version = 0
-        self._key = jax.random.PRNGKey(seed)
+        with self._on_device():
+            self._key = jax.random.PRNGKey(seed)
+
+    def _placed(self, agent):
+        import jax
+
+        return agent if self._pinned is None else jax.device_put(agent, self._pinned)
+
+    def _on_device(self):
+        import contextlib
+
+        import jax
+
+        return contextlib.nullcontext() if self._pinned is None else jax.default_device(self._pinned)
 
     @classmethod
     def from_message(cls, message, *, seed: int = 0, device: str = "auto") -> GaussianPolicy:
@@ -44,7 +60,7 @@ class GaussianPolicy(PolicyBase):
 
         agent = SACAgent.create(seed, message.observation_spec, message.action_dim,
                                 config_from_json(SACConfig, message.policy_config))
-        policy = cls(agent, seed=seed)
+        policy = cls(agent, seed=seed, device=device)
         policy.update_weights(message.policy, max(int(message.version), 1))
         return policy
 
@@ -61,7 +77,7 @@ class GaussianPolicy(PolicyBase):
     def update_weights(self, policy_bytes: bytes, version: int) -> None:
         """Swap in actor weights produced by `SACAgent.policy_to_bytes` (ignored if not newer)."""
         if version > self.weights_version:
-            self.agent = self.agent.with_policy_bytes(policy_bytes)
+            self.agent = self._placed(self.agent.with_policy_bytes(policy_bytes))
             self.weights_version = int(version)
 
     def reset(self) -> None:
@@ -78,12 +94,13 @@ class GaussianPolicy(PolicyBase):
         except KeyError as error:
             raise PolicyError(f"observation has no {error.args[0]!r} (the policy reads "
                               f"{list(self.observation_keys)})") from None
-        if deterministic:
-            action = self.agent.eval_actions(obs)
-        else:
-            self._key, key = jax.random.split(self._key)
-            action = self.agent.sample_actions(obs, key)
-        action = np.asarray(action, dtype=np.float32)[None]
+        with self._on_device():
+            if deterministic:
+                action = self.agent.eval_actions(obs)
+            else:
+                self._key, key = jax.random.split(self._key)
+                action = self.agent.sample_actions(obs, key)
+            action = np.asarray(action, dtype=np.float32)[None]
         return ActionChunk(action, action)
 
     def learner_action_of(self, executed: np.ndarray, info: Mapping[str, np.ndarray]) -> np.ndarray | None:

@@ -107,7 +107,7 @@ class HeadOnFrozenBase(PolicyBase):
         base = load_policy(base_path, device=device, seed=seed)
         agent = SACAgent.create(seed, message.observation_spec, message.action_dim, sac)
         try:
-            policy = cls._from_parts(base, GaussianPolicy(agent, seed=seed), config, base_path)
+            policy = cls._from_parts(base, GaussianPolicy(agent, seed=seed, device=device), config, base_path)
         except (KeyError, TypeError, ValueError) as error:
             raise PolicyError(f"{cls.kind} policy config is malformed ({type(error).__name__}: {error})") from None
         policy.update_weights(message.policy, max(int(message.version), 1))

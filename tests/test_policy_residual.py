@@ -283,3 +283,42 @@ def test_the_actor_waits_for_the_critic_warm_up():
     assert not same(after_three.critic.params, agent.critic.params)
     after_six, _ = after_three.update(batch)  # steps 4-6: the actor moves from step 5 on
     assert not same(after_six.actor.params, agent.actor.params)
+
+
+def test_device_cpu_keeps_a_sac_head_on_the_host_where_jax_defaults_elsewhere(tmp_path):
+    """`device cpu` pins a SAC policy (a residual's or noise head's too: it is one) to the host even where JAX's
+    default device is another (a GPU on a robot's computer: 5x slower there at batch 1). Stood in for by two host devices with the second the
+    default, in a subprocess so the flags take effect."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import os
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+        import jax
+        import numpy as np
+        jax.config.update("jax_default_device", jax.devices()[1])
+        from robot_rl.agents.sac import SACAgent, SACConfig
+        from robot_rl.policies.gaussian import GaussianPolicy
+        from robot_rl.types import ArraySpec, ObservationSpec
+
+        spec = ObservationSpec.from_shapes({"state": ArraySpec((5,), "float32")})
+        config = SACConfig(actor_hidden_dims=(8,), critic_hidden_dims=(8,))
+        newer = SACAgent.create(1, spec, 3, config).policy_to_bytes()
+
+        def devices(policy):
+            leaves = jax.tree_util.tree_leaves(policy.agent)
+            return sorted({str(d) for leaf in leaves if isinstance(leaf, jax.Array) for d in leaf.devices()})
+
+        for device in ("cpu", "auto"):
+            policy = GaussianPolicy(SACAgent.create(0, spec, 3, config), device=device)
+            placed = devices(policy)
+            policy.update_weights(newer, 2)
+            action = policy.act_chunk([{"state": np.ones(5, np.float32)}], deterministic=False).actions
+            print(device, placed, devices(policy), action.shape)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.strip().splitlines()
+    assert lines == ["cpu ['cpu:0'] ['cpu:0'] (1, 3)", "auto ['cpu:1'] ['cpu:1'] (1, 3)"], lines
