@@ -13,6 +13,8 @@ than DDIM-10 at the same chunk and model.
 
     python bench/policies.py              # 200 timed calls each
     python bench/policies.py --calls 50 --device cuda
+    python bench/policies.py --device cuda --head-device cpu   # the JAX heads pinned to the host
+    python bench/policies.py --wide --calls 20                 # Diffusion Policy's U-Net sizes (73.6 M parameters)
     python bench/policies.py --smoke      # every kind, 3 timed calls after 1 warm-up, DDIM-2 (tests run this)
 """
 
@@ -67,40 +69,47 @@ def stats(times_ms: np.ndarray) -> dict[str, float]:
             "mean_ms": round(float(times_ms.mean()), 2)}
 
 
-def diffusion_policy(size: int, ddim_steps: int, device: str):
+WIDE = dict(down_dims=(256, 512, 1024), middle_blocks=2, step_embedding_dim=256, image_channels=(32, 64, 128),
+            image_features=128, state_features=128)  # --wide: Diffusion Policy's U-Net sizes (a GPU actor's)
+
+
+def diffusion_policy(size: int, ddim_steps: int, device: str, wide: bool = False):
     from robot_rl.policies.diffusion import DiffusionConfig, DiffusionPolicy
     from robot_rl.policies.normalizer import Normalizer
 
     rng = np.random.default_rng(0)
     normalizer = Normalizer().fit({"state": rng.standard_normal((100, STATE_DIM)).astype(np.float32),
                                    "action": rng.uniform(-1, 1, (100, ACTION_DIM)).astype(np.float32)})
-    config = DiffusionConfig(inference_steps=ddim_steps)
+    config = DiffusionConfig(inference_steps=ddim_steps, **(WIDE if wide else {}))
     return DiffusionPolicy.create(config, observation_spec(size), ACTION_DIM, normalizer, device=device)
 
 
-def gaussian_policy(size: int):
+def gaussian_policy(size: int, device: str = "auto"):
     from robot_rl.agents.sac import SACAgent
     from robot_rl.policies.gaussian import GaussianPolicy
     from robot_rl.train import TrainConfig
 
-    return GaussianPolicy(SACAgent.create(0, observation_spec(size), ACTION_DIM, TrainConfig().sac))
+    return GaussianPolicy(SACAgent.create(0, observation_spec(size), ACTION_DIM, TrainConfig().sac), device=device)
 
 
-def heads_on_base(base, size: int, calls: int, rng: np.random.Generator) -> dict[str, dict]:
+def heads_on_base(base, size: int, calls: int, rng: np.random.Generator, device: str = "auto") -> dict[str, dict]:
     """Residual and noise-space SAC heads (the training preset's actor) on `base`: per `act_chunk` call, i.e. per
     control step for the residual (its base chunk is computed every `base.chunk_length` steps) and per chunk for the
     noise head."""
     import dataclasses
 
     from robot_rl.agents.sac import SACAgent
+    from robot_rl.policies.gaussian import GaussianPolicy
     from robot_rl.policies.noise import NoisePolicy, noise_dim
     from robot_rl.policies.residual import FrozenBase, ResidualPolicy, residual_observation_spec
     from robot_rl.train import TrainConfig
 
     sac = dataclasses.replace(TrainConfig().sac, actor_zero_init_last=True)
-    residual = ResidualPolicy(FrozenBase(base), SACAgent.create(
-        0, residual_observation_spec(base), ACTION_DIM, dataclasses.replace(sac, residual_scale=0.1)), 0.1)
-    noise = NoisePolicy(base, SACAgent.create(0, observation_spec(size), noise_dim(base), sac), 1.5)
+    residual = ResidualPolicy(FrozenBase(base), GaussianPolicy(SACAgent.create(
+        0, residual_observation_spec(base), ACTION_DIM, dataclasses.replace(sac, residual_scale=0.1)), device=device),
+        0.1)
+    noise = NoisePolicy(base, GaussianPolicy(SACAgent.create(0, observation_spec(size), noise_dim(base), sac),
+                                             device=device), 1.5)
     return {
         f"residual_on_{base.kind}": {**stats(per_call_ms(residual, rng, size, calls)), "chunk": 1,
                                      "base_chunk_every": base.chunk_length},
@@ -116,6 +125,12 @@ def main() -> None:
     parser.add_argument("--image-size", type=int, default=64)
     parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda or auto")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--head-device", default="auto", choices=("auto", "cpu"),
+                        help="the JAX policies (SAC Gaussian, residual and noise heads): JAX's default device, or "
+                             "pinned to the host (the policies' device cpu)")
+    parser.add_argument("--wide", action="store_true",
+                        help="Diffusion Policy's U-Net sizes (down dims 256-512-1024, 2 middle blocks) instead of "
+                             "the CPU defaults")
     parser.add_argument("--smoke", action="store_true",
                         help="every kind with 3 timed calls after 1 warm-up and DDIM-2: checks that the bench runs "
                              "(tests run this; the figures mean little)")
@@ -134,11 +149,11 @@ def main() -> None:
     rng = np.random.default_rng(0)
     results: dict[str, dict] = {}
 
-    gaussian = gaussian_policy(args.image_size)
+    gaussian = gaussian_policy(args.image_size, args.head_device)
     results["gaussian"] = {**stats(per_call_ms(gaussian, rng, args.image_size, args.calls)), "chunk": 1,
                            "parameters": int(sum(np.size(x) for x in
                                                  __import__("jax").tree_util.tree_leaves(gaussian.agent.actor)))}
-    diffusion = diffusion_policy(args.image_size, args.ddim_steps, device)
+    diffusion = diffusion_policy(args.image_size, args.ddim_steps, device, args.wide)
     parameters = sum(p.numel() for p in diffusion.model.parameters())
     results[f"diffusion_ddim{args.ddim_steps}"] = {
         **stats(per_call_ms(diffusion, rng, args.image_size, args.calls)), "chunk": diffusion.chunk_length,
@@ -151,7 +166,7 @@ def main() -> None:
         student = OneStepPolicy.from_teacher(diffusion)
         results["one_step"] = {**stats(per_call_ms(student, rng, args.image_size, args.calls)),
                                "chunk": student.chunk_length, "parameters": parameters}
-        results.update(heads_on_base(student, args.image_size, args.calls, rng))
+        results.update(heads_on_base(student, args.image_size, args.calls, rng, args.head_device))
     base = results["gaussian"]["p50_ms"]
     for row in results.values():
         row["ratio_to_gaussian_p50"] = round(row["p50_ms"] / base, 1)
@@ -160,7 +175,8 @@ def main() -> None:
 
     accelerator = torch.cuda.get_device_name() if device.startswith("cuda") else None
     summary = {"bench": "policies", "device": device, "accelerator": accelerator,
-               "jax_backend": jax.default_backend(), "threads": args.threads, "image_size": args.image_size,
+               "jax_backend": jax.default_backend(), "head_device": gaussian.device, "wide": args.wide,
+               "threads": args.threads, "image_size": args.image_size,
                "cameras": len(CAMERAS), "state_dim": STATE_DIM, "calls": args.calls, "smoke": args.smoke,
                "results": results,
                "ddim_targets_met": args.ddim_steps == 10 and ddim["p50_ms"] <= 60 and ddim["p99_ms"] <= 100}
