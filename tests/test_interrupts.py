@@ -58,11 +58,9 @@ COMMAND = """
 """
 
 
-def test_an_interrupt_eaten_by_a_gc_callback_is_raised_again():
-    """What JAX's _xla_gc_callback did to a Ctrl-C: "Exception ignored ... KeyboardInterrupt", then the command
-    ran to its end and exited 0. Now nothing is printed for it and it is raised again where it can propagate."""
-    status, stderr, seconds = run_script(COMMAND + """
-    def eats_it(phase, info):  # the signal arrives while a gc callback runs: its KeyboardInterrupt is "ignored"
+# The next gc.collect() gets a SIGINT while a gc callback runs: its KeyboardInterrupt is "ignored" there.
+EATEN_BY_GC = """
+    def eats_it(phase, info):
         if phase == "start" and not eaten:
             eaten.append(1)
             os.kill(os.getpid(), signal.SIGINT)
@@ -71,6 +69,13 @@ def test_an_interrupt_eaten_by_a_gc_callback_is_raised_again():
 
     eaten = []
     gc.callbacks.append(eats_it)
+"""
+
+
+def test_an_interrupt_eaten_by_a_gc_callback_is_raised_again():
+    """What JAX's _xla_gc_callback did to a Ctrl-C: "Exception ignored ... KeyboardInterrupt", then the command
+    ran to its end and exited 0. Now nothing is printed for it and it is raised again where it can propagate."""
+    status, stderr, seconds = run_script(COMMAND + EATEN_BY_GC + """
 
     def job():
         gc.collect()
@@ -88,18 +93,7 @@ def test_the_clean_up_of_a_raised_interrupt_is_not_cut_short_by_its_redelivery()
     """An interrupt eaten by a gc callback is armed to be raised again; the job's own check raises it first. The
     clean-up its handler starts then runs to its end (the redelivery cut `record`'s "kept the N finished episodes"
     line short: CI printed only `interrupted`)."""
-    status, stderr, _ = run_script(COMMAND + """
-    from robot_rl import interrupts
-
-    def eats_it(phase, info):
-        if phase == "start" and not eaten:
-            eaten.append(1)
-            os.kill(os.getpid(), signal.SIGINT)
-            for _ in range(1000):
-                pass
-
-    eaten = []
-    gc.callbacks.append(eats_it)
+    status, stderr, _ = run_script(COMMAND + EATEN_BY_GC + """
 
     def job():
         try:
