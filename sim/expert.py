@@ -107,9 +107,10 @@ class PegInsertExpert(ScriptedExpert):
         goal = target.copy()
         goal[:2] += lateral
         inside = height < 0.0 and np.all(np.abs(lateral) < env.PEG_HALF_WIDTH + env.CLEARANCE / 2)
+        over_the_mouth = np.all(np.abs(lateral) < env.CLEARANCE / 2)  # within the play: it goes in from here
         if inside:
             goal[2] = target[2] - 0.012
-        elif height < 0.002:
+        elif height < 0.002 and not over_the_mouth:
             # Tip beside the hole at or below its top: lift clear before moving sideways.
             goal[:2] = target[:2]
             goal[2] = target[2] + (self.APPROACH_ABOVE - height)

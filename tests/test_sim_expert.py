@@ -52,6 +52,21 @@ def test_expert_recovers_from_random_mid_episode_state(task):
     env.close()
 
 
+@pytest.mark.parametrize("lateral_mm, height_mm, direction", [((0.3, -0.2), 1.0, "down"), ((0.0, 0.6), 1.8, "down"),
+                                                              ((3.0, 0.0), 1.0, "up")])
+def test_peg_expert_at_the_hole_mouth_pushes_in_and_lifts_only_beside_it(lateral_mm, height_mm, direction):
+    """The tip 0-2 mm above the hole's top: within the play (1 mm a side) the expert pushes in; beside the hole it
+    lifts clear first. It used to lift in both cases, so the simulated human taught a policy pausing at the mouth to
+    go back up (its demos and takeovers there: z +0.37 on average), and policies hovered there."""
+    env = gym.make("robot_rl/PegInsert-v0")
+    env.reset(seed=0)
+    peg = env.unwrapped
+    peg.peg_tip = lambda: peg.hole_top() + np.array([*lateral_mm, height_mm]) / 1000
+    z = make_expert(env).act()[2]
+    assert (z < -0.3) if direction == "down" else (z > 0.3), z
+    env.close()
+
+
 def test_noisy_expert_actions_are_valid_and_seeded():
     env = gym.make("robot_rl/PickCube-v0", obs_mode="pixels", image_size=32)
     obs, _ = env.reset(seed=0)
