@@ -140,6 +140,7 @@ def main() -> None:
     global WARMUP
     WARMUP = 1 if args.smoke else WARMUP
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX shares a GPU with torch
+    import jax
     import torch
 
     from robot_rl.policies.base import resolve_device
@@ -152,7 +153,7 @@ def main() -> None:
     gaussian = gaussian_policy(args.image_size, args.head_device)
     results["gaussian"] = {**stats(per_call_ms(gaussian, rng, args.image_size, args.calls)), "chunk": 1,
                            "parameters": int(sum(np.size(x) for x in
-                                                 __import__("jax").tree_util.tree_leaves(gaussian.agent.actor)))}
+                                                 jax.tree_util.tree_leaves(gaussian.agent.actor)))}
     diffusion = diffusion_policy(args.image_size, args.ddim_steps, device, args.wide)
     parameters = sum(p.numel() for p in diffusion.model.parameters())
     results[f"diffusion_ddim{args.ddim_steps}"] = {
@@ -171,8 +172,6 @@ def main() -> None:
     for row in results.values():
         row["ratio_to_gaussian_p50"] = round(row["p50_ms"] / base, 1)
     ddim = results[f"diffusion_ddim{args.ddim_steps}"]
-    import jax
-
     accelerator = torch.cuda.get_device_name() if device.startswith("cuda") else None
     summary = {"bench": "policies", "device": device, "accelerator": accelerator,
                "jax_backend": jax.default_backend(), "head_device": gaussian.device, "wide": args.wide,
