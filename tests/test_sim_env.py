@@ -130,6 +130,18 @@ def test_unwrapped_accessors():
     env.close()
 
 
+def test_peg_insert_object_state_gives_the_tip_to_hole_offset_in_centimetres():
+    """The millimetres that decide an insertion are whole tenths in a state policy's input, not thousandths."""
+    env = gym.make("robot_rl/PegInsert-v0", obs_mode="state").unwrapped
+    obs, _ = env.reset(seed=5)
+    names = [name for name, _ in env.OBJECT_STATE_LAYOUT]
+    assert names[-1] == "peg_tip_minus_hole_top_cm"
+    offset_cm = obs["object_state"][-3:]
+    np.testing.assert_allclose(offset_cm, 100 * (env.peg_tip() - env.hole_top()), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(obs["object_state"][7:10], env.hole_top(), atol=1e-6)  # positions stay in metres
+    env.close()
+
+
 def test_sim_task_episode_steps_are_the_registered_lengths_and_0_for_other_tasks():
     from robot_rl.loop import sim_task_episode_steps
     from robot_rl.sim.tasks import PEG_INSERT_MAX_EPISODE_STEPS, PICK_CUBE_MAX_EPISODE_STEPS

@@ -86,20 +86,20 @@ def test_state_pick_cube_learns_from_demos(tmp_path):
 
 def test_peg_insert_with_the_watching_human_learns_and_holds_its_peak(tmp_path):
     """The precise-task settings (an averaged policy, a lower target entropy) on state PegInsert with the watching
-    human: it learns, and no later evaluation falls far below the best (the drift itself shows over 8000 steps:
-    docs/results.md, "No drift")."""
+    human: it learns, and no later evaluation falls far below the best (docs/results.md, "No drift"; with the
+    tip-to-hole offset in metres this took 2500 steps to pass 90 %)."""
     from robot_rl.sim.human import SimulatedHumanConfig
 
     base = TrainConfig()
     cfg = TrainConfig(
-        task="PegInsert-v0", obs_mode="state", demos=20, steps=2500, eval_every=500, eval_episodes=10, seed=0,
+        task="PegInsert-v0", obs_mode="state", demos=20, steps=1000, eval_every=250, eval_episodes=10, seed=0,
         intervene=True, human=SimulatedHumanConfig(disagreement=0.6), eval_latest_weights=True, video=False,
         sac=dataclasses.replace(base.sac, bc_weight=25.0, policy_average_rate=0.005, target_entropy=-8.0),
         run_dir=tmp_path / "run",
     )
     state = checkpoint_state(train(cfg))["extra"]
     rates = [row["success_rate"] for row in state["evals"]]
-    assert rates[0] == 0.0 and max(rates) >= 0.9, rates  # 0 -> 100 % by 2000 env steps in the 20-episode bench
+    assert rates[0] == 0.0 and max(rates) >= 0.9, rates  # 3 seeds at 100 % by 1000 env steps (docs/results.md)
     peak = rates.index(max(rates))
     assert min(rates[peak:]) >= max(rates) - 0.2, rates
     assert all("latest_success_rate" in row for row in state["evals"])  # the latest weights, evaluated beside
