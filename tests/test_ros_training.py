@@ -196,6 +196,13 @@ def client(policy: str = "plain") -> dict:
                                    for src, s in final_actors.items()}
         from robot_rl.run_status import format_status, read_run_status
 
+        robots = {src.split("/", 1)[0] for src in targets}
+
+        def counted_everywhere():  # the respawned learner re-inserts the logged episodes after its start-up
+            status = _read(learner_status)
+            return status is not None and set(status.get("robots") or {}) >= robots
+
+        _wait(counted_everywhere, "the learner's episode counts of both robots", deadline)
         live = read_run_status(run_dir)  # `robot-rl status` on the live graph's run folder
         summary["status"] = {"nodes": [[n["node"], n["name"], n["file"], n["stale"]] for n in live["nodes"]],
                              "robots": {r["robot"]: r for r in live["robots"]}, "table": format_status(live)}
