@@ -61,6 +61,8 @@ class Args:
     final_eval_episodes: int = 100
     demos: int | None = None
     """Scripted demos (default: the suite's, else 20)."""
+    image_size: int | None = None
+    """Camera image side in pixels for the pixel suites (default: the suite's, else TrainConfig's 64)."""
     out: Path = Path("runs/bench-learning")
     utd: int | None = None
     """Override the learner's UTD (TrainConfig default: 2)."""
@@ -199,6 +201,7 @@ def main(args: Args) -> dict:
     learner_overrides = {k: v for k, v in (("utd", args.utd), ("n_step", args.n_step), ("batch_size", args.batch_size),
                                            ("warmup_transitions", args.warmup_transitions)) if v is not None}
     demos = args.demos if args.demos is not None else suite.get("demos", 20)
+    image_size = args.image_size or suite.get("image_size", base.image_size)
     bc_weight = args.bc_weight if args.bc_weight is not None else suite.get("bc_weight")
     from_suite = {name: getattr(args, name) if getattr(args, name) is not None else suite.get(name)
                 for name in ("target_entropy", "policy_average_rate")}
@@ -215,7 +218,7 @@ def main(args: Args) -> dict:
     name = f"{args.suite}-{stamp}{'-' + args.tag if args.tag else ''}"
     for seed in seeds:
         cfg = TrainConfig(
-            task=suite["task"], obs_mode=suite["obs_mode"], demos=demos, steps=steps, seed=seed,
+            task=suite["task"], obs_mode=suite["obs_mode"], image_size=image_size, demos=demos, steps=steps, seed=seed,
             eval_every=args.eval_every, eval_episodes=args.eval_episodes, final_eval_episodes=args.final_eval_episodes,
             checkpoint_every=steps, video=False, run_dir=args.out / f"{name}-seed{seed}",
             learner=learner_cfg, sac=sac_cfg, intervene=intervene, human=human_cfg, policy=args.policy,
@@ -238,6 +241,7 @@ def main(args: Args) -> dict:
         "suite": args.suite,
         "task": suite["task"],
         "obs_mode": suite["obs_mode"],
+        "image_size": image_size if suite["obs_mode"] != "state" else None,
         "demos": demos,
         "env_steps": steps,
         "utd": learner_cfg.utd,
