@@ -312,4 +312,9 @@ def plot(per_eval: dict, path: Path, title: str) -> None:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    from robot_rl.train import TrainingInterrupted
+
+    try:
+        main(tyro.cli(Args))
+    except TrainingInterrupted as stopped:  # Ctrl-C / SIGTERM: the run is checkpointed; say how to resume it
+        raise SystemExit(f"{stopped} (summarise it with: python bench/learning.py --runs {stopped.run_dir})") from None

@@ -194,6 +194,7 @@ class TrainingInterrupted(Exception):
         self.signum = signum
         self.exit_status = 128 + signum  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
         self.env_step = env_step
+        self.run_dir = run_dir
         super().__init__(message or f"interrupted at env step {env_step}/{steps}; resume with: robot-rl train "
                                     f"--resume {run_dir}")
 
