@@ -62,7 +62,7 @@ class Args:
     demos: int | None = None
     """Scripted demos (default: the suite's, else 20)."""
     image_size: int | None = None
-    """Camera image side in pixels for the pixel suites (default: the suite's, else TrainConfig's 64)."""
+    """Camera image side in pixels for the pixel suites (default: TrainConfig's, 64)."""
     out: Path = Path("runs/bench-learning")
     utd: int | None = None
     """Override the learner's UTD (TrainConfig default: 2)."""
@@ -201,7 +201,7 @@ def main(args: Args) -> dict:
     learner_overrides = {k: v for k, v in (("utd", args.utd), ("n_step", args.n_step), ("batch_size", args.batch_size),
                                            ("warmup_transitions", args.warmup_transitions)) if v is not None}
     demos = args.demos if args.demos is not None else suite.get("demos", 20)
-    image_size = args.image_size or suite.get("image_size", base.image_size)
+    image_size = args.image_size or base.image_size
     bc_weight = args.bc_weight if args.bc_weight is not None else suite.get("bc_weight")
     from_suite = {name: getattr(args, name) if getattr(args, name) is not None else suite.get(name)
                 for name in ("target_entropy", "policy_average_rate")}
