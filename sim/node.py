@@ -36,8 +36,8 @@ Modes (parameter ``mode``):
   commands only move the controller target.
 - ``lockstep``: each message on ``command/target_pose`` advances exactly one control step, then the node publishes
   (deterministic for tests). ``command/gripper`` only stores the gripper target, applied at the next step: send it
-  before the pose. A rejected pose still advances one step holding the previous target, so a lock-step client always
-  gets its step.
+  before the pose (one waiting beside the pose, as on a busy node, is taken first). A rejected pose still advances
+  one step holding the previous target, so a lock-step client always gets its step.
 
 Commands are applied to the env's controller target: the position is clipped into the env's workspace box, the
 orientation into its rotation limits around the nominal pointing-down orientation. A NaN / non-unit / wrongly framed
@@ -563,19 +563,19 @@ class SimNode:
         self._reward_pub = node.create_publisher(Float32, relative_name(qos.TASK_REWARD), events)
         self._success_pub = node.create_publisher(Bool, relative_name(qos.TASK_SUCCESS), events)
         commands = qos.qos_profile(qos.COMMANDS)
-        if profile.command_interface == "pose":
-            node.create_subscription(PoseStamped, profile.pose_topic, self._on_target_pose, commands)
-        else:
-            from trajectory_msgs.msg import JointTrajectory
+        from trajectory_msgs.msg import JointTrajectory
 
-            node.create_subscription(JointTrajectory, profile.joint_trajectory_topic, self._on_joint_trajectory,
-                                     commands)
+        # The gripper's subscription first: the executor runs ready callbacks in creation order, so a gripper command
+        # that waits beside the arm command of its step (a busy node) is stored before that arm command steps.
         if profile.gripper_command == "Float64":
             node.create_subscription(Float64, profile.gripper_command_topic, self._on_gripper, commands)
         else:
-            from trajectory_msgs.msg import JointTrajectory
-
             node.create_subscription(JointTrajectory, profile.gripper_command_topic, self._on_gripper_trajectory,
+                                     commands)
+        if profile.command_interface == "pose":
+            node.create_subscription(PoseStamped, profile.pose_topic, self._on_target_pose, commands)
+        else:
+            node.create_subscription(JointTrajectory, profile.joint_trajectory_topic, self._on_joint_trajectory,
                                      commands)
         node.create_service(Trigger, profile.reset_service, self._on_reset)
         self._last_stamp = 0.0

@@ -210,9 +210,11 @@ class ActorNode:
         for message_type, topic, callback, profile, what in (
                 (Float32, qos.TASK_REWARD, lambda m: self.inputs.reward(m.data), events, "task/reward"),
                 (Bool, qos.TASK_SUCCESS, self._on_success, events, "task/success"),
-                (TwistStamped, qos.TELEOP_TWIST, self._on_teleop_twist, None, "teleop/twist"),
-                (Float64, qos.TELEOP_GRIPPER, lambda m: self.inputs.teleop_gripper(m.data), None, "teleop/gripper"),
+                # engaged and gripper before the twist: callbacks ready at once run in creation order, and a lock-step
+                # human's twist completes their command for the frame
                 (Bool, qos.TELEOP_ENGAGED, self._on_teleop_engaged, None, "teleop/engaged"),
+                (Float64, qos.TELEOP_GRIPPER, lambda m: self.inputs.teleop_gripper(m.data), None, "teleop/gripper"),
+                (TwistStamped, qos.TELEOP_TWIST, self._on_teleop_twist, None, "teleop/twist"),
                 (String, qos.TELEOP_EPISODE, lambda m: self.inputs.key(m.data), None, "teleop/episode"),
                 (Bool, qos.SAFETY_ESTOP, self._on_estop, None, "safety/estop")):
             subscribe(message_type, relative_name(topic), callback, profile or qos.topic_qos(topic), what)
