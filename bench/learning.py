@@ -63,6 +63,8 @@ class Args:
     """Scripted demos (default: the suite's, else 20)."""
     image_size: int | None = None
     """Camera image side in pixels for the pixel suites (default: TrainConfig's, 64)."""
+    wrench: bool = False
+    """Give the agent the wrist force/torque reading too (TrainConfig.wrench)."""
     out: Path = Path("runs/bench-learning")
     utd: int | None = None
     """Override the learner's UTD (TrainConfig default: 2)."""
@@ -218,7 +220,8 @@ def main(args: Args) -> dict:
     name = f"{args.suite}-{stamp}{'-' + args.tag if args.tag else ''}"
     for seed in seeds:
         cfg = TrainConfig(
-            task=suite["task"], obs_mode=suite["obs_mode"], image_size=image_size, demos=demos, steps=steps, seed=seed,
+            task=suite["task"], obs_mode=suite["obs_mode"], image_size=image_size, wrench=args.wrench, demos=demos,
+            steps=steps, seed=seed,
             eval_every=args.eval_every, eval_episodes=args.eval_episodes, final_eval_episodes=args.final_eval_episodes,
             checkpoint_every=steps, video=False, run_dir=args.out / f"{name}-seed{seed}",
             learner=learner_cfg, sac=sac_cfg, intervene=intervene, human=human_cfg, policy=args.policy,
@@ -242,6 +245,7 @@ def main(args: Args) -> dict:
         "task": suite["task"],
         "obs_mode": suite["obs_mode"],
         "image_size": image_size if suite["obs_mode"] != "state" else None,
+        "wrench": args.wrench,
         "demos": demos,
         "env_steps": steps,
         "utd": learner_cfg.utd,

@@ -59,7 +59,7 @@ def write_actor_eval(results: list[dict], *, weights_path: str, eval_out: str, p
                                   for r in results))
     summary = {"policy": fields.pop("policy"), **({"inference_steps": inference_steps} if inference_steps else {}),
                **fields, **evaluation_summary(evaluation, task=task,
-                                              obs_mode=obs_mode or env_settings_for(policy.observation_spec)[0],
+                                              obs_mode=obs_mode or env_settings_for(policy.observation_spec)["obs_mode"],
                                               policy_kind=policy.kind, first_seed=None),
                "mode": mode, "deterministic": deterministic}
     out.mkdir(parents=True, exist_ok=True)

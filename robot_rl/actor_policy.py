@@ -118,6 +118,9 @@ class PolicySlot:
         """Why a policy with this observation spec and action size cannot run on this actor, or None."""
         keys = self.settings.observation_keys
         missing = [k for k in spec.keys if k not in keys]
+        if "wrench" in missing:
+            return ("the policy reads the wrist force/torque reading (observation key wrench), which no robot file "
+                    "gives over ROS yet: it runs in the sim mirror only (robot-rl eval, validate)")
         if missing:
             return (f"the policy needs observation keys {missing} this actor does not build (it builds {list(keys)}: "
                     "set obs_mode)")

@@ -52,6 +52,8 @@ class Record:
     image_size: int = TrainConfig.image_size
     """Camera image height and width in pixels (the same default as `train`, so demos fit a default run); a ROS
     recording crops and resizes every camera frame to it as the robot file says."""
+    wrench: bool = False
+    """With --source sim: store the wrist force/torque reading too (obs key `wrench`, as `train --wrench` sees it)."""
     noise: float = 0.0
     """Std of Gaussian noise added to the expert's actions."""
     seed: int | None = None
@@ -66,6 +68,8 @@ class Record:
                     if getattr(self, name) is not None and not getattr(self, name) >= low]
         if not 16 <= self.image_size <= 640:
             problems.append(f"image_size={self.image_size!r} must be in [16, 640]")
+        if self.wrench and self.source == "ros":
+            problems.append("--wrench is for --source sim (a robot file names no force/torque topic yet)")
         if problems:
             raise ValueError(f"invalid record options: {'; '.join(problems)}")
 
@@ -337,7 +341,7 @@ def run_record(cfg: Record) -> None:
     from robot_rl.loop import first_seed, make_env, max_attempts_for, record_episodes, writer_for_env
     from robot_rl.sim.expert import make_expert
 
-    env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size)
+    env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size, wrench=cfg.wrench)
     results = []
     writer, held_before = None, 0
     try:

@@ -72,6 +72,9 @@ class TrainConfig:
     """Observations the agent sees: `pixels` is what a real robot has (proprio + cameras)."""
     image_size: int = 64
     """Camera image height and width in pixels for pixel modes."""
+    wrench: bool = False
+    """Add the wrist force/torque reading to what the agent sees (obs key `wrench`: force [N] and torque [N m] about
+    the TCP that the surroundings exert on the hand, base frame, zeroed at reset; sim only for now)."""
     demos: int = 20
     """Scripted demos to record into the run (ignored with --demo-path)."""
     demo_path: Path | None = None
@@ -167,6 +170,10 @@ class TrainConfig:
             problems.append(f"image_size={self.image_size!r} must be in [16, 640]")
         if problems:
             raise ValueError(f"invalid {type(self).__name__}: {'; '.join(problems)}")
+
+    def env_settings(self) -> dict[str, Any]:
+        """make_env's settings for this run's sim env (the observations the agent sees)."""
+        return {"obs_mode": self.obs_mode, "image_size": self.image_size, "wrench": self.wrench}
 
     def _policy_option_problems(self) -> list[str]:
         """A base missing or given in vain, another policy kind's flag set (robot_rl.policies.registry)."""
@@ -324,7 +331,7 @@ def record_demos(cfg: TrainConfig, run_dir: Path, *, should_stop=None, on_episod
                 on_episode(kept, cfg.demos)
 
         try:
-            env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size)
+            env = make_env(cfg.task, **cfg.env_settings())
             try:
                 with writer_for_env(env, partial, cfg.task, attrs={"policy": "scripted"}) as writer:
                     record_episodes(
@@ -466,14 +473,14 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
 
     state: dict[str, Any] = {"env_step": 0, "episode": 0, "wall_seconds": 0.0, "evals": [], "episodes_log": [],
                              "metrics": [], "safety": {}, "finished": False}
-    env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size)
+    env = make_env(cfg.task, **cfg.env_settings())
     try:
         kind = policy_kind(cfg, env.observation_space, env.action_space.shape[0])
     except BaseException:
         env.close()
         raise
     robot = SimRobotAdapter(env)
-    eval_env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size)
+    eval_env = make_env(cfg.task, **cfg.env_settings())
     make_policy = kind.make_policy
     learner = Learner(kind.observation_spec, kind.action_dim, kind.sac, cfg.learner,
                       chunk_decisions=kind.chunk_decisions, robot_action_dim=kind.robot_action_dim)

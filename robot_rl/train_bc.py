@@ -89,8 +89,9 @@ class TrainBCConfig:
 
 
 def default_observation_keys(spec) -> tuple[str, ...]:
-    """Every camera and the proprioceptive `state`: what a real robot has (no privileged sim keys)."""
-    return tuple(k for k, s in spec.items() if s.is_image) + (("state",) if "state" in spec else ())
+    """Every camera, the proprioceptive `state` and a recorded wrist `wrench`: what a real robot has (no privileged
+    sim keys)."""
+    return tuple(k for k, s in spec.items() if s.is_image) + tuple(k for k in ("state", "wrench") if k in spec)
 
 
 def _to_device(batch, device: str) -> dict[str, Any]:

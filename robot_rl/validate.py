@@ -315,8 +315,7 @@ def run_block(block: Block) -> dict[str, Any]:
 
     _worker_setup()
     policy = _cached_policy(block.policy, block.device)
-    obs_mode, image_size = env_settings_for(policy.observation_spec)
-    env = PerturbedEnv(make_env(block.task, obs_mode=obs_mode, image_size=image_size or 64), block.condition,
+    env = PerturbedEnv(make_env(block.task, **env_settings_for(policy.observation_spec)), block.condition,
                        block.suite_seed)
     try:
         robot = load_robot_config(block.robot)
@@ -521,11 +520,11 @@ def _check_policy(located: Path, task: str, device: str, suite: Suite) -> None:
         policy = _cached_policy(located, device)  # workers=1 runs its episodes with this one
     except PolicyError as error:
         raise ValueError(str(error)) from None
-    obs_mode, image_size = env_settings_for(policy.observation_spec)
-    env = make_env(task, obs_mode=obs_mode, image_size=image_size or 64)
+    settings = env_settings_for(policy.observation_spec)
+    env = make_env(task, **settings)
     try:
-        _check_observations(env, policy.observation_spec, policy.action_dim, located, task, obs_mode,
-                            image_size or 64)
+        _check_observations(env, policy.observation_spec, policy.action_dim, located, task, settings["obs_mode"],
+                            settings["image_size"])
         for condition in suite.conditions:
             PerturbedEnv(env, condition)  # names resolve against the task's model
     finally:

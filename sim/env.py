@@ -30,6 +30,15 @@ STATE_LAYOUT = (
 )
 STATE_SIZE = sum(size for _, size in STATE_LAYOUT)
 
+# Wrist force/torque reading `obs["wrench"]` (float32, 6 values, with wrench=True): what the surroundings exert on the
+# hand and whatever it holds, robot base frame.
+WRENCH_LAYOUT = (
+    ("force", 3),  # N
+    ("torque", 3),  # N m, about the TCP
+)
+WRENCH_SIZE = sum(size for _, size in WRENCH_LAYOUT)
+WRENCH_SITE_NAME = "wrist_ft"
+
 PHYSICS_STEPS_PER_ENV_STEP = 50
 # TCP pointing down (TCP z = world -z), fingers closing along world y.
 NOMINAL_TCP_QUAT = np.array([0.0, 1.0, 0.0, 0.0])
@@ -80,6 +89,11 @@ class RobotEnv(gym.Env):
         robot has;
       - ``"state+pixels"``: all four keys.
 
+    ``wrench=True`` adds ``wrench`` (6,) float32 in any mode (see ``WRENCH_LAYOUT``): a wrist force/torque sensor
+    between the flange and the hand, reporting the force and torque the surroundings exert on the hand and what it
+    holds (a table pushed on reads +z force), averaged over the control step, and zeroed at reset as a real sensor is
+    tared before a task (so the held object's weight reads 0; a changed load or a fast move reads as a wrench).
+
     ``info`` always has ``success`` (bool) and ``action_rejected`` (bool). ``render()`` (``render_mode="rgb_array"``)
     returns the front camera at ``render_size``. Reward is sparse (1.0 on success, which terminates the episode).
     """
@@ -102,7 +116,8 @@ class RobotEnv(gym.Env):
 
     def __init__(self, obs_mode: str = "state", image_size: int = 128, render_mode: str | None = None,
                  control_rotation: bool = False, max_translation: float = 0.03, max_rotation: float = 0.15,
-                 render_size: int = 256, gains: OSCGains = OSCGains(), physics: PhysicsConfig = PhysicsConfig()):
+                 render_size: int = 256, gains: OSCGains = OSCGains(), physics: PhysicsConfig = PhysicsConfig(),
+                 wrench: bool = False):
         if obs_mode not in OBS_MODES:
             raise ValueError(f"obs_mode={obs_mode!r} is not supported; expected one of {OBS_MODES}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -124,8 +139,14 @@ class RobotEnv(gym.Env):
         self.workspace_low = np.array(self.workspace_low, dtype=np.float64)
         self.workspace_high = np.array(self.workspace_high, dtype=np.float64)
 
+        self.wrench = bool(wrench)
         root = build_scene(physics)
         self._add_task_objects(root)
+        if self.wrench:  # force/torque sensors make every physics step compute the joint forces: only when asked
+            hand = root.find("body", ARM_PREFIX + robot.HAND_BODY_NAME)
+            site = hand.add("site", name=WRENCH_SITE_NAME, pos=[0, 0, 0], size=[0.005], group=3)
+            root.sensor.add("force", name="wrist_force", site=site)
+            root.sensor.add("torque", name="wrist_torque", site=site)
         self.model = compile_model(root)
         self.data = mujoco.MjData(self.model)
         self._ik_data = mujoco.MjData(self.model)
@@ -169,6 +190,8 @@ class RobotEnv(gym.Env):
         if self._use_state:
             size = sum(s for _, s in self.OBJECT_STATE_LAYOUT)
             obs_spaces["object_state"] = spaces.Box(-np.inf, np.inf, shape=(size,), dtype=np.float32)
+        if self.wrench:
+            obs_spaces["wrench"] = spaces.Box(-np.inf, np.inf, shape=(WRENCH_SIZE,), dtype=np.float32)
         if self._use_pixels:
             for camera in CAMERA_NAMES:
                 obs_spaces[f"images/{camera}"] = spaces.Box(
@@ -181,6 +204,14 @@ class RobotEnv(gym.Env):
         self._gripper_command = -1.0
         self._warned_bad_action = False
         self._site_velocity = np.zeros(6)
+        if self.wrench:
+            self._wrench_site_id = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_SITE,
+                                                     ARM_PREFIX + WRENCH_SITE_NAME)
+            first = self.model.sensor_adr[mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_SENSOR, "wrist_force")]
+            self._wrench_sensors = slice(int(first), int(first) + WRENCH_SIZE)  # force, then torque
+        self._sensor_sum = np.zeros(WRENCH_SIZE)  # the flange's force and torque on the hand, summed over a step
+        self._sensor_mean = np.zeros(WRENCH_SIZE)  # ... averaged over the last step (site frame)
+        self._sensor_tare = np.zeros(WRENCH_SIZE)  # ... at the last reset
 
     # ----- task hooks -------------------------------------------------------------------------------------------
     def _add_task_objects(self, root) -> None:
@@ -216,6 +247,19 @@ class RobotEnv(gym.Env):
             raise KeyError(f"no body named {name!r} in the model")
         return self.data.xpos[body_id].copy(), self.data.xquat[body_id].copy()
 
+    def wrist_wrench(self) -> np.ndarray:
+        """The wrist sensor's reading (see WRENCH_LAYOUT; needs wrench=True): (force [N], torque [N m] about the
+        TCP) the surroundings exert on the hand, base frame, averaged over the last control step, zero at reset."""
+        if not self.wrench:
+            raise RuntimeError("this env has no wrist force/torque sensor: make it with wrench=True")
+        rotation = self.data.site_xmat[self._wrench_site_id].reshape(3, 3)
+        # The sensors give the flange's force and torque on the hand (site frame); the surroundings' wrench is what
+        # changed since the tare, with the opposite sign.
+        change = self._sensor_mean - self._sensor_tare
+        force, torque_at_site = -rotation @ change[:3], -rotation @ change[3:]
+        lever = self.data.site_xpos[self._wrench_site_id] - self.data.site_xpos[self._tcp_site_id]
+        return np.concatenate([force, torque_at_site + np.cross(lever, force)])
+
     def gripper_width(self) -> float:
         """Distance between the finger pads [m]."""
         return float(self.data.qpos[self._finger_qpos_adr].sum())
@@ -250,6 +294,11 @@ class RobotEnv(gym.Env):
         self._target_quat[:] = quat
         self._physics_steps(self.settle_physics_steps)
         mujoco.mj_forward(self.model, self.data)
+        if self.wrench:  # tared holding still: with the arm's torques for the start pose (the last step's are stale)
+            self.controller.set_target(self._target_position, self._target_quat)
+            self.data.ctrl[self._ctrl_arm_slice] = self.controller.compute(self.data)
+            mujoco.mj_forward(self.model, self.data)
+            self._sensor_tare = self._sensor_mean = self.data.sensordata[self._wrench_sensors].copy()
         return self._observation(), self._info(action_rejected=False)
 
     def step(self, action):
@@ -330,10 +379,15 @@ class RobotEnv(gym.Env):
         model, data, controller = self.model, self.data, self.controller
         controller.set_target(self._target_position, self._target_quat)
         arm_actuators = self._ctrl_arm_slice
+        self._sensor_sum[:] = 0.0
         for _ in range(count):
             mujoco.mj_step1(model, data)
             data.ctrl[arm_actuators] = controller.compute(data)
             mujoco.mj_step2(model, data)
+            if self.wrench:
+                self._sensor_sum += data.sensordata[self._wrench_sensors]
+        if self.wrench and count:
+            self._sensor_mean = self._sensor_sum / count
 
     def _solve_ik(self, position: np.ndarray, quat: np.ndarray, initial_qpos: np.ndarray,
                   iterations: int = 100, tolerance: float = 1e-5) -> np.ndarray:
@@ -367,6 +421,8 @@ class RobotEnv(gym.Env):
         obs = {"state": self._proprioception()}
         if self._use_state:
             obs["object_state"] = self.object_state().astype(np.float32)
+        if self.wrench:
+            obs["wrench"] = self.wrist_wrench().astype(np.float32)
         if self._use_pixels:
             for camera in CAMERA_NAMES:
                 obs[f"images/{camera}"] = self._render_camera(camera, self.image_size)

@@ -136,12 +136,16 @@ def evaluate(
     return Evaluation(tuple(results), video)
 
 
-def env_settings_for(spec: ObservationSpec) -> tuple[str, int | None]:
-    """(obs_mode, image_size) of the sim env whose observations a policy with this spec reads."""
+def env_settings_for(spec: ObservationSpec) -> dict[str, Any]:
+    """make_env's settings (obs_mode, image_size, wrench) for the sim env whose observations a policy with this spec
+    reads (image_size 64 where it reads no image)."""
     images = [spec[k] for k in spec.image_keys]
-    if not images:
-        return "state", None
-    return ("state+pixels" if "object_state" in spec else "pixels"), images[0].shape[0]
+    if images:
+        settings = {"obs_mode": "state+pixels" if "object_state" in spec else "pixels",
+                    "image_size": images[0].shape[0]}
+    else:
+        settings = {"obs_mode": "state", "image_size": 64}
+    return {**settings, "wrench": "wrench" in spec}
 
 
 def task_of_run(policy_path: str | Path) -> str | None:
@@ -177,10 +181,10 @@ def evaluate_policy(
     EVAL_SEED_OFFSET is taken as an offset from it (held-out seeds)."""
     seed = seed if seed >= EVAL_SEED_OFFSET else EVAL_SEED_OFFSET + seed
     spec = policy.observation_spec
-    needed_mode, needed_size = env_settings_for(spec)
-    obs_mode = obs_mode or needed_mode
-    image_size = image_size or needed_size or 64
-    env = make_env(task, obs_mode=obs_mode, image_size=image_size)
+    needed = env_settings_for(spec)
+    obs_mode = obs_mode or needed["obs_mode"]
+    image_size = image_size or needed["image_size"]
+    env = make_env(task, obs_mode=obs_mode, image_size=image_size, wrench=needed["wrench"])
     out = Path(out) if out is not None else None
     try:
         _check_observations(env, spec, policy.action_dim, name or f"({policy.kind})", task, obs_mode, image_size)

@@ -49,6 +49,7 @@ FINGER_JOINT_NAMES = ("finger_joint1", "finger_joint2")
 ACTUATOR_NAMES = tuple(f"torque{i}" for i in range(1, 8))
 GRIPPER_ACTUATOR_NAME = "gripper"
 TCP_SITE_NAME = "tcp"
+HAND_BODY_NAME = "hand"
 WRIST_CAMERA_NAME = "wrist"
 PAD_GEOM_NAMES = ("left_pad", "right_pad")
 
@@ -112,7 +113,7 @@ def build_arm(config: ArmConfig = ArmConfig()) -> mjcf.RootElement:
         parent = link
 
     flange = parent.add("body", name="flange", pos=[0, 0, FLANGE_OFFSET])
-    hand = flange.add("body", name="hand", quat=_rot_z_quat(-np.pi / 4))
+    hand = flange.add("body", name=HAND_BODY_NAME, quat=_rot_z_quat(-np.pi / 4))
     hand.add("geom", name="hand_geom", type="box", size=[0.02, 0.09, 0.028], pos=[0, 0, 0.03], rgba=arm_rgba,
              mass=0.73, contype=1, conaffinity=1)
     hand.add("site", name=TCP_SITE_NAME, pos=[0, 0, TCP_OFFSET], size=[0.005], rgba=[1, 0, 0, 0.0], group=3)

@@ -85,6 +85,10 @@ def test_weights_for_other_observations_or_actions_are_refused(agent):
     slot.settings = dataclasses.replace(slot.settings, observation_keys=("state",))
     assert "needs observation keys ['object_state']" in slot.use_weights(weights(agent, 1), "learner")
     assert slot.session.actor is None
+    from robot_rl.types import ObservationSpec
+
+    wrench = ObservationSpec.from_shapes({"state": ((14,), "float32"), "wrench": ((6,), "float32")})
+    assert "wrist force/torque reading (observation key wrench)" in slot.check_spec(wrench, 4)
 
 
 def test_a_silent_learner_is_away_after_the_robot_file_s_time_and_hold_holds(agent, tmp_path):

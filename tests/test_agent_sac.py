@@ -142,6 +142,17 @@ def test_pixel_agent_updates(cameras):
     assert new_agent.sample_actions(random_obs(spec, (), np.random.default_rng(0)), jax.random.PRNGKey(0)).shape == (4,)
 
 
+def test_the_wrist_wrench_enters_symlog_compressed_and_the_rest_as_is():
+    from robot_rl.agents.networks import ObservationEncoder
+
+    spec = ObservationSpec.from_shapes({"state": ((2,), np.float32), "wrench": ((6,), np.float32)})
+    encoder = ObservationEncoder(spec, channels=(), kernel_sizes=(), strides=(), latent_dim=1)
+    wrench = np.array([[0.0, 0.5, -3.0, 100.0, -100.0, 1e4]], np.float32)
+    features = encoder.apply({}, {"state": np.array([[0.25, -40.0]], np.float32), "wrench": wrench})
+    np.testing.assert_allclose(features, [[0.25, -40.0, *(np.sign(wrench[0]) * np.log1p(np.abs(wrench[0])))]],
+                               rtol=1e-6)
+
+
 def test_overlapping_conv_encoder_runs():
     spec = pixel_spec(["front"], size=20)
     config = dataclasses.replace(SMALL, image_encoder=ImageEncoderConfig(

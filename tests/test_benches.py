@@ -97,6 +97,7 @@ def check_learner_startup(r: dict, tmp: Path) -> None:
 
 def check_learning(r: dict, tmp: Path) -> None:
     assert r["seeds"] == [0] and r["env_steps"] == 20 and r["image_size"] is None, r  # the state suite
+    assert r["wrench"] is False, r
     (final,) = r["final_success"]
     assert fraction(final) and fraction(r["final_success_median"]), r
     assert [step for step, _ in r["curves"]["0"]][-1] == 20, r["curves"]

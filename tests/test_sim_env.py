@@ -149,3 +149,34 @@ def test_sim_task_episode_steps_are_the_registered_lengths_and_0_for_other_tasks
     assert sim_task_episode_steps("PickCube-v0") == PICK_CUBE_MAX_EPISODE_STEPS
     assert sim_task_episode_steps("robot_rl/PegInsert-v0") == PEG_INSERT_MAX_EPISODE_STEPS
     assert sim_task_episode_steps("Nope-v0") == 0 and sim_task_episode_steps("ur5e-real") == 0
+
+
+def test_wrist_wrench_reads_zero_held_still_and_the_table_pushing_up_and_changes_nothing_else():
+    from robot_rl.sim.env import WRENCH_SIZE
+
+    def rollout(wrench: bool):
+        env = gym.make("robot_rl/PegInsert-v0", obs_mode="pixels", image_size=32, wrench=wrench)
+        obs, _ = env.reset(seed=0)
+        observations = [obs]
+        # Hold still (gripping the peg), then drive the peg down onto the table beside the socket and keep pushing.
+        for action in [[0.0, 0.0, 0.0, 1.0]] * 3 + [[0.0, 0.0, -1.0, 1.0]] * 10:
+            obs, *_ = env.step(np.array(action, dtype=np.float32))
+            observations.append(obs)
+        env.close()
+        return observations
+
+    plain, sensed = rollout(False), rollout(True)
+    assert "wrench" not in plain[0]
+    wrenches = np.array([obs["wrench"] for obs in sensed])
+    assert wrenches.shape == (14, WRENCH_SIZE) and wrenches.dtype == np.float32
+    np.testing.assert_array_equal(wrenches[0], 0.0)  # tared at reset
+    assert np.abs(wrenches[1:4]).max() < 0.05  # the held peg's weight is tared away
+    force, torque = wrenches[-1, :3], wrenches[-1, 3:]
+    assert force[2] > 50.0 and abs(force[2]) > 3 * np.abs(force[:2]).max(), wrenches[-1]  # the table pushes up
+    assert np.isfinite(torque).all()
+    for a, b in zip(plain, sensed):  # the sensor only observes
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key])
+    env = gym.make("robot_rl/PickCube-v0")
+    with pytest.raises(RuntimeError, match="wrench=True"):
+        env.unwrapped.wrist_wrench()

@@ -276,8 +276,9 @@ def test_resume_of_a_folder_without_a_checkpoint_says_so(tmp_path):
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
+    """A short PickCube run that also sees the wrist force/torque reading (train, policy file and eval carry it)."""
     run_dir = tmp_path_factory.mktemp("train") / "run"
-    train(TrainConfig(steps=100, eval_every=100, demos=3, eval_episodes=3, video=True, run_dir=run_dir))
+    train(TrainConfig(steps=100, eval_every=100, demos=3, eval_episodes=3, video=True, wrench=True, run_dir=run_dir))
     return run_dir
 
 
@@ -287,9 +288,10 @@ def test_policy_file_reproduces_the_trained_agent(trained_run):
     from robot_rl.policy_file import actor_from_weights, read_policy_file
 
     cfg = config_from_json(TrainConfig, json.loads((trained_run / "config.json").read_text()))
-    env = make_env(cfg.task, obs_mode=cfg.obs_mode)
+    env = make_env(cfg.task, **cfg.env_settings())
     learner = Learner(env.observation_space, env.action_space.shape[0], cfg.sac, cfg.learner)
     learner.restore(trained_run / "checkpoint")
+    assert "wrench" in learner.observation_spec.keys
     message = read_policy_file(trained_run)
     assert message.updates == learner.updates > 0 and message.transitions == 100
     actor = actor_from_weights(message, deterministic=True)
@@ -517,11 +519,16 @@ def test_eval_env_settings_come_from_the_policys_observation_spec():
         return ObservationSpec.from_shapes({k.replace("__", "/"): v for k, v in shapes.items()})
 
     state = ((14,), "float32")
-    assert env_settings_for(spec(state=state, object_state=((10,), "float32"))) == ("state", None)
+    def settings(mode, size, wrench=False):
+        return {"obs_mode": mode, "image_size": size, "wrench": wrench}
+
+    assert env_settings_for(spec(state=state, object_state=((10,), "float32"))) == settings("state", 64)
     image = ((96, 96, 3), "uint8")
-    assert env_settings_for(spec(state=state, images__front=image, images__wrist=image)) == ("pixels", 96)
-    assert env_settings_for(spec(state=state, object_state=((10,), "float32"), images__front=image)) == (
+    assert env_settings_for(spec(state=state, images__front=image, images__wrist=image)) == settings("pixels", 96)
+    assert env_settings_for(spec(state=state, object_state=((10,), "float32"), images__front=image)) == settings(
         "state+pixels", 96)
+    assert env_settings_for(spec(state=state, wrench=((6,), "float32"), images__front=image)) == settings(
+        "pixels", 96, wrench=True)
 
 
 def test_demos_killed_while_recording_are_recorded_again_not_used_partially(tmp_path, monkeypatch):

@@ -95,7 +95,7 @@ class ObservationEncoder(nn.Module):
     """Encodes an observation dict into one feature vector.
 
     Each image key gets its own ConvEncoder; every other key (proprio `state`, `object_state`, or any extra actor
-    input such as a base action) is flattened and concatenated as is.
+    input such as a base action) is flattened and concatenated as is, but the wrist `wrench` as sign(x) log(1 + |x|).
     """
 
     spec: ObservationSpec
@@ -114,6 +114,8 @@ class ObservationEncoder(nn.Module):
             parts.append(encoder(observations[key]))
         for key in self.spec.vector_keys:
             x = jnp.asarray(observations[key], jnp.float32)
+            if key == "wrench":  # newtons: a few in a light touch, a hundred pressing; symlog keeps both readable
+                x = jnp.sign(x) * jnp.log1p(jnp.abs(x))
             n_dims = len(self.spec[key].shape)
             parts.append(x.reshape(x.shape[: x.ndim - n_dims] + (-1,)))
         return jnp.concatenate(parts, axis=-1)

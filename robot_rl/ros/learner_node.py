@@ -475,7 +475,7 @@ class LearnerNode:
 
         if not sim_task_episode_steps(cfg.task):
             return robot_task_spaces(str(self.settings["robot"]), cfg.obs_mode, cfg.image_size)
-        env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size)
+        env = make_env(cfg.task, **cfg.env_settings())
         try:
             return env.observation_space, env.action_space.shape[0]
         finally:
@@ -512,7 +512,7 @@ class LearnerNode:
             from robot_rl.loop import make_env
 
             cfg = self.cfg
-            self._worker = EvalWorker(lambda: make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size))
+            self._worker = EvalWorker(lambda: make_env(cfg.task, **cfg.env_settings()))
         self._maybe_evaluate()
 
     def _start_up_failed(self, error: BaseException) -> None:
