@@ -57,10 +57,10 @@ def write_actor_eval(results: list[dict], *, weights_path: str, eval_out: str, p
     out = located.parent / "eval" if eval_out == "auto" else Path(eval_out)
     evaluation = Evaluation(tuple(EpisodeResult(None, r["steps"], float(r["return"]), r["success"], r["seconds"])
                                   for r in results))
+    obs_mode = obs_mode or env_settings_for(policy.observation_spec)["obs_mode"]
     summary = {"policy": fields.pop("policy"), **({"inference_steps": inference_steps} if inference_steps else {}),
-               **fields, **evaluation_summary(evaluation, task=task,
-                                              obs_mode=obs_mode or env_settings_for(policy.observation_spec)["obs_mode"],
-                                              policy_kind=policy.kind, first_seed=None),
+               **fields, **evaluation_summary(evaluation, task=task, obs_mode=obs_mode, policy_kind=policy.kind,
+                                              first_seed=None),
                "mode": mode, "deterministic": deterministic}
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval.json").write_text(json.dumps(summary, indent=2))
