@@ -379,14 +379,16 @@ class RobotEnv(gym.Env):
         model, data, controller = self.model, self.data, self.controller
         controller.set_target(self._target_position, self._target_quat)
         arm_actuators = self._ctrl_arm_slice
-        self._sensor_sum[:] = 0.0
+        wrench = self.wrench
+        if wrench:
+            self._sensor_sum[:] = 0.0
         for _ in range(count):
             mujoco.mj_step1(model, data)
             data.ctrl[arm_actuators] = controller.compute(data)
             mujoco.mj_step2(model, data)
-            if self.wrench:
+            if wrench:
                 self._sensor_sum += data.sensordata[self._wrench_sensors]
-        if self.wrench and count:
+        if wrench and count:
             self._sensor_mean = self._sensor_sum / count
 
     def _solve_ik(self, position: np.ndarray, quat: np.ndarray, initial_qpos: np.ndarray,
