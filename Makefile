@@ -26,8 +26,9 @@ demo: setup
 	@echo "report: $(RUN)/report.md  curves: $(RUN)/learning_curve.png $(RUN)/training_curves.png" \
 		"video: $(RUN)/eval.mp4  policy: $(RUN)/policy.msgpack"
 
+# Two workers: the ROS 2 tests on one, one at a time, the rest beside them (tests/conftest.py).
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 bench: setup
 	$(BIN)/python bench/sim.py

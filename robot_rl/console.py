@@ -16,11 +16,15 @@ def main() -> None:
     try:
         try:
             from robot_rl.cli import main as cli_main
-        except BaseException as exc:  # an interrupt, or what an import turned it into
+
+            cli_main()
+        except SystemExit:
+            raise
+        except BaseException as exc:  # an interrupt (one that landed before the command's own handling took over, as
+            # in its first lines), or what an import turned it into
             if isinstance(exc, KeyboardInterrupt) or interrupts.requested() is not None:
                 interrupts.exit_stopped(exc)
             raise
-        cli_main()
     finally:
         interrupts.record_only()  # the command is done: a late signal only sets the exit status (at exit)
 

@@ -169,6 +169,25 @@ def test_a_signal_after_the_command_is_done_still_ends_it_as_stopped():
     assert (status, stderr) == (143, "finished\nterminated\n"), (status, stderr)
 
 
+def test_a_signal_before_the_command_s_own_handling_still_ends_it_as_stopped():
+    """The `robot-rl` entry point: a SIGTERM that lands in the command's first lines, before its own try block (a
+    loaded machine delivered one there), is one line and status 143, not a traceback."""
+    status, stderr, _ = run_script("""
+    import os, signal, sys, time, types
+
+    def first_lines():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(2)
+        print("not stopped", file=sys.stderr)
+
+    sys.modules["robot_rl.cli"] = types.SimpleNamespace(main=first_lines)
+    from robot_rl import console
+
+    console.main()
+    """)
+    assert (status, stderr) == (143, "terminated\n"), (status, stderr)
+
+
 def test_a_node_start_up_that_ignores_signals_ends_within_the_grace_period():
     """A start-up stuck where no Python handler runs, or busy for long (here: a lock never released, which a stop
     flag cannot end), ignored SIGINT and SIGTERM until the launcher's SIGKILL; now SIGINT ends it within

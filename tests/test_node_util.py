@@ -128,3 +128,32 @@ def test_the_learner_defaults_and_steps_0_pass_their_twins():
     for steps in (0, 5):  # 0: run until stopped
         check_server_settings(settings | {"steps": steps})
         assert _checked_train_config(settings | {"steps": steps}).steps == (steps or 1)
+
+
+def test_a_bounded_teardown_that_hangs_prints_the_stacks_and_exits_with_the_status():
+    """robot_rl.ros.node_util.bound_teardown: the learner's teardown (after its checkpoint) that hangs ends the process
+    with the node's status and says where it hung, before the launcher's grace period runs out; one that finishes
+    disarms it."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import sys, time
+        from robot_rl.ros.node_util import bound_teardown
+
+        disarm = bound_teardown(0.3, int(sys.argv[1]))
+        if sys.argv[2] == "hang":
+            time.sleep(30)  # a teardown stuck in a wait
+        disarm()
+        time.sleep(1.0)
+        print("exited normally", file=sys.stderr)
+    """)
+    start = time.monotonic()
+    hung = subprocess.run([sys.executable, "-c", script, "3", "hang"], capture_output=True, text=True, timeout=60)
+    seconds = time.monotonic() - start
+    assert hung.returncode == 3 and seconds < 10, (hung.returncode, seconds, hung.stderr)
+    assert 'File "<string>", line 7 in <module>' in hung.stderr, hung.stderr  # the main thread's stuck line
+    assert hung.stderr.strip().endswith("tearing down the node took over 0.3 s (stacks above): exiting with status 3")
+    done = subprocess.run([sys.executable, "-c", script, "0", "done"], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (0, "exited normally\n"), done

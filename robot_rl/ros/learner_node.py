@@ -863,6 +863,9 @@ class LearnerNode:
     def finished(self) -> bool:
         return self.done
 
+    teardown_limit_s = 4.0
+    """Once stop() returns, the run is checkpointed and reported: node_util.bound_teardown bounds the rest."""
+
     def _is_stopping(self) -> bool:
         return self._stopping
 

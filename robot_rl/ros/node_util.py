@@ -101,6 +101,35 @@ def watch_startup(started: threading.Event, grace_s: float = STARTUP_STOP_GRACE_
     return stop_watching
 
 
+def bound_teardown(limit_s: float, status: int) -> Callable[[], None]:
+    """For a node whose stop handler has kept everything the run needs (the learner: checkpoint and report): what is
+    left, destroying the node's DDS entities and rclpy's context, may take `limit_s` seconds. A teardown still going
+    then (seen once on a loaded machine, past the launcher's grace period) prints every thread's stack, so the log
+    says where it hung, and the process ends with `status`. The stacks come from faulthandler's own thread, which
+    needs no interpreter lock; the exit needs it, and a teardown holding it still waits for the launcher's SIGKILL.
+    Returns the function that disarms both (the teardown is done)."""
+    import os
+    import sys
+
+    faulthandler.dump_traceback_later(limit_s, exit=False)
+
+    def end() -> None:
+        sys.stdout.flush()
+        print(f"tearing down the node took over {limit_s:g} s (stacks above): exiting with status {status}",
+              file=sys.stderr, flush=True)
+        os._exit(status)
+
+    timer = threading.Timer(limit_s + 0.5, end)
+    timer.daemon = True
+    timer.start()
+
+    def cancel() -> None:
+        timer.cancel()
+        faulthandler.cancel_dump_traceback_later()
+
+    return cancel
+
+
 class NodeStartupError(RuntimeError):
     """A node cannot start (missing device, bad parameters): logged as one line, and the process exits with `status`."""
 
@@ -140,6 +169,7 @@ def run_node(build: Callable[[], object], argv: list[str], name: str) -> int:
     stop_watch = watch_startup(started)
     rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
     host = None
+    disarm = None
     try:
         try:
             host = build()
@@ -164,12 +194,18 @@ def run_node(build: Callable[[], object], argv: list[str], name: str) -> int:
             stop(executor, flag.signal_number)
         elif flag.is_set():
             host.node.get_logger().info(f"stopping (signal {flag.signal_number})")
+        status = int(getattr(host, "exit_status", 0) or 0)
+        limit = getattr(host, "teardown_limit_s", None)
+        if limit is not None:
+            disarm = bound_teardown(float(limit), status)
         executor.shutdown(timeout_sec=1.0)
-        return int(getattr(host, "exit_status", 0) or 0)
+        return status
     finally:
         if host is not None:
             host.destroy()
         rclpy.try_shutdown()
+        if disarm is not None:
+            disarm()
         restore()
 
 
