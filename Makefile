@@ -28,7 +28,7 @@ demo: setup
 
 # Two workers: the ROS 2 tests on one, one at a time, the rest beside them (tests/conftest.py).
 test: setup
-	$(BIN)/python -m pytest -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 bench: setup
 	$(BIN)/python bench/sim.py

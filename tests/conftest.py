@@ -24,22 +24,35 @@ if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
     atexit.register(shutil.rmtree, _JAX_CACHE, ignore_errors=True)
 
 
-# `make test` runs two pytest-xdist workers (--dist loadgroup). A test file that starts ROS 2 nodes (or a launch, or
-# the private-network hosts) belongs to the group "ros": those run on one worker, one at a time, as they were written
-# to (fixed domain ids; Fast DDS's shared-memory transport crosses network namespaces), while the other worker takes
-# the files that only compute. Each other file is a group of its own (its module fixtures are made once). The ROS
-# group comes first, so the long serial stream starts at once and the short files fill in beside it.
+# `make test` runs two pytest-xdist workers (-n 2 --dist loadfile): each test file goes to one worker, whole (its
+# module fixtures are made once), and the files that start ROS 2 nodes (or a launch, or the private-network hosts)
+# count as one file: they run on one worker, one at a time, as they were written to (fixed domain ids; Fast DDS's
+# shared-memory transport crosses network namespaces), while the other worker takes the files that only compute.
+# They come first, so that long stream starts at once and the short files fill in beside it.
 _ROS_FILE = re.compile(r"rclpy|ROS_DOMAIN_ID|domain_id|ros_harness|robot_rl\.ros|LaunchRun|unshare")
-_uses_ros: dict[Path, bool] = {}
+_TESTS = Path(__file__).resolve().parent
+_uses_ros: dict[str, bool] = {}
 
 
-def _group(path: Path) -> str:
-    if path not in _uses_ros:
-        _uses_ros[path] = bool(_ROS_FILE.search(path.read_text()))
-    return "ros" if _uses_ros[path] else path.name
+def _starts_ros(file_name: str) -> bool:
+    if file_name not in _uses_ros:
+        _uses_ros[file_name] = bool(_ROS_FILE.search((_TESTS / file_name).read_text()))
+    return _uses_ros[file_name]
 
 
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_group(item.path)))
-    items.sort(key=lambda item: _group(item.path) != "ros")  # stable: the ROS files first, each in its own order
+    items.sort(key=lambda item: not _starts_ros(item.path.name))  # stable: each file keeps its own order
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class RosFilesTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "ROS 2 files" if _starts_ros(Path(path).name) else path
+
+    return RosFilesTogether(config, log)
