@@ -261,11 +261,12 @@ def run_and_check(policy: str) -> dict:
     # Nothing acknowledged before the kill was lost: the respawned learner restored at least that.
     for source, through in summary["acked_at_kill"].items():
         assert summary["restored"]["acks"].get(source, -1) >= through, summary
-    # Both actors kept commanding the robot (10 Hz) while the learner was dead: real commands, not holds. At least 4 Hz:
-    # the learner's respawn (JAX start-up) shares the 2 CI cores with both actors, and one made 10 in 2.0 s (5.0 Hz).
+    # Both actors kept commanding the robot (10 Hz) while the learner was dead: real commands, not holds (an actor that
+    # waited on the learner would make none). At least 2 Hz: the learner's respawn (JAX start-up) shares the 2 CI cores
+    # with both actors and the other test worker; one made 10 in 2.0 s (5.0 Hz) alone, one 8 (4.0 Hz) beside it.
     for source, commands in summary["commands_while_dead"].items():
         moving = commands - summary["held_while_dead"][source]
-        assert moving >= 0.4 * 10 * summary["dead_window_s"], summary
+        assert moving >= 0.2 * 10 * summary["dead_window_s"], summary
     # After the restart the learner holds every transition each actor sent up to the check, without duplicates
     # counted as data, and new weights went out.
     after = summary["after"]
