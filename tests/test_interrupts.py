@@ -8,21 +8,33 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_script(body: str, *, signum: int | None = None, after_s: float = 0.0, timeout: float = 30.0,
-               env: dict | None = None, wrap=None) -> tuple[int, str, float]:
-    """Run `body` (dedented) with the repo's Python; optionally send `signum` after `after_s`. Returns (exit status,
-    stderr, seconds from the signal, or from the start, to the exit)."""
+def run_script(body: str, *, signum: int | None = None, after_s: float = 0.0, after_line: str | None = None,
+               timeout: float = 30.0, env: dict | None = None, wrap=None) -> tuple[int, str, float]:
+    """Run `body` (dedented) with the repo's Python; optionally send `signum` `after_s` after the start, or after the
+    script wrote `after_line` to stderr (a loaded machine can take seconds to import). Returns (exit status, stderr,
+    seconds from the signal, or from the start, to the exit)."""
     argv = [sys.executable, "-c", textwrap.dedent(body)]
-    process = subprocess.Popen(wrap(argv) if wrap else argv, cwd=REPO, stdout=subprocess.PIPE,
+    process = subprocess.Popen(wrap(argv) if wrap else argv, cwd=REPO, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True, env=env)
     start = time.monotonic()
+    early = ""
     if signum is not None:
+        if after_line is not None:
+            deadline = threading.Timer(timeout, process.kill)  # a script that never writes the line
+            deadline.start()
+            for line in process.stderr:
+                early += line
+                if line.strip() == after_line:
+                    break
+            deadline.cancel()
+            assert after_line in early.splitlines(), f"no {after_line!r} line: {early[-2000:]}"
         time.sleep(after_s)
         process.send_signal(signum)
         start = time.monotonic()
@@ -31,8 +43,8 @@ def run_script(body: str, *, signum: int | None = None, after_s: float = 0.0, ti
     except subprocess.TimeoutExpired:
         process.kill()
         _, stderr = process.communicate()
-        raise AssertionError(f"still running after {timeout} s: {stderr[-2000:]}") from None
-    return process.returncode, stderr, time.monotonic() - start
+        raise AssertionError(f"still running after {timeout} s: {(early + stderr)[-2000:]}") from None
+    return process.returncode, early + stderr, time.monotonic() - start
 
 
 # A command's skeleton, as robot_rl.console and robot_rl.cli.main run one: `job()` is the work, and a stop request
@@ -223,10 +235,12 @@ def test_a_node_start_up_that_ignores_signals_ends_within_the_grace_period():
     def wrap_with(mode):
         return lambda argv: private_network_or_skip([*argv, mode])
 
-    status, stderr, seconds = run_script(body, signum=signal.SIGINT, after_s=3.0, env=env, wrap=wrap_with("stuck"))
+    status, stderr, seconds = run_script(body, signum=signal.SIGINT, after_line="building", after_s=1.0, env=env,
+                                         wrap=wrap_with("stuck"))
     assert "building" in stderr and status == 130 and stderr.strip().splitlines()[-1] == "interrupted", stderr
     assert seconds < STARTUP_STOP_GRACE_S + 1.5, seconds
     assert "Traceback" not in stderr
     # A signal while a short start-up runs: the node starts, sees its stop flag, stops cleanly (status 0).
-    status, stderr, _ = run_script(body, signum=signal.SIGINT, after_s=1.0, env=env, wrap=wrap_with("quick"))
+    status, stderr, _ = run_script(body, signum=signal.SIGINT, after_line="building", env=env,
+                                wrap=wrap_with("quick"))
     assert status == 0 and "interrupted" not in stderr and "Traceback" not in stderr, (status, stderr)
