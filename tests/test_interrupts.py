@@ -38,13 +38,17 @@ def run_script(body: str, *, signum: int | None = None, after_s: float = 0.0, af
         time.sleep(after_s)
         process.send_signal(signum)
         start = time.monotonic()
+    rest: list[str] = []  # read through the file object: it may hold buffered text after `after_line`
+    reader = threading.Thread(target=lambda: rest.append(process.stderr.read()), daemon=True)
+    reader.start()
     try:
-        _, stderr = process.communicate(timeout=timeout)
+        process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         process.kill()
-        _, stderr = process.communicate()
-        raise AssertionError(f"still running after {timeout} s: {(early + stderr)[-2000:]}") from None
-    return process.returncode, early + stderr, time.monotonic() - start
+        reader.join(5)
+        raise AssertionError(f"still running after {timeout} s: {(early + ''.join(rest))[-2000:]}") from None
+    reader.join(timeout)
+    return process.returncode, early + "".join(rest), time.monotonic() - start
 
 
 # A command's skeleton, as robot_rl.console and robot_rl.cli.main run one: `job()` is the work, and a stop request
