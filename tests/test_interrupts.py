@@ -33,8 +33,9 @@ def run_script(body: str, *, signum: int | None = None, after_s: float = 0.0, af
                 early += line
                 if line.strip() == after_line:
                     break
+            else:
+                raise AssertionError(f"no {after_line!r} line: {early[-2000:]}")
             deadline.cancel()
-            assert after_line in early.splitlines(), f"no {after_line!r} line: {early[-2000:]}"
         time.sleep(after_s)
         process.send_signal(signum)
         start = time.monotonic()
