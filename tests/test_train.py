@@ -61,26 +61,6 @@ def test_config_json_round_trip():
     assert config_from_json(TrainConfig, json.loads(json.dumps(config_to_json(cfg)))) == cfg
 
 
-@pytest.mark.slow
-def test_state_pick_cube_learns_from_demos(tmp_path):
-    cfg = TrainConfig(
-        task="PickCube-v0", obs_mode="state", demos=20, steps=1000, eval_every=1000, eval_episodes=10,
-        run_dir=tmp_path / "run", video=False, seed=0,  # the eval video: tests/test_demo.py
-    )
-    run_dir = train(cfg)
-    state = checkpoint_state(run_dir)["extra"]
-    evals = {row["env_step"]: row["success_rate"] for row in state["evals"]}
-    assert evals[0] == 0.0  # the untrained policy never lifts the cube
-    assert evals[1000] >= 0.8, evals  # 3 seeds reach >= 95 % by 1000 env steps (docs/results.md)
-    for name in ("report.md", "learning_curve.png", "training_curves.png", "config.json", "policy.msgpack"):
-        assert (run_dir / name).stat().st_size > 0, name
-    assert any((run_dir / "tensorboard").iterdir())
-    report = (run_dir / "report.md").read_text()
-    assert re.search(r"Final eval success: \*\*\d+ % \(\d+/10 episodes, 95 % CI \d+-\d+ %\)\*\*", report), report
-    assert "Wall-clock time:" in report and "Git commit:" in report
-    assert {"critic_loss", "q_mean", "temperature", "updates_per_s"} <= set(state["metrics"][-1])
-
-
 def test_peg_insert_with_the_watching_human_learns_and_holds_its_peak(tmp_path):
     """The precise-task settings (an averaged policy, a lower target entropy) on state PegInsert with the watching
     human: it learns, and no later evaluation falls far below the best (docs/results.md, "No drift"; with the
