@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from robot_rl import interrupts
 from robot_rl.data.episodes import DatasetError, DatasetReader
 from robot_rl.files import atomic_write_text
 
@@ -762,16 +763,18 @@ def save_atomically(classifier: RewardClassifier, out: str | Path, metrics: Mapp
     out = check_output_folder(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = out.with_name(f".{out.name}.creating-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
-        classifier.save(staging, metrics)
-        if out.exists():
-            out.rmdir()  # empty (checked above)
-        os.rename(staging, out)
-    except OSError as exc:  # name the folder the user gave, not the staging folder beside it
-        raise RewardClassifierError(f"--out {out}: cannot write the classifier there: {exc.strerror or exc}") from None
-    finally:
+    with interrupts.uninterrupted():  # a Ctrl-C now comes once the folder is in place: no staging folder left
         shutil.rmtree(staging, ignore_errors=True)
+        try:
+            classifier.save(staging, metrics)
+            if out.exists():
+                out.rmdir()  # empty (checked above)
+            os.rename(staging, out)
+        except OSError as exc:  # name the folder the user gave, not the staging folder beside it
+            raise RewardClassifierError(
+                f"--out {out}: cannot write the classifier there: {exc.strerror or exc}") from None
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return out
 
 

@@ -54,6 +54,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import zarr
 
+from robot_rl import interrupts
 from robot_rl.types import ArraySpec
 
 log = logging.getLogger(__name__)
@@ -394,11 +395,17 @@ class EpisodeWriter:
         return value.astype(spec.dtype, copy=False)
 
     def end_episode(self, final_obs: Mapping[str, np.ndarray], success: bool, seed: int | None = None) -> int:
-        """Write the buffered episode and commit it; returns its index. `seed`: what the episode was reset with."""
+        """Write the buffered episode and commit it; returns its index. `seed`: what the episode was reset with.
+        A Ctrl-C / SIGTERM of the `robot-rl` command during it is raised once the episode is committed (a dataset
+        created for it is then never left empty, nor its staging folder behind)."""
         self._check_open()
         if not self._buffer:
             raise DatasetError("end_episode called with no steps recorded")
         final = {key: self._checked_obs(key, final_obs, "final_obs") for key in self.observation_spec}
+        with interrupts.uninterrupted():
+            return self._commit_episode(final, success, seed)
+
+    def _commit_episode(self, final: dict[str, np.ndarray], success: bool, seed: int | None) -> int:
         if self.root is None:
             self._create()
         index = self.num_episodes
