@@ -43,6 +43,11 @@ def _choice(param, name: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+LOCKSTEP_POLL_S = 0.002
+LOCKSTEP_IDLE_POLL_S = 0.05
+LOCKSTEP_IDLE_AFTER_S = 0.5
+
+
 class ActorNode:
     """rclpy node around the episode runner and its `ActorSession` (see the module doc)."""
 
@@ -68,8 +73,12 @@ class ActorNode:
                 self.policy.load_file(self.weights_path)
             except PolicyError as error:
                 raise NodeStartupError(f"weights_path: {error}") from None
-        # Real time steps on this timer; lock-step steps on each frame, the timer only polls waiting phases.
-        self.node.create_timer(self.control_dt if self.mode == "realtime" else 0.002, self.runner.tick)
+        if self.mode == "realtime":
+            self.node.create_timer(self.control_dt, self.runner.tick)
+        else:  # lock-step steps on each frame (_frame_done); the timers only poll the waiting phases
+            self._progress_mark, self._progress_at = None, time.monotonic()
+            self._poll = self.node.create_timer(LOCKSTEP_POLL_S, self._poll_lockstep)
+            self.node.create_timer(LOCKSTEP_IDLE_POLL_S, self._poll_idle)
         self.node.create_timer(0.05, self._flush_outbox)
         self._log.info(
             f"actor up: source={self.source} mode={self.mode} "
@@ -244,6 +253,32 @@ class ActorNode:
         """Lock-step: the arm state closes a frame, so step now rather than at the next poll."""
         if self.mode == "lockstep":
             self.runner.tick()
+            self._note_progress()
+
+    # A lock-step actor polls its waiting phases (a reset service's answer, a chunk from the planner thread) every
+    # LOCKSTEP_POLL_S while it is getting on; once nothing has moved for LOCKSTEP_IDLE_AFTER_S (no learner weights
+    # yet, no reset service, the training budget done) only every LOCKSTEP_IDLE_POLL_S: polling a 2 ms timer kept an
+    # idle actor at about 45 % of a core.
+    def _poll_lockstep(self) -> None:
+        self.runner.tick()
+        if not self._note_progress() and time.monotonic() - self._progress_at > LOCKSTEP_IDLE_AFTER_S:
+            self._poll.cancel()
+
+    def _poll_idle(self) -> None:
+        if self._poll.is_canceled():
+            self.runner.tick()
+            self._note_progress()
+
+    def _note_progress(self) -> bool:
+        """Whether the runner moved since the last look (phase, wait, transitions); re-arms the fast poll if so."""
+        runner = self.runner
+        mark = (runner.phase, runner.waiting_for, runner.done, self.session.next_seq, len(runner.results))
+        if mark == self._progress_mark:
+            return False
+        self._progress_mark, self._progress_at = mark, time.monotonic()
+        if self._poll.is_canceled():
+            self._poll.reset()
+        return True
 
     def _on_image(self, sensor: str, msg) -> None:
         from robot_rl.ros.convert import compressed_image_from_msg, image_from_msg, stamp_to_seconds
