@@ -213,12 +213,8 @@ def uninterrupted():
     """A short step that must finish once begun (a dataset commit, a folder renamed into place): a stop request that
     comes during it is held, then raised as it ends, where the command's handling would have raised it (inside
     :func:`deferred` it stays recorded for the loop to see)."""
-    global _deferred
-    _deferred += 1
-    try:
+    with deferred():
         yield
-    finally:
-        _deferred -= 1
     if _signum is not None and not _deferred and active() and signal.getsignal(signal.SIGINT) is _handle:
         check()
 
