@@ -53,6 +53,10 @@ class EpisodeResult:
     total_reward: float
     success: bool
     seconds: float
+    failure: str | None = None
+    """What kept a failed sim episode from success at its end (the task's failure_mode), None if unknown."""
+    end: dict[str, float] = dataclasses.field(default_factory=dict)
+    """The task's measurements at the sim episode's end (its task_measures), for a failure census."""
 
 
 class StepPolicy(PolicyBase):

@@ -59,6 +59,12 @@ def success_text(successes: int, trials: int) -> str:
     return f"{percent(rate)} ({successes}/{trials} episodes, 95 % CI {low * 100:.0f}-{percent(high)})"
 
 
+def failure_modes_text(modes: dict[str, int]) -> str:
+    """Failure modes and their counts (an evaluation's `failure_modes`) in a line: "peg turned in the hand 3,
+    beside the hole 1"; empty without failures."""
+    return ", ".join(f"{mode} {count}" for mode, count in modes.items())
+
+
 def percent(rate: float) -> str:
     """E.g. "95 %"."""
     return f"{rate * 100:.0f} %"
@@ -253,11 +259,12 @@ def write_report(
     if video is not None:
         name = Path(video).name
         lines += [f"Eval video (front and wrist cameras): [{name}]({name})", ""]
-    lines += ["| env step | eval success | episodes | 95 % CI | mean return | mean length |",
-              "|---:|---:|---:|---:|---:|---:|"]
+    lines += ["| env step | eval success | episodes | 95 % CI | mean return | mean length | failure modes |",
+              "|---:|---:|---:|---:|---:|---:|---|"]
     for row in evals:
         low, high = wilson_interval(_successes(row), row["episodes"])
         lines.append(f"| {row['env_step']} | {percent(row['success_rate'])} | {row['episodes']} | "
-                     f"{low * 100:.0f}-{percent(high)} | {row['mean_return']:.2f} | {row['mean_length']:.1f} |")
+                     f"{low * 100:.0f}-{percent(high)} | {row['mean_return']:.2f} | {row['mean_length']:.1f} | "
+                     f"{failure_modes_text(row.get('failure_modes', {}))} |")
     lines += ["", "## Config", "", "```json", json.dumps(config, indent=2), "```", ""]
     return atomic_write_text(run_dir / REPORT, "\n".join(lines))

@@ -466,7 +466,7 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
     from robot_rl.episode import run_episodes
     from robot_rl.learner_server import checkpoint_server_state
     from robot_rl.loop import make_env
-    from robot_rl.report import learner_counters, success_text, write_report
+    from robot_rl.report import failure_modes_text, learner_counters, success_text, write_report
     from robot_rl.sim.human import SimulatedHuman
     from robot_rl.sim.robot_adapter import SimLink, SimRobotAdapter, sim_runner
     from robot_rl.transport import make_source
@@ -600,8 +600,9 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
             tb.add_scalar("eval/latest_success_rate", latest_eval.success_rate, step=env_step)
             latest = f"; the latest weights {success_text(latest_eval.successes, len(latest_eval.episodes))}"
         update_rate.exclude(time.perf_counter() - started)
+        failures = f"; failure modes: {failure_modes_text(row['failure_modes'])}" if row["failure_modes"] else ""
         print_line(f"env step {env_step}: eval success {success_text(row['successes'], row['episodes'])}, "
-                   f"return {row['mean_return']:.2f}, length {row['mean_length']:.1f}{latest}")
+                   f"return {row['mean_return']:.2f}, length {row['mean_length']:.1f}{latest}{failures}")
 
     def checkpoint() -> None:
         nonlocal next_checkpoint
@@ -698,8 +699,9 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
     checkpoint()
     path = report()
     final = history.rows[-1]
-    print(f"final eval success {success_text(final['successes'], final['episodes'])} after {env_step} env steps; "
-          f"report: {path}")
+    failures = f" (failure modes: {failure_modes_text(final['failure_modes'])})" if final.get("failure_modes") else ""
+    print(f"final eval success {success_text(final['successes'], final['episodes'])} after {env_step} env steps"
+          f"{failures}; report: {path}")
     return run_dir
 
 

@@ -371,17 +371,21 @@ class _EpisodeWatch:
         success = link.episode_success
         self.episodes.append({
             "seed": link.last_seed, "success": success, "length": link.episode_steps, "holds": int(holds),
-            "failure": None if success else failure_mode(self.unstable, holds, bool(self.objects), self.moved,
-                                                         self.lifted),
+            "failure": None if success else failure_mode(self.unstable, holds, self.base.failure_mode(),
+                                                         bool(self.objects), self.moved, self.lifted),
             "perturbation": dict(self.env.drawn)})
 
 
-def failure_mode(unstable: bool, holds: int, has_objects: bool, moved_m: float, lifted_m: float) -> str:
-    """A failed episode's most telling failure mode, from what the episode did."""
+def failure_mode(unstable: bool, holds: int, task_mode: str | None, has_objects: bool, moved_m: float,
+                 lifted_m: float) -> str:
+    """A failed episode's most telling failure mode, from what the episode did: unstable physics, safety holds, then
+    the task's own reading of its end (`task_mode`, the env's failure_mode), then how far the objects moved."""
     if unstable:
         return "physics unstable"
     if holds:
         return "held by the safety layer"
+    if task_mode is not None:
+        return task_mode
     if not has_objects:
         return "task not completed"
     if moved_m < 0.01:

@@ -227,6 +227,16 @@ class RobotEnv(gym.Env):
     def is_success(self) -> bool:
         return False
 
+    def task_measures(self) -> dict[str, float]:
+        """Named measurements of the task's scene now (millimetres, degrees), kept with each evaluation episode's
+        end for a failure census; empty where the task names none."""
+        return {}
+
+    def failure_mode(self) -> str | None:
+        """What keeps the task from success now, as a short category (evaluations and validation count them);
+        None on success or where the task names none."""
+        return None
+
     # ----- accessors for experts and later code ---------------------------------------------------------------
     def tcp_pose(self) -> tuple[np.ndarray, np.ndarray]:
         """Current TCP (position [m], quaternion wxyz) in the robot base frame."""

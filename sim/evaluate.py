@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,13 @@ class Evaluation:
         return wilson_interval(self.successes, len(self.episodes))
 
     @property
+    def failure_modes(self) -> dict[str, int]:
+        """How many failed episodes ended in each failure mode (most frequent first; "unknown" where the task names
+        none)."""
+        modes = Counter(e.failure or "unknown" for e in self.episodes if not e.success)
+        return dict(modes.most_common())
+
+    @property
     def mean_return(self) -> float:
         return float(np.mean([e.total_reward for e in self.episodes]))
 
@@ -67,7 +75,8 @@ class Evaluation:
     def report_row(self, env_step: int) -> dict[str, Any]:
         """This evaluation as a row of a run report's eval table (robot_rl.report.write_report)."""
         return {"env_step": env_step, "episodes": len(self.episodes), "successes": self.successes,
-                "success_rate": self.success_rate, "mean_return": self.mean_return, "mean_length": self.mean_length}
+                "success_rate": self.success_rate, "mean_return": self.mean_return, "mean_length": self.mean_length,
+                "failure_modes": self.failure_modes}
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready statistics and per-episode results."""
@@ -75,7 +84,9 @@ class Evaluation:
         return {
             "episodes": len(self.episodes), "successes": self.successes, "success_rate": self.success_rate,
             "success_ci95": [low, high], "mean_return": self.mean_return, "mean_length": self.mean_length,
-            "per_episode": [{"seed": e.seed, "success": bool(e.success), "return": e.total_reward, "length": e.steps}
+            "failure_modes": self.failure_modes,
+            "per_episode": [{"seed": e.seed, "success": bool(e.success), "return": e.total_reward, "length": e.steps,
+                             **({"failure": e.failure} if e.failure else {}), **({"end": e.end} if e.end else {})}
                             for e in self.episodes],
         }
 

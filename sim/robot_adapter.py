@@ -196,11 +196,15 @@ class SimLink:
                             frame_timeout_s=math.inf, reset_timeout_s=math.inf)
 
     def episode_result(self, end: EpisodeEnd) -> EpisodeResult:
-        """The episode `end` closed, as the in-process tools report it: its seed, env steps, reward and success."""
+        """The episode `end` closed, as the in-process tools report it: its seed, env steps, reward and success, the
+        task's failure mode if it failed, and the task's measurements at its end (the scene is as it left it)."""
         from robot_rl.loop import EpisodeResult
 
+        task = self.adapter.env.unwrapped
+        failure = None if self.episode_success else task.failure_mode()
         return EpisodeResult(self.last_seed, self.episode_steps, self.episode_reward, self.episode_success,
-                             float(end.record["seconds"]))
+                             float(end.record["seconds"]), failure=failure,
+                             end={name: round(value, 2) for name, value in task.task_measures().items()})
 
 
 def sim_runner(link: SimLink, actor, *, safety: Safety | None = None, source: str = "sim",

@@ -52,6 +52,17 @@ class PickCubeEnv(RobotEnv):
     def is_success(self) -> bool:
         return bool(self.cube_pose()[0][2] >= self.CUBE_HALF_SIZE + self.LIFT_HEIGHT)
 
+    def task_measures(self) -> dict[str, float]:
+        position = self.cube_pose()[0]
+        return {"cube_lift_mm": float((position[2] - self.cube_rest_z) * 1000),
+                "cube_from_tcp_mm": float(np.linalg.norm(position - self.tcp_pose()[0]) * 1000)}
+
+    def failure_mode(self) -> str | None:
+        if self.is_success():
+            return None
+        in_hand = np.linalg.norm(self.cube_pose()[0] - self.tcp_pose()[0]) < 2 * self.CUBE_HALF_SIZE
+        return "cube in the hand, not lifted enough" if in_hand else "cube not in the hand"
+
 
 class PegInsertEnv(RobotEnv):
     """Insert a square peg held in the gripper into a socket with 2 mm total clearance, to `insert_depth`."""
@@ -63,6 +74,7 @@ class PegInsertEnv(RobotEnv):
     SOCKET_HEIGHT = 0.04
     SOCKET_HALF_OUTER = 0.045
     INSERT_DEPTH = 0.02  # peg tip at least this far below the socket top
+    TURNED_DEG = 10.0  # a peg tilted further has turned in the hand (a press on the rim pivots it about the pads)
     PEG_TOP_ABOVE_TCP = 0.0334  # grasp point: the peg top sits just below the hand
     socket_x_range = (0.45, 0.60)
     socket_y_range = (-0.15, 0.15)
@@ -122,13 +134,16 @@ class PegInsertEnv(RobotEnv):
         """Peg centre (position, quaternion wxyz)."""
         return self.object_pose("peg")
 
+    def peg_axis(self) -> np.ndarray:
+        """Unit vector along the peg's length (world frame, either sense)."""
+        matrix = np.empty(9)
+        mujoco.mju_quat2Mat(matrix, self.peg_pose()[1])
+        return matrix.reshape(3, 3)[:, 2]
+
     def peg_tip(self) -> np.ndarray:
         """Lowest point of the peg axis (the end that goes into the hole)."""
-        position, quat = self.peg_pose()
-        matrix = np.empty(9)
-        mujoco.mju_quat2Mat(matrix, quat)
-        axis = matrix.reshape(3, 3)[:, 2]
-        return position - np.sign(axis[2] or 1.0) * axis * self.PEG_HALF_LENGTH
+        axis = self.peg_axis()
+        return self.peg_pose()[0] - np.sign(axis[2] or 1.0) * axis * self.PEG_HALF_LENGTH
 
     def hole_top(self) -> np.ndarray:
         """Centre of the socket's hole opening."""
@@ -143,3 +158,24 @@ class PegInsertEnv(RobotEnv):
         offset = self.peg_tip() - self.hole_top()
         inside = np.all(np.abs(offset[:2]) < self.PEG_HALF_WIDTH + self.CLEARANCE)
         return bool(inside and offset[2] <= -self.INSERT_DEPTH)
+
+    def peg_tilt_deg(self) -> float:
+        """Angle of the peg's axis from the vertical (it starts upright in the hand, as the hole is)."""
+        return float(np.degrees(np.arccos(min(1.0, abs(self.peg_axis()[2])))))
+
+    def task_measures(self) -> dict[str, float]:
+        offset = (self.peg_tip() - self.hole_top()) * 1000
+        return {"tip_minus_hole_x_mm": float(offset[0]), "tip_minus_hole_y_mm": float(offset[1]),
+                "tip_minus_hole_z_mm": float(offset[2]), "peg_tilt_deg": self.peg_tilt_deg()}
+
+    def failure_mode(self) -> str | None:
+        if self.is_success():
+            return None
+        if self.peg_tilt_deg() > self.TURNED_DEG:
+            return "peg turned in the hand"
+        lateral = np.abs(self.peg_tip()[:2] - self.hole_top()[:2])
+        if np.any(lateral > self.SOCKET_HALF_OUTER):
+            return "away from the socket"
+        if np.all(lateral <= self.CLEARANCE / 2):
+            return "over the hole, not in"  # within the play: a hover, or not pushed deep enough
+        return "beside the hole"  # over the socket off the play: on the rim, or jammed at the mouth

@@ -47,7 +47,8 @@ def test_git_commit_names_the_commit_marks_changes_and_never_fails(tmp_path, mon
 
 EVALS = [
     {"env_step": 0, "episodes": 20, "successes": 0, "success_rate": 0.0, "mean_return": 0.0, "mean_length": 50.0},
-    {"env_step": 500, "episodes": 20, "successes": 19, "success_rate": 0.95, "mean_return": 0.95, "mean_length": 21.5},
+    {"env_step": 500, "episodes": 20, "successes": 19, "success_rate": 0.95, "mean_return": 0.95, "mean_length": 21.5,
+     "failure_modes": {"cube not in the hand": 1}},  # rows of runs before failure modes have none
 ]
 EPISODES = [{"env_step": 50 * (i + 1), "success": i > 4, "return": float(i > 4), "length": 50,
              "intervention_rate": 0.0} for i in range(10)]
@@ -66,7 +67,8 @@ def test_report_from_plain_data(tmp_path):
     assert "Wall-clock time: 3 min 07 s" in text
     assert f"Git commit: `{git_commit()}`" in text
     assert "![training curves" in text and "(training_curves.png)" in text and "[eval.mp4](eval.mp4)" in text
-    assert "| 500 | 95 % | 20 | 76-99 % | 0.95 | 21.5 |" in text
+    assert "| 0 | 0 % | 20 | 0-16 % | 0.00 | 50.0 |  |" in text
+    assert "| 500 | 95 % | 20 | 76-99 % | 0.95 | 21.5 | cube not in the hand 1 |" in text
     assert '"steps": 500' in text
     for name in ("learning_curve.png", "training_curves.png"):
         image = matplotlib.image.imread(tmp_path / name)

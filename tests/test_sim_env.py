@@ -142,6 +142,45 @@ def test_peg_insert_object_state_gives_the_tip_to_hole_offset_in_centimetres():
     env.close()
 
 
+@pytest.mark.parametrize("offset_mm, cause", [
+    ((0.0, 0.0), None),  # within the play: it goes in
+    ((-1.5, 0.0), "peg turned in the hand"),  # beside the hole across the pads' faces: the press pivots the peg
+    ((0.0, 2.0), "beside the hole"),  # along the fingers' closing axis: it jams upright
+])
+def test_peg_insert_failure_mode_names_what_a_press_at_the_mouth_did(offset_mm, cause):
+    env = gym.make("robot_rl/PegInsert-v0", obs_mode="state").unwrapped
+    env.reset(seed=1)
+    env.data.mocap_pos[0, :2] = env.peg_tip()[:2] + [0.1, 0.0]  # the socket a hand's width away
+    env.step(np.r_[0.0, 0.0, 0.0, 1.0])
+    assert env.failure_mode() == "away from the socket"
+    goal = env.hole_top() + [offset_mm[0] / 1000, offset_mm[1] / 1000, 0.006]
+
+    def move(target_tip):
+        for _ in range(10):
+            env.step(np.r_[np.clip((target_tip - env.peg_tip()) / env.max_translation, -1, 1), 1.0])
+
+    move(goal)
+    assert env.failure_mode() == ("over the hole, not in" if cause is None else "beside the hole")
+    measures = env.task_measures()
+    assert measures["tip_minus_hole_z_mm"] == pytest.approx(6.0, abs=1.0)
+    assert measures["tip_minus_hole_x_mm"] == pytest.approx(offset_mm[0], abs=0.5)
+    assert measures["peg_tilt_deg"] < 2.0
+    for _ in range(6):  # down 5 mm a step, as the pixel policies press at the mouth
+        env.step(np.r_[0.0, 0.0, -0.005 / env.max_translation, 1.0])
+    assert env.is_success() == (cause is None)
+    assert env.failure_mode() == cause, env.task_measures()
+    env.close()
+
+
+def test_pick_cube_failure_mode_and_measures():
+    env = gym.make("robot_rl/PickCube-v0", obs_mode="state").unwrapped
+    env.reset(seed=2)
+    assert env.failure_mode() == "cube not in the hand"
+    measures = env.task_measures()
+    assert abs(measures["cube_lift_mm"]) < 1.0 and measures["cube_from_tcp_mm"] > 50
+    env.close()
+
+
 def test_sim_task_episode_steps_are_the_registered_lengths_and_0_for_other_tasks():
     from robot_rl.loop import sim_task_episode_steps
     from robot_rl.sim.tasks import PEG_INSERT_MAX_EPISODE_STEPS, PICK_CUBE_MAX_EPISODE_STEPS

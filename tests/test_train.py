@@ -275,6 +275,11 @@ def test_eval_reproduces_the_runs_final_evaluation(trained_run, tmp_path, capsys
     assert summary["successes"] == final["successes"]
     assert summary["mean_length"] == pytest.approx(final["mean_length"])
     assert summary["success_ci95"][0] <= summary["success_rate"] <= summary["success_ci95"][1]
+    # each failed episode's failure mode and the scene at its end, tallied as train's final row has them
+    assert summary["failure_modes"] == final["failure_modes"]
+    assert sum(final["failure_modes"].values()) == 3 - final["successes"]
+    for episode in summary["per_episode"]:
+        assert ("failure" in episode) == (not episode["success"]) and "cube_lift_mm" in episode["end"], episode
     lengths = [e["length"] for e in summary["per_episode"]]
     codec, width, height, frames = video_info(out / "eval.mp4")
     assert codec == "h264" and width == 2 * height and frames == sum(lengths[:2])  # front | wrist, 2 episodes
