@@ -75,6 +75,7 @@ class PegInsertEnv(RobotEnv):
     SOCKET_HALF_OUTER = 0.045
     INSERT_DEPTH = 0.02  # peg tip at least this far below the socket top
     TURNED_DEG = 10.0  # a peg tilted further has turned in the hand (a press on the rim pivots it about the pads)
+    ABOVE_SOCKET = 0.005  # a peg tip higher above the socket top has not come down to it (failure modes)
     PEG_TOP_ABOVE_TCP = 0.0334  # grasp point: the peg top sits just below the hand
     socket_x_range = (0.45, 0.60)
     socket_y_range = (-0.15, 0.15)
@@ -173,9 +174,11 @@ class PegInsertEnv(RobotEnv):
             return None
         if self.peg_tilt_deg() > self.TURNED_DEG:
             return "peg turned in the hand"
-        lateral = np.abs(self.peg_tip()[:2] - self.hole_top()[:2])
-        if np.any(lateral > self.SOCKET_HALF_OUTER):
+        offset = self.peg_tip() - self.hole_top()
+        if np.any(np.abs(offset[:2]) > self.SOCKET_HALF_OUTER):
             return "away from the socket"
-        if np.all(lateral <= self.CLEARANCE / 2):
-            return "over the hole, not in"  # within the play: a hover, or not pushed deep enough
-        return "beside the hole"  # over the socket off the play: on the rim, or jammed at the mouth
+        if offset[2] > self.ABOVE_SOCKET:
+            return "above the socket"
+        if np.all(np.abs(offset[:2]) <= self.CLEARANCE / 2):
+            return "at the hole, not pushed in"  # within the play: at the mouth, or in but not deep enough
+        return "on the rim, beside the hole"
