@@ -150,6 +150,8 @@ def run_summary(run_dir: Path) -> dict:
                          "q_mean": round(float(q[-1]), 3) if q else None})
         if "latest_success_rate" in row:  # the last gradient step's weights, when the actors act with an average
             per_eval[-1]["latest_success_rate"] = row["latest_success_rate"]
+        if "failure_modes" in row:  # runs from before failure modes have none
+            per_eval[-1]["failure_modes"] = row["failure_modes"]
         previous = row["env_step"]
     quarters = [part for part in np.array_split(np.arange(len(log)), 4) if len(part)]
     human = {"by_quarter": [round(float(np.mean([log[i]["intervention_rate"] for i in part])), 3) for part in quarters],

@@ -101,6 +101,8 @@ def check_learning(r: dict, tmp: Path) -> None:
     (final,) = r["final_success"]
     assert fraction(final) and fraction(r["final_success_median"]), r
     assert [step for step, _ in r["curves"]["0"]][-1] == 20, r["curves"]
+    final_eval = r["per_eval"]["0"][-1]  # its failure modes count the final evaluation's failed episodes
+    assert sum(final_eval["failure_modes"].values()) == round((1 - final) * r["final_eval_episodes"]), final_eval
     assert positive(r["wall_s"]["0"]) and Path(r["png"]).is_file() and Path(r["png"]).is_relative_to(tmp), r
 
 
