@@ -244,6 +244,10 @@ def test_a_validation_reproduces_with_any_number_of_workers_and_writes_report_an
     assert "| heavy |" in report and f"**Verdict: {one['verdict'].upper()}**" in report
     if any(not e["success"] for c in one["conditions"] for e in c["per_episode"]):
         assert (tmp_path / "one" / "failures.mp4").stat().st_size > 0
+    # failed episodes carry the task's own failure modes (PickCube's), after physics and safety holds
+    modes = {e["failure"] for c in one["conditions"] for e in c["per_episode"] if not e["success"]}
+    assert modes <= {"physics unstable", "held by the safety layer", "cube not in the hand",
+                     "cube in the hand, not lifted enough"}, modes
     records = read_records(tiny_policy)
     assert len(records) == 1  # the second run for the same robot file and suite replaced the first
     assert records[0]["policy_sha256"] == policy_digest(tiny_policy) and records[0]["verdict"] == one["verdict"]
