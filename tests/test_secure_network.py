@@ -136,7 +136,11 @@ while time.monotonic() < deadline and not done():
             matched.setdefault(topic, time.monotonic() - started)
         if cfg["intruder"] or (topic in matched and (cfg.get("stop_file") or sent[topic] < cfg["count"])):
             payload[16:20] = sent[topic].to_bytes(4, "little")
-            publisher.publish(UInt8MultiArray(data=bytes(payload)))
+            try:
+                publisher.publish(UInt8MultiArray(data=bytes(payload)))
+            except Exception as error:  # rclpy's RCLError: a TLS channel full both ways refused the send; retried
+                print(f"publish refused: {error}", file=sys.stderr, flush=True)
+                continue
             sent[topic] += 1
 for _ in range(100):  # reliable resends, acknowledgements
     rclpy.spin_once(node, timeout_sec=0.01)
