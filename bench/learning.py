@@ -88,6 +88,9 @@ class Args:
     """With --intervene: the human also takes over when the policy's translation command lies farther than this from
     the expert's (robot_rl.sim.human.InterventionConfig.disagreement; default: the suite's, 0.6 for peg-pixels, else
     off)."""
+    watch_hazards: bool | None = None
+    """With --intervene: the human also takes over the moment the policy is about to cause a failure the task cannot
+    undo (robot_rl.sim.human.InterventionConfig.watch_hazards; default: the suite's, off)."""
     tag: str = ""
     """Suffix of the run names and the PNG (keeps parallel runs apart)."""
     policy: Literal["plain", "residual", "noise"] = "plain"
@@ -215,8 +218,10 @@ def main(args: Args) -> dict:
     learner_cfg = dataclasses.replace(base.learner, **learner_overrides)
     intervene = args.intervene if args.intervene is not None else suite.get("intervene", False)
     disagreement = args.disagreement if args.disagreement is not None else suite.get("disagreement")
+    watch_hazards = args.watch_hazards if args.watch_hazards is not None else suite.get("watch_hazards")
     human_cfg = dataclasses.replace(base.human, **{k: v for k, v in (("stuck_distance", args.stuck_distance),
-                                                                     ("disagreement", disagreement))
+                                                                     ("disagreement", disagreement),
+                                                                     ("watch_hazards", watch_hazards))
                                                    if v is not None})
     sac_cfg = dataclasses.replace(base.sac, **sac_overrides)
     name = f"{args.suite}-{stamp}{'-' + args.tag if args.tag else ''}"
@@ -259,6 +264,7 @@ def main(args: Args) -> dict:
         "intervene": intervene,
         "stuck_distance": human_cfg.stuck_distance if intervene else None,
         "disagreement": human_cfg.disagreement if intervene else None,
+        "watch_hazards": human_cfg.watch_hazards if intervene else None,
         "intervention_rate": {str(seed): rates for seed, rates in intervention.items()} if intervene else None,
         "policy": args.policy,
         "base": str(args.base) if args.base else None,

@@ -660,7 +660,8 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
         recent_success = (recent_success + [success])[-20:]
         recent_interventions = (recent_interventions + [intervention_rate])[-20:]
         state["episodes_log"].append({"env_step": env_step, "success": success, "return": link.episode_reward,
-                                      "length": length, "intervention_rate": intervention_rate})
+                                      "length": length, "intervention_rate": intervention_rate,
+                                      **({"takeovers": dict(human.rule.episode_takeovers)} if human else {})})
         updates_per_s = update_rate.read(learner.updates, time.perf_counter())
         state["metrics"].append(
             {"env_step": env_step, "updates": learner.updates, "updates_per_s": updates_per_s, **update_info})

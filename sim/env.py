@@ -237,6 +237,12 @@ class RobotEnv(gym.Env):
         None on success or where the task names none."""
         return None
 
+    def imminent_failure(self, action) -> str | None:
+        """The failure that `action` (this step's, in [-1, 1]) is about to cause and the task cannot undo, as a watching
+        person would see it coming (the simulated human's hazard watch); None where nothing is, or the task names
+        none."""
+        return None
+
     # ----- accessors for experts and later code ---------------------------------------------------------------
     def tcp_pose(self) -> tuple[np.ndarray, np.ndarray]:
         """Current TCP (position [m], quaternion wxyz) in the robot base frame."""

@@ -1,5 +1,5 @@
 """A simulated human supervisor: the scripted expert takes over when the policy is stuck, pushing out of bounds or
-(optionally) heading where the expert would not.
+(optionally) heading where the expert would not, or about to cause a failure the task cannot undo.
 
 :class:`InterventionRule` holds the when-and-how-long logic without any env access (fed the TCP position, the
 commanded target and the policy's push direction each step), so the in-process :class:`SimulatedHuman` and the
@@ -40,6 +40,10 @@ class InterventionConfig:
     robot heads somewhere they would not (None: off)."""
     disagreement_steps: int = 3
     """Consecutive disagreeing steps before a takeover (with disagreement set)."""
+    watch_hazards: bool = False
+    """Also take over at once when the policy's action is about to cause a failure the task cannot undo (the task's
+    RobotEnv.imminent_failure, e.g. PegInsert's press beside the hole): a person who stops a jam they see coming.
+    In-process sim runs only (the ROS scripted teleop does not see the scene)."""
 
     def __post_init__(self) -> None:
         problems = [f"{name}={getattr(self, name)!r} must be >= {low}"
@@ -72,6 +76,7 @@ TRIGGER_STUCK = "stuck"
 TRIGGER_PUSHING_OUT = "pushing_out"
 TRIGGER_NON_FINITE = "non_finite_action"
 TRIGGER_DISAGREES = "disagrees_with_expert"
+TRIGGER_HAZARD = "imminent_failure"
 
 
 class InterventionRule:
@@ -80,8 +85,8 @@ class InterventionRule:
     Triggers (only when no takeover is running and budget is left): the TCP moved less than ``stuck_distance`` over
     the last ``stuck_window`` steps; the commanded target was within ``boundary_margin`` of a workspace face with the
     push direction beyond 0.5 towards that face ``boundary_steps`` steps in a row; a non-finite policy action; with
-    ``disagreement`` set, the push lying farther than that from the expert's ``disagreement_steps`` steps in a row. A
-    takeover lasts ``takeover_steps`` steps, cut short when the episode or total budget runs out.
+    ``disagreement`` set, the push lying farther than that from the expert's ``disagreement_steps`` steps in a row;
+    a hazard seen coming (fed by the caller, see ``InterventionConfig.watch_hazards``), at once. A takeover lasts ``takeover_steps`` steps, cut short when the episode or total budget runs out.
     """
 
     def __init__(self, config: InterventionConfig, workspace_low, workspace_high):
@@ -100,6 +105,8 @@ class InterventionRule:
         self._positions: collections.deque = collections.deque(maxlen=self.config.stuck_window)
         self._pushing_out = 0
         self._disagreeing = 0
+        self.episode_takeovers: collections.Counter = collections.Counter()
+        """This episode's takeovers by trigger (TRIGGER_*)."""
 
     @property
     def remaining(self) -> int:
@@ -131,12 +138,13 @@ class InterventionRule:
         gap = np.asarray(push, dtype=np.float64)[:3] - np.asarray(expert_action, dtype=np.float64)[:3]
         return not np.all(np.isfinite(gap)) or float(np.linalg.norm(gap)) > self.config.disagreement
 
-    def step(self, tcp_position, target_position, push, expert_action=None) -> bool:
+    def step(self, tcp_position, target_position, push, expert_action=None, hazard: str | None = None) -> bool:
         """Feed one control step; True if the supervisor acts at this step (counted against the budgets).
 
         `tcp_position`: measured TCP (3,) [m]; `target_position`: the commanded target (3,) [m] or None if unknown;
         `push`: the policy's action (its first three entries are the translation direction in [-1, 1]);
-        `expert_action`: what the expert would command now (for the disagreement trigger; None: unknown).
+        `expert_action`: what the expert would command now (for the disagreement trigger; None: unknown);
+        `hazard`: the failure the policy's action is about to cause (None: none seen).
         """
         config = self.config
         self._positions.append(np.array(tcp_position, dtype=np.float64).reshape(3))
@@ -144,7 +152,9 @@ class InterventionRule:
         self._disagreeing = self._disagreeing + 1 if self._disagrees(push, expert_action) else 0
         if self._remaining == 0 and self.budget_left():
             trigger = None
-            if self._stuck():
+            if hazard is not None:
+                trigger = TRIGGER_HAZARD
+            elif self._stuck():
                 trigger = TRIGGER_STUCK
             elif self._pushing_out >= config.boundary_steps:
                 trigger = TRIGGER_PUSHING_OUT
@@ -154,6 +164,7 @@ class InterventionRule:
                 trigger = TRIGGER_DISAGREES
             if trigger is not None:
                 self.last_trigger = trigger
+                self.episode_takeovers[trigger] += 1
                 self._remaining = config.takeover_steps
                 self._positions.clear()
                 self._pushing_out = 0
@@ -196,6 +207,7 @@ class SimulatedHuman:
     def act(self, obs, policy_action: np.ndarray) -> np.ndarray | None:
         """The expert's action while intervening, else None (the policy acts)."""
         watched = self.expert.act(obs) if self.config.disagreement is not None else None
-        if not self.rule.step(self.env.tcp_pose()[0], self.env.target_pose()[0], policy_action, watched):
+        hazard = self.env.imminent_failure(policy_action) if self.config.watch_hazards else None
+        if not self.rule.step(self.env.tcp_pose()[0], self.env.target_pose()[0], policy_action, watched, hazard):
             return None
         return watched if watched is not None else self.expert.act(obs)

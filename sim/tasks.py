@@ -76,6 +76,7 @@ class PegInsertEnv(RobotEnv):
     INSERT_DEPTH = 0.02  # peg tip at least this far below the socket top
     TURNED_DEG = 10.0  # a peg tilted further has turned in the hand (a press on the rim pivots it about the pads)
     ABOVE_SOCKET = 0.005  # a peg tip higher above the socket top has not come down to it (failure modes)
+    PRESS_ABOVE = 0.001  # a step taking the tip below this height over the socket top, beside the hole, presses on it
     PEG_TOP_ABOVE_TCP = 0.0334  # grasp point: the peg top sits just below the hand
     socket_x_range = (0.45, 0.60)
     socket_y_range = (-0.15, 0.15)
@@ -182,3 +183,20 @@ class PegInsertEnv(RobotEnv):
         if np.all(np.abs(offset[:2]) <= self.CLEARANCE / 2):
             return "at the hole, not pushed in"  # within the play: at the mouth, or in but not deep enough
         return "on the rim, beside the hole"
+
+    def imminent_failure(self, action) -> str | None:
+        # A press with the tip beside the hole (beyond the play on either axis) turns the peg about the pads (off along
+        # x) or jams it on the rim (off along y): docs/results.md, "What the two short seeds fail on".
+        offset = self.peg_tip() - self.hole_top()
+        lateral = np.abs(offset[:2])
+        if self.is_success() or np.all(lateral <= self.CLEARANCE / 2) or np.any(lateral > self.SOCKET_HALF_OUTER):
+            return None
+        command = np.asarray(action, dtype=np.float64).reshape(-1)
+        if command.size < 3 or not np.isfinite(command[2]):
+            return None
+        # Where the tip is headed: the hand follows its target, which may already lie below it (pressing).
+        drop = self.target_pose()[0][2] + float(np.clip(command[2], -1.0, 1.0)) * self.max_translation \
+            - self.tcp_pose()[0][2]
+        if drop < 0.0 and offset[2] + drop < self.PRESS_ABOVE:
+            return "pressing beside the hole"
+        return None

@@ -168,10 +168,19 @@ def test_peg_insert_failure_mode_names_what_a_press_at_the_mouth_did(offset_mm, 
     if mode is None:
         move(goal - [0.0, 0.0, 0.003])
         assert env.failure_mode() == "at the hole, not pushed in"
+    assert env.imminent_failure(np.r_[0.0, 0.0, 0.0, 1.0]) is None  # holding above the mouth harms nothing
+    seen = []  # what a watching person sees coming, step by step (the simulated human's hazard watch)
     for _ in range(6):  # down 5 mm a step, as the pixel policies press at the mouth
-        env.step(np.r_[0.0, 0.0, -0.005 / env.max_translation, 1.0])
+        press = np.r_[0.0, 0.0, -0.005 / env.max_translation, 1.0]
+        seen.append((env.imminent_failure(press), env.peg_tilt_deg()))
+        env.step(press)
     assert env.is_success() == (mode is None)
     assert env.failure_mode() == mode, env.task_measures()
+    if mode is None:
+        assert all(hazard is None for hazard, _ in seen), seen
+    else:  # seen before the press reached the rim, with the peg still upright
+        assert seen[1][0] == "pressing beside the hole" and seen[1][1] < 2.0, seen
+        assert seen[0][0] is None, seen  # 6 mm above: one step of 5 mm does not reach it yet
     env.close()
 
 

@@ -109,3 +109,40 @@ def test_actor_with_simulated_human_succeeds_and_flags_its_steps(env):
     (result,) = evaluate(env, actor, 1, seed=1)  # the actor runs through an ActorSession and the safety layer
     assert result.success  # the untrained policy is "stuck" at once; the expert takes over and finishes the task
     assert human.episode_steps == result.steps - 1
+
+
+def test_a_human_watching_for_hazards_stops_a_press_beside_the_hole_before_the_peg_turns():
+    from robot_rl.sim.human import TRIGGER_HAZARD
+
+    env = make_env("PegInsert-v0")
+    base = env.unwrapped
+
+    def press_beside_the_hole(watch: bool):
+        """Bring the tip 6 mm above a point 1.5 mm off the hole along x (across the pads' faces), then press at 5 mm
+        a step: the press that turns the peg in the hand (tests/test_sim_env.py)."""
+        config = SimulatedHumanConfig(stuck_window=50, watch_hazards=watch)
+        human = SimulatedHuman(env, config)
+        obs, _ = env.reset(seed=1)
+        human.reset()
+        goal = base.hole_top() + [-0.0015, 0.0, 0.006]
+        flags, tilts = [], []
+        for step in range(16):
+            if step < 10:
+                action = np.r_[np.clip((goal - base.peg_tip()) / base.max_translation, -1, 1), 1.0]
+            else:
+                action = np.r_[0.0, 0.0, -0.005 / base.max_translation, 1.0]
+            taken = human.act(obs, action.astype(np.float32))
+            flags.append(taken is not None)
+            obs = env.step(action if taken is None else taken)[0]
+            tilts.append(base.peg_tilt_deg())
+        return np.array(flags), np.array(tilts), human
+
+    flags, tilts, _ = press_beside_the_hole(watch=False)
+    assert not flags.any() and tilts.max() > 10.0  # nobody stopped it: the peg turned
+    flags, tilts, human = press_beside_the_hole(watch=True)
+    assert not flags[:10].any()  # the approach above the hole harms nothing
+    first = int(np.argmax(flags))
+    assert flags.any() and first in (10, 11) and human.rule.last_trigger == TRIGGER_HAZARD
+    assert flags[first:first + human.config.takeover_steps].all()
+    assert tilts.max() < 3.0, tilts  # the expert's hands lifted, aligned and came down: the peg never turned
+    env.close()
