@@ -33,7 +33,7 @@ from robot_rl.learner_evals import RateWindow
 from robot_rl.ros import qos
 from robot_rl.ros.actor_params import MODES, NODE_NAME, OBS_MODES, PARAMETER_RANGES, PARAMETERS, POLICIES
 from robot_rl.ros.node_util import GuardedSubscriptions, NodeStartupError, TriggerReset, check_ranges, \
-    declare_parameters, relative_name, topic_publisher
+    declare_parameters, publish_refused, relative_name, topic_publisher
 
 
 def _choice(param, name: str, choices: tuple[str, ...]) -> str:
@@ -58,7 +58,7 @@ class ActorNode:
         self._log = self.node.get_logger()
         self._param = declare_parameters(self.node, PARAMETERS)
         check_ranges(self.node.get_name(), self._param, PARAMETER_RANGES)
-        self.transitions_out_bytes = self.transitions_out_messages = 0
+        self.transitions_out_bytes = self.transitions_out_messages = self.transitions_refused_messages = 0
         self.exit_status = 0
         self._last_stats = 0.0
         self._rate_window = RateWindow()
@@ -432,7 +432,12 @@ class ActorNode:
         if self.stream:
             images = any(k.startswith("images/") for k in self.observation_keys)
             for payload in self.outbox.due_messages(self.source, now, max_items=8 if images else 64):
-                self._transitions_pub.publish(bytes_to_msg(payload))
+                if publish_refused(self._transitions_pub, bytes_to_msg(payload)):
+                    # A full channel: the rest waits too; unacknowledged, they are all sent again (resend_after).
+                    self.transitions_refused_messages += 1
+                    self._log.warning("the middleware refused a transitions message (channel full); sending it "
+                                      "again later", throttle_duration_sec=5.0)
+                    break
                 self.transitions_out_bytes += len(payload)
                 self.transitions_out_messages += 1
         else:
@@ -498,6 +503,7 @@ class ActorNode:
             "incompatible_qos": dict(self.subscriptions.incompatible_qos), "time": time.time(), "unvalidated": policy.unvalidated,
             "transitions_out_bytes": self.transitions_out_bytes,
             "transitions_out_messages": self.transitions_out_messages,
+            "transitions_refused_messages": self.transitions_refused_messages,
             "weights_used_at": list(policy.weights_used_at),
             "learner": policy.learner_watch.to_json(time.monotonic()),
         }

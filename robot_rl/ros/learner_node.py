@@ -54,7 +54,7 @@ from robot_rl.learner_evals import RateWindow, robot_summary
 from robot_rl.policies.base import PolicyError
 from robot_rl.policies.registry import kind_of, learner_plan
 from robot_rl.ros import qos
-from robot_rl.ros.node_util import NodeStartupError, declare_parameters
+from robot_rl.ros.node_util import NodeStartupError, declare_parameters, publish_refused
 
 NODE_NAME = "learner"
 STATUS_FILE = "learner_status.json"
@@ -299,7 +299,8 @@ class LearnerNode:
         # each weights version went out (unix time: for a bench on hosts that share a clock; nothing compares it).
         self.link = {"transitions_in_bytes": 0, "transitions_in_messages": 0, "weights_out_bytes": 0,
                      "acks_out_bytes": 0, "weights_published": 0, "weights_skipped": 0, "weights_bytes": 0,
-                     "transitions_lost_messages": 0}
+                     "transitions_lost_messages": 0, "weights_refused": 0, "acks_refused": 0}
+        self._weights_refused: bool | None = None  # a refused broadcast to send again (its training_done), or None
         self.weights_published_at: collections.deque[tuple[int, float]] = collections.deque(maxlen=200)
         self._weights_sent_at = -math.inf
         # Acks are volatile: those sent before an actor's subscription matched are lost, so a new match (an actor, or
@@ -319,14 +320,16 @@ class LearnerNode:
             except FileShareError as error:
                 raise NodeStartupError(str(error)) from None
         stored = self.server.stored_weights()  # the last checkpoint's policy, for actors that start without one
-        if stored is not None:
-            self._weights_pub.publish(bytes_to_msg(self.files.weights_payload(stored) if self.files else stored))
+        if stored is not None and publish_refused(
+                self._weights_pub, bytes_to_msg(self.files.weights_payload(stored) if self.files else stored)):
+            self._log.warning("the middleware refused the stored weights; actors get the next version")
         # Counted, so the node loop runs every ready callback between gradient steps (node_util.spin_callbacks).
         self.callbacks_run = 0
         node.create_subscription(UInt8MultiArray, qos.ACTOR_TRANSITIONS, self._counted(self._on_transitions),
                                  qos.topic_qos(qos.ACTOR_TRANSITIONS),
                                  event_callbacks=SubscriptionEventCallbacks(message_lost=self._on_transitions_lost))
         node.create_timer(0.5, self._counted(self._publish_acks))
+        node.create_timer(0.5, self._counted(self._publish_refused_weights))
         node.create_timer(1.0, self._counted(self._write_status))
         node.create_timer(1.0, self._counted(self._close_abandoned))
         if self.progress_every_s > 0:
@@ -571,7 +574,9 @@ class LearnerNode:
         acks = self.server.inbox.acks()
         if acks:
             payload = encode_ack(acks, self.server.inbox.acks_above())
-            self._ack_pub.publish(bytes_to_msg(payload))
+            if publish_refused(self._ack_pub, bytes_to_msg(payload)):
+                self.link["acks_refused"] += 1  # cumulative: the next tick's acks carry these too
+                return
             self.link["acks_out_bytes"] += len(payload) * self._ack_pub.get_subscription_count()
 
     def publish_weights(self, training_done: bool = False) -> bool:
@@ -594,13 +599,23 @@ class LearnerNode:
         if self.files is not None:
             weights = dataclasses.replace(weights, files=self.files.weights_files(weights))
         payload = encode_weights(weights)
-        self._weights_pub.publish(bytes_to_msg(payload))
+        if publish_refused(self._weights_pub, bytes_to_msg(payload)):
+            link["weights_refused"] += 1
+            self._weights_refused = training_done or bool(self._weights_refused)
+            self._log.warning("the middleware refused a weights broadcast (channel full); sending the policy again "
+                              "shortly", throttle_duration_sec=5.0)
+            return False
+        self._weights_refused = None
         self._weights_sent_at = now
         link["weights_published"] += 1
         link["weights_bytes"] = len(payload)
         link["weights_out_bytes"] += len(payload) * self._weights_pub.get_subscription_count()
         self.weights_published_at.append((weights.version, round(time.time(), 4)))
         return True
+
+    def _publish_refused_weights(self) -> None:
+        if self._weights_refused is not None:
+            self.publish_weights(training_done=self._weights_refused)
 
     def _write_status(self) -> None:
         server = self.server

@@ -346,6 +346,18 @@ def topic_publisher(node, msg_type, topic: str):
     return node.create_publisher(msg_type, relative_name(topic), qos.topic_qos(topic))
 
 
+def publish_refused(publisher, msg) -> bool:
+    """Publish `msg`; True where the middleware refused it (rclpy's RCLError "cannot publish data", e.g. a secure
+    channel full both ways) instead of raising into the node loop: the caller counts it and sends again later."""
+    from rclpy.impl.implementation_singleton import rclpy_implementation
+
+    try:
+        publisher.publish(msg)
+    except rclpy_implementation.RCLError:
+        return True
+    return False
+
+
 class GuardedSubscriptions:
     """Subscriptions no message can crash: an error in a callback drops the message with a log line naming the topic
     (at most once a second per topic, counted in `rejected`), and an incompatible QoS offer is logged with the fix

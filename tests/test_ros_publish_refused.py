@@ -1,0 +1,142 @@
+"""A send the middleware refuses (rclpy's RCLError "cannot publish data": a secure channel full both ways, as the
+megabyte test in tests/test_secure_network.py once met) is counted and sent again later; it never reaches the node
+loop, and no transition or final policy is lost. The actor node is driven in-process by calling its callbacks, the
+learner's broadcast on a stand-in with the node's own methods, inside a private network namespace with its own
+ROS_DOMAIN_ID (tests/ros_harness.py).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import types
+from pathlib import Path
+
+DOMAIN_ID = 54
+
+
+class RefusingPublisher:
+    """A publisher whose first `refuse` sends fail as rclpy's do on a full channel; keeps what it sent."""
+
+    def __init__(self, refuse: int):
+        self.refuse = refuse
+        self.sent: list = []
+
+    def publish(self, msg) -> None:
+        from rclpy.impl.implementation_singleton import rclpy_implementation
+
+        if self.refuse > 0:
+            self.refuse -= 1
+            raise rclpy_implementation.RCLError("Failed to publish: cannot publish data")
+        self.sent.append(msg)
+
+    def wait_for_all_acked(self, _timeout) -> bool:
+        return True
+
+    def get_subscription_count(self) -> int:
+        return 1
+
+
+def actor_transitions() -> dict:
+    import rclpy
+    from ros_harness import untrained_state_agent
+    from std_msgs.msg import Bool
+
+    from robot_rl.policy_file import weights_message, write_policy_file
+    from robot_rl.ros.actor_node import ActorNode
+    from robot_rl.ros.convert import floats_to_msg, joint_state_to_msg, msg_to_bytes
+    from robot_rl.sim.robot import HOME_QPOS
+    from robot_rl.transport import decode_transitions
+
+    work = Path(tempfile.mkdtemp(prefix="ros-publish-refused-"))
+    weights = write_policy_file(work / "policy.msgpack", weights_message(untrained_state_agent(), version=1))
+    rclpy.init()
+    actor = ActorNode(cli_args=["--ros-args", "-p", "robot:=sim_panda_driver", "-p", "mode:=lockstep",
+                                "-p", "obs_mode:=state", "-p", "reset_service:=none", "-p", f"weights_path:={weights}"])
+    actor._arm_pub = types.SimpleNamespace(publish=lambda msg: None)
+    names = [f"joint{i}" for i in range(1, 8)] + ["finger_joint1", "finger_joint2"]
+    summary = {}
+    try:
+        actor.runner.tick()
+        for step in range(6):
+            actor._on_object_state(floats_to_msg([0.0] * 10))
+            actor._on_joint_states(joint_state_to_msg(names, [*HOME_QPOS, 0.04, 0.04], [0.0] * 9,
+                                                      stamp=100.0 + 0.1 * step))
+            actor.inputs.reward(0.0)
+            actor._on_success(Bool(data=False))
+        summary["transitions"] = actor.session.next_seq
+        actor._transitions_pub = full = RefusingPublisher(refuse=1)
+        actor._flush_outbox()  # refused: counted, and the node goes on
+        summary["refused"] = actor.transitions_refused_messages
+        summary["sent_while_full"] = len(full.sent)
+        actor.outbox.resend_all()  # what the resend timer does once resend_after has passed
+        actor._flush_outbox()
+        summary["seqs_sent"] = sorted(t.seq for msg in full.sent for t in decode_transitions(msg_to_bytes(msg))[1])
+        summary["stats_refused"] = actor.stats()["transitions_refused_messages"]
+    finally:
+        actor.destroy()
+        rclpy.try_shutdown()
+        shutil.rmtree(work, ignore_errors=True)
+    return summary
+
+
+def learner_weights() -> dict:
+    """LearnerNode.publish_weights and its retry timer on a stand-in holding just what they use."""
+    import collections
+    import math
+
+    import numpy as np
+
+    from robot_rl.ros.convert import msg_to_bytes
+    from robot_rl.ros.learner_node import LearnerNode
+    from robot_rl.transport import WeightsMessage, decode_weights
+    from robot_rl.types import ObservationSpec
+
+    versions = iter(range(1, 100))
+    server = types.SimpleNamespace(weights=lambda: WeightsMessage(
+        version=next(versions), policy=b"\0" * 8, observation_spec=ObservationSpec.from_shapes({"state": ((3,), np.float32)}),
+        action_dim=4, policy_config={}))
+    learner = types.SimpleNamespace(
+        server=server, files=None, _weights_pub=RefusingPublisher(refuse=2), _weights_sent_at=-math.inf,
+        _weights_refused=None, weights_published_at=collections.deque(maxlen=200),
+        _log=types.SimpleNamespace(warning=lambda *args, **kwargs: None),
+        link={"weights_published": 0, "weights_skipped": 0, "weights_bytes": 0, "weights_out_bytes": 0,
+              "weights_refused": 0})
+    learner.publish_weights = lambda training_done=False: LearnerNode.publish_weights(learner, training_done)
+    summary = {"first": learner.publish_weights(), "final": learner.publish_weights(training_done=True)}
+    summary["refused"] = learner.link["weights_refused"]
+    LearnerNode._publish_refused_weights(learner)  # the retry timer's tick: the channel has room again
+    LearnerNode._publish_refused_weights(learner)  # nothing left to retry: sends nothing more
+    sent = [decode_weights(msg_to_bytes(msg)) for msg in learner._weights_pub.sent]
+    summary["sent"] = [(w.version, w.training_done) for w in sent]
+    summary["published"] = learner.link["weights_published"]
+    return summary
+
+
+def client() -> dict:
+    from robot_rl.ros.env import ensure_ros_environment
+
+    ensure_ros_environment()
+    return {"actor": actor_transitions(), "learner": learner_weights()}
+
+
+def test_refused_sends_are_counted_and_sent_again_without_loss():
+    from ros_harness import run_ros_script
+
+    summary, stderr, _ = run_ros_script(__file__, "client", DOMAIN_ID, 120)
+    actor, learner = summary["actor"], summary["learner"]
+    assert actor["transitions"] >= 4, (summary, stderr[-2000:])
+    assert actor["refused"] == actor["stats_refused"] == 1 and actor["sent_while_full"] == 0, actor
+    assert actor["seqs_sent"] == list(range(actor["transitions"])), actor  # every one, once the channel had room
+    assert learner["first"] is False and learner["final"] is False and learner["refused"] == 2, learner
+    assert learner["sent"] == [[3, True]] and learner["published"] == 1, learner  # the final flag survived
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["client"]:
+        import json
+
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        print("RESULT " + json.dumps(client()), flush=True)
