@@ -19,6 +19,7 @@ evaluation and the critic's mean Q.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import time
@@ -132,7 +133,7 @@ SMOKE = dict(steps=20, seeds=(0,), demos=1, eval_every=20, eval_episodes=1, fina
 def run_summary(run_dir: Path) -> dict:
     """A training run's evaluations with the human's share of the steps since the previous evaluation, the human's
     share of the demo buffer's rows (the BC term's) and the critic's mean Q at the evaluation (the last training
-    metrics before it), and the human's share by quarter of the training episodes."""
+    metrics before it), and the human's share (and its takeovers by trigger) by quarter of the training episodes."""
     learner_state = json.loads((Path(run_dir) / "checkpoint" / "learner.json").read_text())
     state = learner_state["extra"]
     log, metrics = state["episodes_log"], state["metrics"]
@@ -161,6 +162,9 @@ def run_summary(run_dir: Path) -> dict:
              "training_success_by_quarter": [round(float(np.mean([log[i]["success"] for i in part])), 3)
                                              for part in quarters],
              "human_steps": learner_state["interventions"], "episodes": len(log)}
+    if any("takeovers" in e for e in log):  # runs from before the count by trigger have none
+        human["takeovers_by_quarter"] = [dict(sum((collections.Counter(log[i].get("takeovers", {})) for i in part),
+                                                  collections.Counter())) for part in quarters]
     return {"run_dir": str(run_dir), "env_step": state["env_step"], "wall_s": round(state["wall_seconds"], 1),
             "curve": [(row["env_step"], row["success_rate"]) for row in state["evals"]], "per_eval": per_eval,
             "largest_fall": largest_fall([row["success_rate"] for row in state["evals"]]), "human": human}

@@ -335,6 +335,9 @@ def test_interventions_during_training_are_flagged_and_reach_both_buffers(tmp_pa
     episodes = state["extra"]["episodes_log"]
     assert 0 < state["interventions"] <= 8 * len(episodes)
     assert any(e["intervention_rate"] > 0 for e in episodes)
+    for e in episodes:  # each episode counts its takeovers by trigger: up to 4 steps each, within the budget of 8
+        assert set(e["takeovers"]) <= {"stuck", "pushing_out"} and (e["takeovers"] or e["intervention_rate"] == 0), e
+        assert sum(e["takeovers"].values()) * 4 >= e["intervention_rate"] * e["length"] - 1e-9, e
     from robot_rl.data.replay import ReplayBuffer
 
     online = ReplayBuffer.load(run_dir / "checkpoint" / "online.zarr")
