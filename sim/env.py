@@ -237,11 +237,16 @@ class RobotEnv(gym.Env):
         None on success or where the task names none."""
         return None
 
-    def imminent_failure(self, action) -> str | None:
-        """The failure that `action` (this step's, in [-1, 1]) is about to cause and the task cannot undo, as a watching
-        person would see it coming (the simulated human's hazard watch); None where nothing is, or the task names
-        none."""
+    def imminent_failure(self, target_position) -> str | None:
+        """The failure that sending the TCP target to `target_position` (3,) [m] is about to cause and the task cannot
+        undo, as a watching person would see it coming (the simulated human's hazard watch); None where nothing is,
+        or the task names none."""
         return None
+
+    def target_of(self, action) -> np.ndarray:
+        """The TCP target position (3,) [m] that `action` (in [-1, 1]) sends the hand to from the current target."""
+        step = np.clip(np.nan_to_num(np.asarray(action, dtype=np.float64).reshape(-1)[:3]), -1.0, 1.0)
+        return np.clip(self._target_position + step * self.max_translation, self.workspace_low, self.workspace_high)
 
     # ----- accessors for experts and later code ---------------------------------------------------------------
     def tcp_pose(self) -> tuple[np.ndarray, np.ndarray]:
@@ -378,12 +383,12 @@ class RobotEnv(gym.Env):
                 self._warned_bad_action = True
             return False
         action = np.clip(action, -1.0, 1.0)
-        position = self._target_position + action[:3] * self.max_translation
+        position = self.target_of(action)
         if self.control_rotation:
             self.set_target_pose(position, _quat_mul(_quat_from_rotvec(action[3:6] * self.max_rotation),
                                                      self._target_quat))
         else:
-            self._target_position = np.clip(position, self.workspace_low, self.workspace_high)
+            self._target_position = position
         self._set_gripper(float(action[-1]))
         return True
 

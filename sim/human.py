@@ -42,8 +42,8 @@ class InterventionConfig:
     """Consecutive disagreeing steps before a takeover (with disagreement set)."""
     watch_hazards: bool = False
     """Also take over at once when the policy's action is about to cause a failure the task cannot undo (the task's
-    RobotEnv.imminent_failure, e.g. PegInsert's press beside the hole): a person who stops a jam they see coming.
-    In-process sim runs only (the ROS scripted teleop does not see the scene)."""
+    RobotEnv.imminent_failure, e.g. PegInsert's press beside the hole): a person who stops a jam they see coming
+    (over ROS: the sim node's sim/imminent_failure, a step later)."""
 
     def __post_init__(self) -> None:
         problems = [f"{name}={getattr(self, name)!r} must be >= {low}"
@@ -207,7 +207,7 @@ class SimulatedHuman:
     def act(self, obs, policy_action: np.ndarray) -> np.ndarray | None:
         """The expert's action while intervening, else None (the policy acts)."""
         watched = self.expert.act(obs) if self.config.disagreement is not None else None
-        hazard = self.env.imminent_failure(policy_action) if self.config.watch_hazards else None
+        hazard = self.env.imminent_failure(self.env.target_of(policy_action)) if self.config.watch_hazards else None
         if not self.rule.step(self.env.tcp_pose()[0], self.env.target_pose()[0], policy_action, watched, hazard):
             return None
         return watched if watched is not None else self.expert.act(obs)

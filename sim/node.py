@@ -17,6 +17,8 @@ tcp_pose                geometry_msgs/PoseStamped  out  TCP in frame ``base``
 tcp_twist               geometry_msgs/TwistStamped out  TCP linear [m/s] / angular [rad/s] velocity, frame ``base``
 sim/object_state        std_msgs/Float32MultiArray out  privileged task state (sim only; for state-based sim runs)
 sim/expert_action       std_msgs/Float32MultiArray out  scripted expert's action now (sim only; scripted teleop)
+sim/imminent_failure    std_msgs/String            out  the failure the hand's target is about to cause, '' for none
+                                                        (RobotEnv.imminent_failure; sim only; scripted teleop)
 gripper/state           sensor_msgs/JointState     out  joint ``gripper``: opening [m], velocity [m/s], force [N]
 task/reward             std_msgs/Float32           out  the task's per-step reward (1.0 on success)
 task/success            std_msgs/Bool              out  the task's success flag of the same step
@@ -78,7 +80,7 @@ can be tested against a "foreign" robot without one (``robots/sim_panda_driver.y
 - reset: the Trigger service ``reset.service`` (``reset.kind: service``); with another kind the sim still serves
   ``reset`` (the sim's own way to place new objects, like its sim/* topics).
 - mode: the ``mode`` parameter when given, else the robot file's ``mode``. sim/object_state, sim/expert_action,
-  task/reward and task/success are published as natively.
+  sim/imminent_failure, task/reward and task/success are published as natively.
 
 SIGINT / SIGTERM stop the node cleanly (exit status 0).
 """
@@ -288,6 +290,11 @@ class SimRobot:
     def expert_action(self) -> np.ndarray:
         """The scripted expert's action for the current state (sim only: the scripted teleop's hands)."""
         return np.asarray(self._expert.act(), dtype=np.float32)
+
+    def imminent_failure(self) -> str:
+        """The failure the hand's current target is about to cause ('' for none; sim only: the scripted teleop's
+        eyes)."""
+        return self.base.imminent_failure(self.base.target_pose()[0]) or ""
 
     def image(self, camera: str) -> np.ndarray:
         return self.obs[f"images/{camera}"]
@@ -509,7 +516,7 @@ class SimNode:
         import rclpy
         from geometry_msgs.msg import PoseStamped, TwistStamped
         from sensor_msgs.msg import CompressedImage, Image, JointState
-        from std_msgs.msg import Bool, Float32, Float32MultiArray, Float64
+        from std_msgs.msg import Bool, Float32, Float32MultiArray, Float64, String
         from std_srvs.srv import Trigger
 
         self._Float32, self._Bool = Float32, Bool
@@ -559,6 +566,8 @@ class SimNode:
             if profile.twist_topic else None
         self._object_pub = node.create_publisher(Float32MultiArray, relative_name(qos.SIM_OBJECT_STATE), sensors)
         self._expert_pub = node.create_publisher(Float32MultiArray, relative_name(qos.SIM_EXPERT_ACTION), sensors)
+        self._hazard_pub = node.create_publisher(String, relative_name(qos.SIM_IMMINENT_FAILURE), sensors)
+        self._String = String
         events = qos.qos_profile(qos.EVENTS)
         self._reward_pub = node.create_publisher(Float32, relative_name(qos.TASK_REWARD), events)
         self._success_pub = node.create_publisher(Bool, relative_name(qos.TASK_SUCCESS), events)
@@ -729,6 +738,7 @@ class SimNode:
         joints_last = self.profile.arm_state == "joint_states"
         self._object_pub.publish(floats_to_msg(robot.object_state()))
         self._expert_pub.publish(floats_to_msg(robot.expert_action()))
+        self._hazard_pub.publish(self._String(data=robot.imminent_failure()))
         for stream, publisher in self._image_pubs:
             self._publish_camera(stream, publisher, stamp)
         if not joints_last:

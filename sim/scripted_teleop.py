@@ -5,7 +5,8 @@ Run::
     python -m robot_rl.sim.scripted_teleop [--ros-args -r __ns:=/robot1 -p task:=PickCube-v0 -p takeover_steps:=5]
 
 It decides like the in-process simulated human (the same :class:`robot_rl.sim.human.InterventionRule`): it takes over
-when the TCP is stuck or the actor keeps pushing its target against a workspace face, for ``takeover_steps`` steps
+when the TCP is stuck or the actor keeps pushing its target against a workspace face (and, where set, when the policy
+heads where the expert would not, or the sim names a failure the hand is about to cause), for ``takeover_steps`` steps
 within a per-episode and a total budget. While engaged it drives the robot with the sim node's expert action
 (``sim/expert_action``) turned into a teleop twist, exactly as a human on a teleop device would.
 
@@ -19,6 +20,8 @@ tcp_pose             geometry_msgs/PoseStamped    in   one message = one control
                                                        by forward kinematics (and its JointTrajectory commands)
 command/target_pose  geometry_msgs/PoseStamped    in   the actor's absolute target (pushing against the workspace)
 sim/expert_action    std_msgs/Float32MultiArray   in   the expert's action for the current state (the human's hands)
+sim/imminent_failure std_msgs/String              in   with ``watch_hazards``: the failure the hand's target is about
+                                                       to cause ('' none): a takeover at this step (the human's eyes)
 actor/episode        std_msgs/UInt32              in   a new episode: resets the per-episode evidence and budget
 teleop/engaged       std_msgs/Bool (latched)      out  false at start; true while taking over
 teleop/twist         geometry_msgs/TwistStamped   out  on each engaged step: action_to_twist(latest expert action),
@@ -35,8 +38,8 @@ on the face itself (within 0.1 mm: the actor's safety layer clipped it there, so
 
 Parameters (:data:`PARAMETERS`, read at start-up): ``task`` (its env gives the workspace box and, where they are 0,
 ``max_translation``, ``max_rotation`` and ``control_dt``), ``takeover_steps``, ``episode_budget``, ``total_budget``
-(-1: none), ``stuck_window``, ``stuck_distance``, ``boundary_margin``, ``boundary_steps``, ``max_translation``,
-``max_rotation``, ``control_dt``. Invalid parameters: one log line, exit status 2. SIGINT / SIGTERM: clean exit 0.
+(-1: none), ``stuck_window``, ``stuck_distance``, ``boundary_margin``, ``boundary_steps``, ``disagreement``,
+``disagreement_steps``, ``watch_hazards``, ``max_translation``, ``max_rotation``, ``control_dt``. Invalid parameters: one log line, exit status 2. SIGINT / SIGTERM: clean exit 0.
 """
 
 from __future__ import annotations
@@ -75,6 +78,10 @@ class ScriptedTeleopConfig:
     """Take over when the inferred push lies farther than this from the expert action, disagreement_steps steps in a
     row (0: off); see robot_rl.sim.human.InterventionConfig."""
     disagreement_steps: int = InterventionConfig.disagreement_steps
+    watch_hazards: bool = False
+    """Take over at the step the sim names a failure the hand's target is about to cause (sim/imminent_failure); see
+    robot_rl.sim.human.InterventionConfig. Over ROS the human sees it a step later than in-process (the sim has
+    moved the hand by then), as a person reacts."""
     max_translation: float = 0.03
     """[m] per control step at action 1 (the env's max_translation)."""
     max_rotation: float = 0.15
@@ -97,7 +104,7 @@ class ScriptedTeleopConfig:
             total_budget=None if self.total_budget == -1 else self.total_budget, stuck_window=self.stuck_window,
             stuck_distance=self.stuck_distance, boundary_margin=self.boundary_margin,
             boundary_steps=self.boundary_steps, disagreement=self.disagreement or None,
-            disagreement_steps=self.disagreement_steps)
+            disagreement_steps=self.disagreement_steps, watch_hazards=self.watch_hazards)
 
 
 def inferred_push(previous_target, target, workspace_low, workspace_high, max_translation: float,
@@ -127,6 +134,8 @@ class ScriptedSupervisor:
         self.rule = InterventionRule(config.intervention_config(), self.workspace_low, self.workspace_high)
         self.engaged = False
         self.expert_action: np.ndarray | None = None
+        self.hazard: str | None = None
+        """The failure the sim named at this step (None: none), used by the next `step` only."""
         self._target: np.ndarray | None = None
         self._target_at_last_step: np.ndarray | None = None
 
@@ -134,10 +143,14 @@ class ScriptedSupervisor:
         """A new episode: the evidence, the running takeover and the episode budget start over."""
         self.rule.reset()
         self.engaged = False
+        self.hazard = None
         self._target = self._target_at_last_step = None
 
     def on_target(self, position) -> None:
         self._target = np.array(position, dtype=np.float64).reshape(3)
+
+    def on_hazard(self, hazard: str) -> None:
+        self.hazard = hazard or None
 
     def on_expert_action(self, action) -> None:
         action = np.array(action, dtype=np.float64).reshape(-1)
@@ -154,7 +167,9 @@ class ScriptedSupervisor:
             push = inferred_push(self._target_at_last_step, target, self.workspace_low, self.workspace_high,
                                  self.config.max_translation)
         self._target_at_last_step = self._target
-        self.engaged = self.rule.step(tcp_position, target, push, self.expert_action)
+        hazard = self.hazard if self.config.watch_hazards else None
+        self.hazard = None
+        self.engaged = self.rule.step(tcp_position, target, push, self.expert_action, hazard)
         return self.engaged
 
     def command(self) -> tuple[np.ndarray, np.ndarray, float | None]:
@@ -198,6 +213,8 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
     ("disagreement", _DEFAULTS.disagreement,
      "disagreeing: push farther than this from sim/expert_action (action units, translation; 0: off)..."),
     ("disagreement_steps", _DEFAULTS.disagreement_steps, "...this many steps in a row"),
+    ("watch_hazards", _DEFAULTS.watch_hazards,
+     "take over at the step sim/imminent_failure names a failure the hand's target is about to cause"),
     ("max_translation", ENV_DEFAULT, "[m] per control step at action 1 (0: the task env's)"),
     ("max_rotation", ENV_DEFAULT, "[rad] per control step at action 1 (0: the task env's)"),
     ("control_dt", ENV_DEFAULT, "[s] control period (0: the task env's)"),
@@ -212,7 +229,7 @@ class ScriptedTeleopNode:
     def __init__(self, *, node_name: str = NODE_NAME, context=None, cli_args: list[str] | None = None):
         import rclpy
         from geometry_msgs.msg import PoseStamped, TwistStamped
-        from std_msgs.msg import Bool, Float32MultiArray, Float64, UInt32
+        from std_msgs.msg import Bool, Float32MultiArray, Float64, String, UInt32
 
         self._Bool, self._Float64 = Bool, Float64
         self.node = rclpy.create_node(node_name, context=context, cli_args=cli_args)
@@ -240,6 +257,7 @@ class ScriptedTeleopNode:
         # Creation order is the executor's order among callbacks ready at once: step inputs before the step itself.
         for msg_type, topic, callback in (
             (Float32MultiArray, qos.SIM_EXPERT_ACTION, self._on_expert_action),
+            (String, qos.SIM_IMMINENT_FAILURE, self._on_hazard),
             (PoseStamped, qos.COMMAND_TARGET_POSE, self._on_target_pose),
             (UInt32, qos.ACTOR_EPISODE, self._on_episode),
         ):
@@ -367,6 +385,9 @@ class ScriptedTeleopNode:
         self._expert_fresh = True
         if self._command_due and self.supervisor.engaged:
             self._publish_command()
+
+    def _on_hazard(self, msg) -> None:
+        self.supervisor.on_hazard(str(msg.data))
 
     def _on_episode(self, msg) -> None:
         was_engaged = self.supervisor.engaged

@@ -184,19 +184,19 @@ class PegInsertEnv(RobotEnv):
             return "at the hole, not pushed in"  # within the play: at the mouth, or in but not deep enough
         return "on the rim, beside the hole"
 
-    def imminent_failure(self, action) -> str | None:
+    def imminent_failure(self, target_position) -> str | None:
         # A press with the tip beside the hole (beyond the play on either axis) turns the peg about the pads (off along
-        # x) or jams it on the rim (off along y): docs/results.md, "What the two short seeds fail on".
+        # x) or jams it on the rim (off along y): docs/results.md, "What the two short seeds fail on". Judged by where
+        # the tip is now, as a person watching would: a descent to the mouth that corrects sideways on the way is
+        # stopped too (the policies that turned the peg corrected half the offset a step while descending).
         offset = self.peg_tip() - self.hole_top()
         lateral = np.abs(offset[:2])
         if self.is_success() or np.all(lateral <= self.CLEARANCE / 2) or np.any(lateral > self.SOCKET_HALF_OUTER):
             return None
-        command = np.asarray(action, dtype=np.float64).reshape(-1)
-        if command.size < 3 or not np.isfinite(command[2]):
+        target = np.asarray(target_position, dtype=np.float64).reshape(3)
+        if not np.all(np.isfinite(target)):
             return None
-        # Where the tip is headed: the hand follows its target, which may already lie below it (pressing).
-        drop = self.target_pose()[0][2] + float(np.clip(command[2], -1.0, 1.0)) * self.max_translation \
-            - self.tcp_pose()[0][2]
+        drop = target[2] - self.tcp_pose()[0][2]  # where the tip is headed: the hand follows its target
         if drop < 0.0 and offset[2] + drop < self.PRESS_ABOVE:
             return "pressing beside the hole"
         return None

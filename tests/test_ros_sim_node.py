@@ -74,6 +74,30 @@ def test_gripper_command_maps_open_to_env_convention(sim_robot):
     assert sim_robot.base.gripper_command == pytest.approx(-1.0)
 
 
+def test_imminent_failure_names_a_target_pressing_beside_the_hole(sim_robot):
+    assert sim_robot.imminent_failure() == ""  # PickCube names none
+    robot = SimRobot("PegInsert-v0", obs_mode="state")
+    try:
+        robot.reset(seed=1)
+        peg = robot.base
+        _, quat = robot.tcp_pose()
+        to_tip = peg.peg_tip() - robot.tcp_pose()[0]  # the tip hangs below the TCP
+        above = peg.hole_top() + [-0.0015, 0.0, 0.006] - to_tip
+        robot.set_target_pose(above, quat)
+        for _ in range(10):
+            robot.step()
+        assert robot.imminent_failure() == ""  # held 6 mm above the mouth
+        robot.set_target_pose(above - [0.0, 0.0, 0.008], quat)  # sent 2 mm into the rim, 1.5 mm beside the hole
+        assert robot.imminent_failure() == "pressing beside the hole"
+        robot.set_target_pose(above + [0.0015, 0.0, 0.0], quat)  # over the hole first...
+        for _ in range(10):
+            robot.step()
+        robot.set_target_pose(above + [0.0015, 0.0, -0.008], quat)  # ...then down: it goes in
+        assert robot.imminent_failure() == ""
+    finally:
+        robot.close()
+
+
 # --------------------------------------------------------------------------------------------- over ROS 2
 
 

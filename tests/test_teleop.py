@@ -17,7 +17,8 @@ from robot_rl.drivers.teleop import (
     KeyboardTeleop, KeyMapper, SpaceMouseMapper, SpaceMouseReport, SpaceMouseTeleop, TeleopCommand, TeleopConfig,
     apply_deadzone, find_spacemice, open_device, parse_js_events, parse_spacemouse_report, terminal_keys)
 from robot_rl.sim.human import (
-    TRIGGER_DISAGREES, TRIGGER_NON_FINITE, TRIGGER_PUSHING_OUT, TRIGGER_STUCK, InterventionConfig, InterventionRule)
+    TRIGGER_DISAGREES, TRIGGER_HAZARD, TRIGGER_NON_FINITE, TRIGGER_PUSHING_OUT, TRIGGER_STUCK, InterventionConfig,
+    InterventionRule)
 from robot_rl.sim.scripted_teleop import ScriptedSupervisor, ScriptedTeleopConfig, inferred_push
 from robot_rl.teleop_mapping import action_to_twist, twist_to_action
 
@@ -386,6 +387,26 @@ def test_rule_triggers_when_the_policy_heads_where_the_expert_would_not():
     with pytest.raises(ValueError, match="disagreement"):
         InterventionConfig(disagreement=0.0)
     assert ScriptedTeleopConfig(disagreement=0.0).intervention_config().disagreement is None  # 0: off over ROS
+
+
+def test_rule_and_scripted_supervisor_take_over_at_once_on_a_hazard_the_sim_names():
+    moving = lambda t: np.array([0.4, -0.2 + 0.01 * t, 0.2])  # noqa: E731 - never stuck
+    rule = InterventionRule(InterventionConfig(takeover_steps=2, stuck_window=50), LOW, HIGH)
+    flags = [rule.step(moving(t), None, np.zeros(4), None, "pressing beside the hole" if t == 3 else None)
+             for t in range(8)]
+    assert np.flatnonzero(flags).tolist() == [3, 4] and rule.last_trigger == TRIGGER_HAZARD
+    assert rule.episode_takeovers == {TRIGGER_HAZARD: 1}
+    watching = ScriptedSupervisor(ScriptedTeleopConfig(takeover_steps=2, stuck_window=50, watch_hazards=True), LOW, HIGH)
+    blind = ScriptedSupervisor(ScriptedTeleopConfig(takeover_steps=2, stuck_window=50), LOW, HIGH)
+    for supervisor, expected in ((watching, [False, True, True, False]), (blind, [False] * 4)):
+        engaged = []
+        for t, hazard in enumerate(["", "pressing beside the hole", "", ""]):
+            supervisor.on_hazard(hazard)
+            engaged.append(supervisor.step(moving(t)))
+        assert engaged == expected
+    watching.on_hazard("pressing beside the hole")
+    watching.reset()  # a new episode: a hazard of the last one's step is gone
+    assert watching.step(moving(0)) is False
 
 
 def test_inferred_push_from_commanded_targets():

@@ -116,10 +116,12 @@ LEARNER_ACK = "/learner/ack"  # std_msgs/UInt8MultiArray, msgpack {actor id: las
 SAFETY_ESTOP = "/safety/estop"  # std_msgs/Bool, true = stop the robot now (latched)
 TASK_REWARD = "/task/reward"  # std_msgs/Float32, per-step reward from a classifier or the sim task
 TASK_SUCCESS = "/task/success"  # std_msgs/Bool, the task's success flag of the same step
-# Sim-only privileged streams (a real robot has none): task object state for state-based sim runs, and the scripted
-# expert's action for the current state (the "hands" of the scripted teleop node).
+# Sim-only privileged streams (a real robot has none): task object state for state-based sim runs, the scripted
+# expert's action for the current state (the "hands" of the scripted teleop node), and the failure the hand's target is
+# about to cause (its eyes, with watch_hazards).
 SIM_OBJECT_STATE = "/sim/object_state"  # std_msgs/Float32MultiArray, the task's OBJECT_STATE_LAYOUT
 SIM_EXPERT_ACTION = "/sim/expert_action"  # std_msgs/Float32MultiArray, expert action in the env's action space
+SIM_IMMINENT_FAILURE = "/sim/imminent_failure"  # std_msgs/String, RobotEnv.imminent_failure of the target ('': none)
 # Files that cross between hosts once (robot_rl.ros.file_share): msgpack offers, requests and chunks.
 FILES_OFFER = "/files/offer"  # std_msgs/UInt8MultiArray, a node's bundles {name, digest, manifest} (latched)
 FILES_REQUEST = "/files/request"  # std_msgs/UInt8MultiArray, {requester, server, digest, paths}
@@ -159,6 +161,7 @@ TOPICS: dict[str, TopicSpec] = {
         TopicSpec(TASK_SUCCESS, "std_msgs/msg/Bool", EVENTS),
         TopicSpec(SIM_OBJECT_STATE, "std_msgs/msg/Float32MultiArray", SENSORS),
         TopicSpec(SIM_EXPERT_ACTION, "std_msgs/msg/Float32MultiArray", SENSORS),
+        TopicSpec(SIM_IMMINENT_FAILURE, "std_msgs/msg/String", SENSORS),
         TopicSpec(FILES_OFFER, "std_msgs/msg/UInt8MultiArray", FILE_OFFERS),
         TopicSpec(FILES_REQUEST, "std_msgs/msg/UInt8MultiArray", FILE_REQUESTS),
         TopicSpec(FILES_CHUNK, "std_msgs/msg/UInt8MultiArray", FILE_CHUNKS),
