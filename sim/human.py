@@ -42,8 +42,8 @@ class InterventionConfig:
     """Consecutive disagreeing steps before a takeover (with disagreement set)."""
     watch_hazards: bool = False
     """Also take over at once when the policy's action is about to cause a failure the task cannot undo (the task's
-    RobotEnv.imminent_failure, e.g. PegInsert's press beside the hole): a person who stops a jam they see coming
-    (over ROS: the sim node's sim/imminent_failure, a step later)."""
+    RobotEnv.imminent_failure, e.g. PegInsert's press beside the hole): a person who stops a jam they see coming.
+    Over ROS the scripted teleop reads it from the sim node's sim/imminent_failure, a step later."""
 
     def __post_init__(self) -> None:
         problems = [f"{name}={getattr(self, name)!r} must be >= {low}"
