@@ -86,7 +86,8 @@ class InterventionRule:
     the last ``stuck_window`` steps; the commanded target was within ``boundary_margin`` of a workspace face with the
     push direction beyond 0.5 towards that face ``boundary_steps`` steps in a row; a non-finite policy action; with
     ``disagreement`` set, the push lying farther than that from the expert's ``disagreement_steps`` steps in a row;
-    a hazard seen coming (fed by the caller, see ``InterventionConfig.watch_hazards``), at once. A takeover lasts ``takeover_steps`` steps, cut short when the episode or total budget runs out.
+    a hazard seen coming (fed by the caller, see ``InterventionConfig.watch_hazards``), at once. A takeover lasts
+    ``takeover_steps`` steps, cut short when the episode or total budget runs out.
     """
 
     def __init__(self, config: InterventionConfig, workspace_low, workspace_high):

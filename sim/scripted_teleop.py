@@ -39,7 +39,8 @@ on the face itself (within 0.1 mm: the actor's safety layer clipped it there, so
 Parameters (:data:`PARAMETERS`, read at start-up): ``task`` (its env gives the workspace box and, where they are 0,
 ``max_translation``, ``max_rotation`` and ``control_dt``), ``takeover_steps``, ``episode_budget``, ``total_budget``
 (-1: none), ``stuck_window``, ``stuck_distance``, ``boundary_margin``, ``boundary_steps``, ``disagreement``,
-``disagreement_steps``, ``watch_hazards``, ``max_translation``, ``max_rotation``, ``control_dt``. Invalid parameters: one log line, exit status 2. SIGINT / SIGTERM: clean exit 0.
+``disagreement_steps``, ``watch_hazards``, ``max_translation``, ``max_rotation``, ``control_dt``. Invalid parameters:
+one log line, exit status 2. SIGINT / SIGTERM: clean exit 0.
 """
 
 from __future__ import annotations

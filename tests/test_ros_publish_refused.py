@@ -94,9 +94,9 @@ def learner_weights() -> dict:
     from robot_rl.types import ObservationSpec
 
     versions = iter(range(1, 100))
+    spec = ObservationSpec.from_shapes({"state": ((3,), np.float32)})
     server = types.SimpleNamespace(weights=lambda: WeightsMessage(
-        version=next(versions), policy=b"\0" * 8, observation_spec=ObservationSpec.from_shapes({"state": ((3,), np.float32)}),
-        action_dim=4, policy_config={}))
+        version=next(versions), policy=b"\0" * 8, observation_spec=spec, action_dim=4, policy_config={}))
     learner = types.SimpleNamespace(
         server=server, files=None, _weights_pub=RefusingPublisher(refuse=2), _weights_sent_at=-math.inf,
         _weights_refused=None, weights_published_at=collections.deque(maxlen=200),

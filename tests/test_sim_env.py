@@ -168,7 +168,8 @@ def test_peg_insert_failure_mode_names_what_a_press_at_the_mouth_did(offset_mm, 
     if mode is None:
         move(goal - [0.0, 0.0, 0.003])
         assert env.failure_mode() == "at the hole, not pushed in"
-    assert env.imminent_failure(env.target_of(np.r_[0.0, 0.0, 0.0, 1.0])) is None  # holding above the mouth harms nothing
+    hold = np.r_[0.0, 0.0, 0.0, 1.0]
+    assert env.imminent_failure(env.target_of(hold)) is None  # holding above the mouth harms nothing
     seen = []  # what a watching person sees coming, step by step (the simulated human's hazard watch)
     for _ in range(6):  # down 5 mm a step, as the pixel policies press at the mouth
         press = np.r_[0.0, 0.0, -0.005 / env.max_translation, 1.0]

@@ -396,7 +396,8 @@ def test_rule_and_scripted_supervisor_take_over_at_once_on_a_hazard_the_sim_name
              for t in range(8)]
     assert np.flatnonzero(flags).tolist() == [3, 4] and rule.last_trigger == TRIGGER_HAZARD
     assert rule.episode_takeovers == {TRIGGER_HAZARD: 1}
-    watching = ScriptedSupervisor(ScriptedTeleopConfig(takeover_steps=2, stuck_window=50, watch_hazards=True), LOW, HIGH)
+    watching = ScriptedSupervisor(ScriptedTeleopConfig(takeover_steps=2, stuck_window=50, watch_hazards=True), LOW,
+                                  HIGH)
     blind = ScriptedSupervisor(ScriptedTeleopConfig(takeover_steps=2, stuck_window=50), LOW, HIGH)
     for supervisor, expected in ((watching, [False, True, True, False]), (blind, [False] * 4)):
         engaged = []
