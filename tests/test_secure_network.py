@@ -58,6 +58,7 @@ ensure_ros_environment()
 print("NETWORK " + network_summary(), flush=True)
 import rclpy
 from std_msgs.msg import UInt8MultiArray
+from robot_rl.ros.node_util import publish_refused
 from robot_rl.ros.qos import topic_qos
 
 cfg = json.loads(sys.argv[1])
@@ -136,10 +137,8 @@ while time.monotonic() < deadline and not done():
             matched.setdefault(topic, time.monotonic() - started)
         if cfg["intruder"] or (topic in matched and (cfg.get("stop_file") or sent[topic] < cfg["count"])):
             payload[16:20] = sent[topic].to_bytes(4, "little")
-            try:
-                publisher.publish(UInt8MultiArray(data=bytes(payload)))
-            except Exception as error:  # rclpy's RCLError: a TLS channel full both ways refused the send; retried
-                print(f"publish refused: {error}", file=sys.stderr, flush=True)
+            if publish_refused(publisher, UInt8MultiArray(data=bytes(payload))):  # a full TLS channel: retried
+                print("publish refused", file=sys.stderr, flush=True)
                 continue
             sent[topic] += 1
 for _ in range(100):  # reliable resends, acknowledgements
