@@ -1,5 +1,18 @@
 """Settings for the whole test session, and for every process a test starts (they inherit the environment).
 
+What a test may assert about time: nothing but generous deadlines for liveness (a failure detector many times the
+time the thing takes on two idle cores: "it ended", "it arrived"). The suite runs on two cores beside the other
+pytest worker, and CI machines are loaded: a count of real-time events (held commands, frames, messages received in
+N seconds), a rate (Hz) or a latency bound is a figure, not a behaviour, and belongs in a `bench/` script, which
+prints it as JSON against a baseline measured in the same run. A test asserts what holds whatever the load: an
+ordering, a cause (a hold's reason is `policy_late`, never `stale_sensor`), an invariant (no stale action executed).
+A test that needs another one's result takes it from a shared fixture and fails, never skips, when it is missing.
+
+Skips are visible: with ROBOT_RL_REQUIRE_ROS=1 (`.ci/run` sets it) every skip is a failure that names its reason
+(no ROS 2 wheels, no private network namespace, no openssl, ...), so a CI machine where ROS cannot start fails
+instead of passing green without ROS coverage; without it (a laptop without ``unshare``) such tests skip, with
+the reason.
+
 JAX's persistent compilation cache: one folder per pytest session (JAX_COMPILATION_CACHE_DIR, removed when the session
 ends), so a gradient step that several processes of a test compile alike (a `robot-rl train` run and its resumes, an
 in-process run after another) is compiled once per session, not once per process. It only skips repeated compiles:
@@ -36,8 +49,23 @@ _uses_ros: dict[str, bool] = {}
 
 def _starts_ros(file_name: str) -> bool:
     if file_name not in _uses_ros:
-        _uses_ros[file_name] = bool(_ROS_FILE.search((_TESTS / file_name).read_text()))
+        path = _TESTS / file_name
+        _uses_ros[file_name] = path.is_file() and bool(_ROS_FILE.search(path.read_text()))
     return _uses_ros[file_name]
+
+
+REQUIRE_ROS_VARIABLE = "ROBOT_RL_REQUIRE_ROS"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and not hasattr(report, "wasxfail") and os.environ.get(REQUIRE_ROS_VARIABLE) == "1":
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        report.outcome = "failed"
+        report.longrepr = f"skipped, and {REQUIRE_ROS_VARIABLE}=1 makes every skip a failure: {reason}"
 
 
 def pytest_collection_modifyitems(config, items):

@@ -3,6 +3,7 @@ skips (with the reason) where no private network namespace can be made."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -13,6 +14,23 @@ from collections.abc import Sequence
 import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# ROS domain ids 1-232 (Fast DDS's ports cap them at 232), split between the two pytest-xdist workers; each allocation
+# takes the next one of this process's half.
+_DOMAIN_HALF = 116
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+_DOMAIN_BASE = 1 + _DOMAIN_HALF * (int(_WORKER[2:]) % 2 if _WORKER[2:].isdigit() else 0)
+_domain_ids = itertools.count()
+
+
+def allocate_domain_id() -> int:
+    """A ROS_DOMAIN_ID that no other allocation of this test session has: the one allocator for every test and
+    bench run a test starts (a module's ``DOMAIN_ID = allocate_domain_id()``, or one call per graph a test starts).
+
+    Each test's graph also runs in its own network, IPC and /dev/shm namespaces (:func:`private_network_or_skip`),
+    so ids are a second fence, not the only one. Calls cycle through 116 ids per worker.
+    """
+    return _DOMAIN_BASE + next(_domain_ids) % _DOMAIN_HALF
 
 
 def private_network_or_skip(argv: list[str]) -> list[str]:

@@ -4,7 +4,7 @@ with the figures it promises, so no bench can rot. bench/two_hosts.py has its ow
 Each bench runs as a subprocess from the repository root, as a user would run it. The ROS benches (camera, launch,
 learner_startup, private_network, ros, ros_training) re-run themselves or their launches inside a private network
 namespace (only ``lo``) with ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST; here they also get a test-specific
-ROS_DOMAIN_ID (``--domain-id``, 170-174 and 177), and they are skipped, with the reason, where no namespace can be
+ROS_DOMAIN_ID (``--domain-id``, from tests/ros_harness.py's allocator), and they are skipped, with the reason, where no namespace can be
 made or the ROS 2 wheels are missing. Output folders go to pytest's temporary folders (one per bench).
 
 The selected benches run two at a time (JOBS), started when the first bench's test needs them, longest first: a smoke
@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from ros_harness import allocate_domain_id
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 120
@@ -135,7 +136,7 @@ def check_reward_classifier(r: dict, tmp: Path) -> None:
 def check_ros(r: dict, tmp: Path) -> None:
     assert "errors" not in r, r.get("errors")
     assert r["network"]["private_namespace"] and r["network"]["discovery_range"] == "LOCALHOST", r["network"]
-    assert set(r["network"]["domain_ids"].values()) == {174}, r["network"]
+    assert set(r["network"]["domain_ids"].values()) == {BENCHES["ros"][2]}, r["network"]
     state = r["obs_to_command_state"]
     assert state["rtt_ms"]["n"] > 0 and positive(state["rtt_ms"]["p50"]) and positive(state["policy_ms"]["p50"])
     assert positive(state["baseline_echo_rtt_ms"]["p50"]), state
@@ -178,16 +179,16 @@ def check_validate(r: dict, tmp: Path) -> None:
 # name: (extra arguments (tmp_path -> list), figure check, ROS domain id or None)
 BENCHES: dict[str, tuple[Callable[[Path], list[str]], Callable[[dict, Path], None], int | None]] = {
     "bc": (lambda tmp: ["--keep", str(tmp / "bc")], check_bc, None),
-    "camera": (lambda tmp: [], check_camera, 170),
-    "launch": (lambda tmp: [], check_launch, 171),
+    "camera": (lambda tmp: [], check_camera, allocate_domain_id()),
+    "launch": (lambda tmp: [], check_launch, allocate_domain_id()),
     "learner": (lambda tmp: [], check_learner, None),
-    "learner_startup": (lambda tmp: [], check_learner_startup, 172),
+    "learner_startup": (lambda tmp: [], check_learner_startup, allocate_domain_id()),
     "learning": (lambda tmp: ["--out", str(tmp / "learning")], check_learning, None),
     "policies": (lambda tmp: [], check_policies, None),
-    "private_network": (lambda tmp: [], check_private_network, 173),
+    "private_network": (lambda tmp: [], check_private_network, allocate_domain_id()),
     "reward_classifier": (lambda tmp: ["--out", str(tmp / "reward")], check_reward_classifier, None),
-    "ros": (lambda tmp: [], check_ros, 174),
-    "ros_training": (lambda tmp: ["--out", str(tmp / "ros_training")], check_ros_training, 177),
+    "ros": (lambda tmp: [], check_ros, allocate_domain_id()),
+    "ros_training": (lambda tmp: ["--out", str(tmp / "ros_training")], check_ros_training, allocate_domain_id()),
     "safety": (lambda tmp: [], check_safety, None),
     "sim": (lambda tmp: [], check_sim, None),
     "validate": (lambda tmp: [], check_validate, None),

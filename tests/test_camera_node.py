@@ -27,7 +27,9 @@ import pytest
 
 from robot_rl.drivers.camera_node import CameraSource, CameraSourceError, RateLimiter, convert_frame
 
-DOMAIN_ID = 67
+from ros_harness import allocate_domain_id
+
+DOMAIN_ID = allocate_domain_id()
 DEADLINE_S = 45.0  # a failure detector: the client takes ~12 s on 2 idle cores
 NAMESPACE = "/camtest"
 FRAMES, FPS, WIDTH, HEIGHT = 30, 30.0, 640, 480

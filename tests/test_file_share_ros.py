@@ -21,7 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-DOMAIN_ID = 119
+from ros_harness import allocate_domain_id
+
+DOMAIN_ID = allocate_domain_id()
 RATE_MB_S = 8.0  # the offering node's pace: the transfer takes about half a second
 SIZES = {"data/c.0": 3_000_000, "data/c.1": 1_200_000, "meta/episode_ends": 80, "zarr.json": 0}
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from ros_harness import allocate_domain_id
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -275,7 +277,7 @@ def test_a_node_start_up_that_ignores_signals_ends_within_the_grace_period():
 
     sys.exit(run_node(lambda: Host(sys.argv[1] == "stuck"), sys.argv, "stand_in"))
     """
-    env = ros_environment(domain_id=153)
+    env = ros_environment(domain_id=allocate_domain_id())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
 
     def wrap_with(mode):

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ros_harness import allocate_domain_id
 import yaml
 
 from robot_rl.cli import main
@@ -459,7 +460,7 @@ def test_a_signal_to_the_launcher_stops_every_child_with_sigint(tmp_path, signum
         {"executable": {"cmd": _cmd(spawner, str(pids["two"]), str(pids["grandchild"])), "name": "two"}},
     ])
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "robot_rl.cli", "launch", str(path), "--domain-id", "77"],
+        [sys.executable, "-m", "robot_rl.cli", "launch", str(path), "--domain-id", str(allocate_domain_id())],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
@@ -489,7 +490,7 @@ def test_children_of_a_killed_launcher_are_terminated(tmp_path):
     pids = {name: tmp_path / f"{name}.pid" for name in ("one", "two")}
     path = _write(tmp_path, [
         {"executable": {"cmd": _cmd(noting, str(pid)), "name": name}} for name, pid in pids.items()])
-    launcher = subprocess.Popen([sys.executable, "-m", "robot_rl.cli", "launch", str(path), "--domain-id", "77"],
+    launcher = subprocess.Popen([sys.executable, "-m", "robot_rl.cli", "launch", str(path), "--domain-id", str(allocate_domain_id())],
                                 cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_for(lambda: all(p.exists() and p.read_text() for p in pids.values()), timeout=30)
@@ -759,7 +760,7 @@ def test_a_real_rclpy_node_reads_the_rendered_names_and_parameters(tmp_path):
                   ]}},
     ])
     out = subprocess.run(
-        private_network_or_skip([sys.executable, "-m", "robot_rl.cli", "launch", str(path), "--domain-id", "91"]),
+        private_network_or_skip([sys.executable, "-m", "robot_rl.cli", "launch", str(path), "--domain-id", str(allocate_domain_id())]),
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )
     assert out.returncode == 0, out.stdout + out.stderr
@@ -997,12 +998,12 @@ def test_teleop_record_uses_the_training_image_size():
 class LaunchRun:
     """`robot-rl launch FILE name:=value ...` as a subprocess in a private network namespace, output in a log file."""
 
-    def __init__(self, name: str, arguments: dict, domain_id: int, log: Path):
+    def __init__(self, name: str, arguments: dict, log: Path):
         from ros_harness import private_network_or_skip
 
         self.name, self.log = name, log
         argv = [sys.executable, "-m", "robot_rl.cli", "launch", str(LAUNCH_DIR / name),
-                *(f"{key}:={value}" for key, value in arguments.items()), "--domain-id", str(domain_id)]
+                *(f"{key}:={value}" for key, value in arguments.items()), "--domain-id", str(allocate_domain_id())]
         with open(log, "w") as out:
             self.process = subprocess.Popen(private_network_or_skip(argv), cwd=REPO, stdin=subprocess.DEVNULL,
                                             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -1044,7 +1045,7 @@ def sim_train_run(tmp_path_factory):
     _wheels_or_skip()
     folder = tmp_path_factory.mktemp("sim_train")
     run = LaunchRun("sim_train.yaml", {"steps": 60, "demos": 2, "eval_episodes": 1, "run_dir": folder / "run"},
-                    domain_id=81, log=folder / "launch.log")
+                    log=folder / "launch.log")
     status = run.wait(timeout=300)
     return folder / "run", status, run.output()
 
@@ -1138,7 +1139,7 @@ def test_sim_train_trains_a_noise_aliasing_head_on_a_diffusion_base(tmp_path):
     base = DiffusionPolicy.create(tiny, spec, 4, Normalizer().fit(data), seed=0).save(tmp_path / "base")
     run = LaunchRun("sim_train.yaml", {"steps": 40, "demos": 2, "eval_episodes": 0, "policy": "noise",
                                        "noise_aliasing": "true", "base": base, "run_dir": tmp_path / "run"},
-                    domain_id=87, log=tmp_path / "launch.log")
+                    log=tmp_path / "launch.log")
     status = run.wait(timeout=300)
     out = run.output()
     assert status == 0, out[-4000:]
@@ -1150,10 +1151,9 @@ def test_sim_train_trains_a_noise_aliasing_head_on_a_diffusion_base(tmp_path):
 
 
 def test_sim_eval_runs_the_trained_policy(sim_train_run, tmp_path):
-    run_dir, status, _ = sim_train_run
-    if status != 0:
-        pytest.skip("sim_train failed (see its test)")
-    run = LaunchRun("sim_eval.yaml", {"weights": run_dir / "policy.msgpack", "episodes": 1}, domain_id=82,
+    run_dir, status, out = sim_train_run
+    assert status == 0, f"the sim_train launch this test evaluates failed:\n{out[-4000:]}"
+    run = LaunchRun("sim_eval.yaml", {"weights": run_dir / "policy.msgpack", "episodes": 1},
                     log=tmp_path / "launch.log")
     status = run.wait(timeout=180)
     out = run.output()
@@ -1179,7 +1179,7 @@ def recorded_demos(tmp_path_factory):
     _wheels_or_skip()
     folder = tmp_path_factory.mktemp("teleop_record")
     run = LaunchRun("teleop_record.yaml", {"device": "scripted", "episodes": 1, "out": folder / "demos.zarr"},
-                    domain_id=83, log=folder / "launch.log")
+                    log=folder / "launch.log")
     status = run.wait(timeout=180)
     return folder / "demos.zarr", status, run.output()
 
@@ -1206,7 +1206,7 @@ def test_teleop_record_ends_when_the_teleop_device_is_missing(tmp_path):
     _wheels_or_skip()
     if glob.glob("/dev/input/js*"):
         pytest.skip("a gamepad is connected")
-    run = LaunchRun("teleop_record.yaml", {"device": "gamepad", "out": tmp_path / "demos.zarr"}, domain_id=84,
+    run = LaunchRun("teleop_record.yaml", {"device": "gamepad", "out": tmp_path / "demos.zarr"},
                     log=tmp_path / "launch.log")
     status = run.wait(timeout=120)
     out = run.output()
@@ -1231,7 +1231,7 @@ def test_without_a_teleop_device_auto_keeps_the_launch_going(tmp_path):
     path = _write(tmp_path, [{"node": {"pkg": "robot_rl", "exec": "teleop_node", "name": "teleop",
                                        "args": "--device auto", "on_exit": "shutdown"}}])
     log = tmp_path / "launch.log"
-    argv = [sys.executable, "-m", "robot_rl.cli", "launch", str(path), "--domain-id", "86"]
+    argv = [sys.executable, "-m", "robot_rl.cli", "launch", str(path), "--domain-id", str(allocate_domain_id())]
     with open(log, "w") as out:
         process = subprocess.Popen(private_network_or_skip(argv), cwd=REPO, stdin=subprocess.DEVNULL, stdout=out,
                                    stderr=subprocess.STDOUT, start_new_session=True)
@@ -1302,7 +1302,7 @@ def test_robot_run_acts_with_a_saved_policy_on_stand_in_drivers(tmp_path):
         "camera_driver": f"{python} -m robot_rl.sim.node --task PickCube-v0 --seed 1 --mode realtime "
                          f"--ros-args -p robot:={robot}",
         "robot_driver": f"{python} {shlex.quote(str(idle))}",
-    }, domain_id=88, log=tmp_path / "launch.log")
+    }, log=tmp_path / "launch.log")
     status = run.wait(timeout=240)
     out = run.output()
     assert status == 0, out[-4000:]
@@ -1330,9 +1330,8 @@ def test_robot_train_with_stand_in_drivers(recorded_demos, tmp_path):
     """robot_train.yaml with the sim node (real time, cameras) as the camera driver, an idle process as the arm driver
     (the sim node drives the arm too) and the scripted human: the doctor passes the drivers, then the actor commands
     the robot and the learner acknowledges its transitions; SIGINT stops everything cleanly."""
-    demos, status, _ = recorded_demos
-    if status != 0:
-        pytest.skip("teleop_record failed (see its test)")
+    demos, status, out = recorded_demos
+    assert status == 0, f"the teleop_record launch that records this test's demos failed:\n{out[-4000:]}"
     python = shlex.quote(sys.executable)
     idle = tmp_path / "idle_driver.py"
     idle.write_text(IDLE_DRIVER)
@@ -1343,7 +1342,7 @@ def test_robot_train_with_stand_in_drivers(recorded_demos, tmp_path):
                          "--mode realtime --seed 0",
         "robot_driver": f"{python} {shlex.quote(str(idle))}",
         "device": "scripted", "demo_path": demos, "run_dir": run_dir, "critics": 2, "utd": 1, "doctor_duration": 2,
-    }, domain_id=85, log=tmp_path / "launch.log")
+    }, log=tmp_path / "launch.log")
     try:
         deadline = time.monotonic() + 240
 

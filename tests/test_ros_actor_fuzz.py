@@ -20,7 +20,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-DOMAIN_ID = 51
+from ros_harness import allocate_domain_id
+
+DOMAIN_ID = allocate_domain_id()
 DEADLINE_S = 150.0
 FUZZ_MESSAGES = 600
 ROBOT = Path(__file__).resolve().parent.parent / "robots" / "sim_panda_driver.yaml"

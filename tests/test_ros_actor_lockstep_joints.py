@@ -15,7 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-DOMAIN_ID = 53
+from ros_harness import allocate_domain_id
+
+DOMAIN_ID = allocate_domain_id()
 
 
 def client() -> dict:

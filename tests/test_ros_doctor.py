@@ -32,9 +32,10 @@ from robot_rl.ros.doctor import (
     evaluate,
     stream_specs,
 )
+from ros_harness import allocate_domain_id
 
 REPO = Path(__file__).resolve().parents[1]
-DOMAIN_ID = 147
+DOMAIN_ID = allocate_domain_id()
 BEST_EFFORT = EndpointInfo("driver", "sensor_msgs/msg/Image", "best_effort", "volatile")
 
 

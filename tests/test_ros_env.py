@@ -184,6 +184,27 @@ def test_private_network_command_wraps_the_command_where_a_namespace_can_be_made
     assert out.returncode == 0 and interfaces == ["lo"], out
 
 
+def test_private_network_command_gives_the_command_its_own_ipc_and_dev_shm(fresh_namespace_probe, tmp_path):
+    """What one test's processes leave in /dev/shm (Fast DDS segments and port locks of a process killed by SIGKILL)
+    never meets another's, and what the command writes there is gone with it."""
+    if ros_env.network_namespace_problem() is not None:
+        pytest.skip(ros_env.network_namespace_problem())
+    leftover = Path("/dev/shm") / f"robot-rl-test-leftover-{os.getpid()}"
+    leftover.write_bytes(b"a segment another test's process left")
+    try:
+        script = ("ls /dev/shm; readlink /proc/self/ns/ipc; touch /dev/shm/fastdds_made_inside; "
+                  "stat -f -c %T /dev/shm")
+        out = subprocess.run(private_network_command(["sh", "-c", script]), capture_output=True, text=True,
+                             timeout=30)
+    finally:
+        leftover.unlink()
+    assert out.returncode == 0, out
+    *listed, ipc, filesystem = out.stdout.splitlines()
+    assert listed == [] and filesystem == "tmpfs", out.stdout
+    assert ipc != os.readlink("/proc/self/ns/ipc"), ipc
+    assert not (Path("/dev/shm") / "fastdds_made_inside").exists()
+
+
 def test_private_network_command_refuses_without_unshare(fresh_namespace_probe, monkeypatch):
     real_which = ros_env.shutil.which
     monkeypatch.setattr(ros_env.shutil, "which", lambda name: None if name == "unshare" else real_which(name))

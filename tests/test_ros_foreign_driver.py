@@ -21,7 +21,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-DOMAIN_ID = 52
+from ros_harness import allocate_domain_id
+
+DOMAIN_ID = allocate_domain_id()
 DEADLINE_S = 200.0
 ROBOT = "sim_panda_driver"
 SEED = 3

@@ -17,6 +17,8 @@ import time
 import numpy as np
 import pytest
 
+from ros_harness import allocate_domain_id
+
 pytest.importorskip("rclpy")
 
 IMAGE_COUNT = 20
@@ -135,7 +137,7 @@ def _publish() -> int:
 def test_images_and_payload_cross_process_boundaries_intact():
     from ros_harness import run_ros_script
 
-    domain_id = 100 + os.getpid() % 100  # test-specific; isolated anyway inside a private network namespace
+    domain_id = allocate_domain_id()
     summary, stderr, returncode = run_ros_script(__file__, "publish", domain_id, DEADLINE_S + 5)
     assert summary.get("images_received") == IMAGE_COUNT, (summary, stderr[-2000:])
     assert summary["images_correct"] == IMAGE_COUNT, summary

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-DOMAIN_ID = 73
+from ros_harness import allocate_domain_id
+
+DOMAIN_ID = allocate_domain_id()
 DEADLINE_S = 120.0
 
 

@@ -23,8 +23,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-DOMAIN_ID = 75
-STOPPED_DOMAIN_ID = 175  # the learner stopped while building: apart from the one the client talks to
+from ros_harness import allocate_domain_id
+
+DOMAIN_ID = allocate_domain_id()
 DEADLINE_S = 240.0  # a failure detector: about 40 s on 2 idle cores
 
 
@@ -145,7 +146,7 @@ def client() -> dict:
                                stdout=learner_log, stderr=subprocess.STDOUT, start_new_session=True)
     stopped_log = open(work / "stopped.log", "w+")  # on a domain of its own: it must not acknowledge for the other
     stopped = subprocess.Popen([*learner_command, "-p", f"run_dir:={work / 'stopped'}"],
-                               env={**os.environ, "ROS_DOMAIN_ID": str(STOPPED_DOMAIN_ID)},
+                               env={**os.environ, "ROS_DOMAIN_ID": sys.argv[2]},
                                stdout=stopped_log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         starts = {name: subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -259,7 +260,8 @@ def summary() -> dict:
     pytest.importorskip("rclpy")
     from ros_harness import run_ros_script
 
-    result, _, _ = run_ros_script(__file__, "client", DOMAIN_ID, DEADLINE_S)
+    # The learner stopped while building runs on a domain of its own (the script's second argument).
+    result, _, _ = run_ros_script(__file__, "client", DOMAIN_ID, DEADLINE_S, args=[str(allocate_domain_id())])
     return result
 
 
@@ -328,7 +330,7 @@ def test_learner_acknowledges_and_logs_while_its_agent_is_being_built(summary):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["client"]:
+    if sys.argv[1:2] == ["client"]:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
         print("RESULT " + json.dumps(client()))
 

@@ -13,7 +13,9 @@ import tempfile
 import types
 from pathlib import Path
 
-DOMAIN_ID = 54
+from ros_harness import allocate_domain_id
+
+DOMAIN_ID = allocate_domain_id()
 
 
 class RefusingPublisher:

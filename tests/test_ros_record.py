@@ -22,7 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-DOMAIN_ID = 72
+from ros_harness import allocate_domain_id
+
+DOMAIN_ID = allocate_domain_id()
 DEADLINE_S = 150.0
 EPISODES = 2
 IMAGE_SIZE = 32

@@ -22,7 +22,9 @@ from pathlib import Path
 
 import pytest
 
-DOMAIN_ID = 74
+from ros_harness import allocate_domain_id
+
+DOMAIN_ID = allocate_domain_id()
 DEADLINE_S = 90.0
 RESET_TIMEOUT_S = 1.5
 # What the stand-in does with each reset request: drop = the response is lost; fail = it answers that the reset

@@ -20,7 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-DOMAIN_ID = 83
+from ros_harness import allocate_domain_id
+
+DOMAIN_ID = allocate_domain_id()
 DEADLINE_S = 60.0
 NAMESPACE = "/rewardtest"
 CONSECUTIVE = 2

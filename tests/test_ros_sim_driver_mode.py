@@ -25,6 +25,8 @@ import pytest
 from robot_rl.robot_config import RobotConfigError, load_robot_config, robot_config_from_dict
 from robot_rl.sim.node import CommandError, DriverProfile, SimRobot, rgb_to_encoding
 
+from ros_harness import allocate_domain_id
+
 DRIVER_FILE = "robots/sim_panda_driver.yaml"
 DEADLINE_S = 45.0
 REALTIME_NS = "/driver"
@@ -404,7 +406,7 @@ def test_sim_node_publishes_and_accepts_like_a_real_driver():
     pytest.importorskip("trajectory_msgs")
     from ros_harness import run_ros_script
 
-    domain_id = 100 + os.getpid() % 50  # test-specific; isolated anyway inside a private network namespace
+    domain_id = allocate_domain_id()
     summary, stderr, returncode = run_ros_script(__file__, "client", domain_id, DEADLINE_S + 15)
     context = (summary, stderr[-4000:])
     assert "error" not in summary, context
@@ -455,7 +457,7 @@ def test_an_unusable_robot_file_is_one_line_and_exit_status_2(tmp_path, driver_r
                        .replace("model: models/sim_panda.xml", f"model: {model}"))
     cases = {"missing": (str(tmp_path / "nowhere.yaml"), "nowhere.yaml: cannot read it"),
              "foreign_camera": (str(foreign), f"{foreign}: cameras.top: the sim renders cameras front and wrist")}
-    env = ros_environment(domain_id=200 + os.getpid() % 30)
+    env = ros_environment(domain_id=allocate_domain_id())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH", "")) if p)
     processes = {name: subprocess.Popen(
         private_network_or_skip([sys.executable, "-m", "robot_rl.sim.node", "--ros-args", "-p", f"robot:={path}"]),

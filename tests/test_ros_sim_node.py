@@ -20,6 +20,8 @@ import pytest
 
 from robot_rl.sim.node import CommandError, SimRobot
 
+from ros_harness import allocate_domain_id
+
 DEADLINE_S = 30.0
 NAMESPACE = "/simtest"
 IMAGE_SIZE = 64
@@ -227,7 +229,7 @@ def test_sim_node_lockstep_end_to_end():
     pytest.importorskip("rclpy")
     from ros_harness import run_ros_script
 
-    domain_id = 150 + os.getpid() % 50  # test-specific; isolated anyway inside a private network namespace
+    domain_id = allocate_domain_id()
     summary, stderr, returncode = run_ros_script(__file__, "client", domain_id, DEADLINE_S + 10)
     context = (summary, stderr[-3000:])
     assert "error" not in summary, context

@@ -23,10 +23,12 @@ import time
 import numpy as np
 import pytest
 
+from ros_harness import allocate_domain_id
+
 DEADLINE_S = 60.0  # a failure detector: the test takes ~20 s on 2 idle cores
 NAMESPACE = "/teleoptest"
 PAD_NAMESPACE = "/padtest"
-DOMAIN_ID = 63  # test-specific; isolated anyway inside a private network namespace
+DOMAIN_ID = allocate_domain_id()  # test-specific; isolated anyway inside a private network namespace
 STEP_S = 0.12
 PARAMS = {"takeover_steps": 2, "episode_budget": 3, "stuck_window": 4, "boundary_steps": 2}
 # Episode 0: the TCP never moves. Stuck at step 3 (a full window of 4), 2 takeover steps; the window refills by step

@@ -24,7 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-DOMAIN_ID = 71
+from ros_harness import allocate_domain_id
+
+DOMAIN_ID = allocate_domain_id()
 DEADLINE_S = 240.0
 ROBOTS = ("robot1", "robot2")
 

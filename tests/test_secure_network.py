@@ -14,7 +14,7 @@ out:
 
 A second test sends 1 MB messages both ways at 20 Hz over one TLS connection (it stalled with small socket buffers).
 
-Every ROS process runs inside a host with ROS_DOMAIN_ID=158; all addresses exist only inside the namespaces. Each
+Every ROS process runs inside a host with this test's own ROS_DOMAIN_ID; all addresses exist only inside the namespaces. Each
 host gets its own /etc/machine-id (Fast DDS tells hosts apart by it). Skips (with the reason) where namespaces
 cannot be made, rclpy or the openssl command is missing.
 """
@@ -34,7 +34,9 @@ import pytest
 
 from hosts import hosts, hosts_unavailable
 
-DOMAIN_ID = 158
+from ros_harness import allocate_domain_id
+
+DOMAIN_ID = allocate_domain_id()
 SUBNET = "10.232.0"
 ROBOT, SERVER, INTRUDER = f"{SUBNET}.1", f"{SUBNET}.2", f"{SUBNET}.3"  # hosts() numbers hosts in the order given
 PORT = 7650

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ros_harness import allocate_domain_id
 
 from robot_rl.cli import main
 
@@ -158,7 +159,7 @@ def test_a_signal_at_any_moment_stops_a_launch_cleanly(tmp_path):
 
     rng = random.Random("launch-stop")
     runs = []
-    for signum, window, domain in ((signal.SIGINT, (0.1, 2.5), 154), (signal.SIGTERM, (2.5, 6.0), 155)):
+    for signum, window, domain in ((signal.SIGINT, (0.1, 2.5), allocate_domain_id()), (signal.SIGTERM, (2.5, 6.0), allocate_domain_id())):
         run_dir = tmp_path / signum.name / "run"
         argv = [ROBOT_RL, "launch", str(REPO / "launch" / "sim_train.yaml"), f"run_dir:={run_dir}", "steps:=60",
                 "demos:=2", "eval_episodes:=1", "--domain-id", str(domain)]

@@ -29,7 +29,9 @@ import pytest
 
 from hosts import hosts, hosts_unavailable, time_namespaces_unavailable
 
-DOMAIN_ID = 159
+from ros_harness import allocate_domain_id
+
+DOMAIN_ID = allocate_domain_id()
 SUBNET = "10.233.0"
 STEPS = 80
 CLOCK_OFFSET_S = 86400  # the server's monotonic clock, ahead of the robot's

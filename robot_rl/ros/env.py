@@ -24,8 +24,8 @@ Every ROS process of the project gets the same environment (see /work/shared/ROS
 - ``AMENT_PREFIX_PATH`` starting with the venv prefix (package look-ups).
 
 Use :func:`ros_environment` for child processes and :func:`ensure_ros_environment` in-process before importing rclpy.
-:func:`private_network_command` wraps a command in a private network namespace (only ``lo``), and refuses (raises
-RosEnvironmentError with the reason) where the kernel does not allow one.
+:func:`private_network_command` wraps a command in a private network namespace (only ``lo``) with its own IPC namespace
+and /dev/shm, and refuses (raises RosEnvironmentError with the reason) where the kernel does not allow one.
 """
 
 from __future__ import annotations
@@ -387,8 +387,13 @@ def _ip_command() -> str | None:
 
 
 # Ways to get a private network namespace: as root (or with CAP_SYS_ADMIN), else inside a user namespace where the
-# kernel allows unprivileged ones (the user is mapped to root there; files it writes stay the user's).
-_UNSHARE_OPTIONS = (("-n",), ("--map-root-user", "-n"))
+# kernel allows unprivileged ones (the user is mapped to root there; files it writes stay the user's). With it come an
+# IPC namespace and a mount namespace (private propagation) whose /dev/shm is a fresh tmpfs: Fast DDS's shared-memory
+# transport does not stop at network namespaces, and segments or port lock files that a SIGKILLed process left in the
+# host's /dev/shm would otherwise meet the next command's participants.
+_NAMESPACES = ("-n", "-i", "-m", "--propagation", "private")
+_UNSHARE_OPTIONS = (_NAMESPACES, ("--map-root-user", *_NAMESPACES))
+_PRIVATE_SHM = "mount -t tmpfs -o mode=1777 private-shm /dev/shm"
 
 
 @functools.lru_cache(maxsize=1)
@@ -403,8 +408,8 @@ def _private_network_prefix() -> tuple[tuple[str, ...] | None, str]:
     for options in _UNSHARE_OPTIONS:
         command = [unshare, *options]
         try:
-            result = subprocess.run([*command, ip, "link", "set", "lo", "up"], capture_output=True, text=True,
-                                    timeout=10, check=False)
+            result = subprocess.run([*command, "sh", "-c", f'{_PRIVATE_SHM} && "{ip}" link set lo up'],
+                                    capture_output=True, text=True, timeout=10, check=False)
         except (OSError, subprocess.TimeoutExpired) as error:
             failures.append(f"unshare {' '.join(options)}: {error}")
             continue
@@ -427,7 +432,8 @@ def network_namespace_available() -> bool:
 
 
 def private_network_command(argv: Sequence[str]) -> list[str]:
-    """Wrap `argv` to run in a private network namespace with only ``lo`` up.
+    """Wrap `argv` to run in a private network namespace with only ``lo`` up, its own IPC namespace and a fresh
+    ``/dev/shm`` (a tmpfs of its own mount namespace): nothing the command's processes leave there meets another's.
 
     Fails closed: where no namespace can be made, RosEnvironmentError says why, rather than running the command on
     the host's network. Processes that must talk to each other over DDS have to share one namespace: wrap one
@@ -438,4 +444,4 @@ def private_network_command(argv: Sequence[str]) -> list[str]:
         raise RosEnvironmentError(f"cannot make a private network namespace (only loopback) to run {argv[0]} in: "
                                   f"{problem}")
     ip = _ip_command() or "ip"
-    return [*prefix, "sh", "-c", f'"{ip}" link set lo up && exec "$@"', "sh", *argv]
+    return [*prefix, "sh", "-c", f'{_PRIVATE_SHM} && "{ip}" link set lo up && exec "$@"', "sh", *argv]
