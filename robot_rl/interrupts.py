@@ -162,6 +162,7 @@ def _install() -> None:
         for signum in SIGNALS:
             _previous[signum] = signal.signal(signum, _handle)
         _previous_hook, sys.unraisablehook = sys.unraisablehook, _unraisable
+        accept_held_stops()
     _depth += 1
 
 
@@ -296,6 +297,29 @@ class StopFlag:
 
     def is_set(self) -> bool:
         return self._event.is_set()
+
+
+@contextlib.contextmanager
+def held_stops():
+    """Start a child inside this: it starts with the stop signals blocked (the signal mask is inherited through fork
+    and exec), so a stop that comes while its interpreter starts and imports stays pending, and reaches the child's
+    own handlers once they are in (:func:`accept_held_stops`), instead of ending it in the middle of Python's start-up
+    (``Fatal Python error: init_import_site``) or of an import. Only for children that call
+    :func:`accept_held_stops` (the project's programs do, as they install their handlers): for any other the stop
+    waits for SIGKILL."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def accept_held_stops() -> None:
+    """Unblock the stop signals that a launcher held for this process while it started (:func:`held_stops`): one
+    that came meanwhile is handled now, by the handlers just installed. Nothing to do for a process started otherwise.
+    Main thread only: threads started before this keep them blocked, so the main thread receives them."""
+    if threading.current_thread() is threading.main_thread():
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def install_stop_signals(flag: StopFlag, signals: Iterable[int] = STOP_SIGNALS) -> Callable[[], None]:

@@ -292,3 +292,42 @@ def test_a_node_start_up_that_ignores_signals_ends_within_the_grace_period():
     status, stderr, _ = run_script(body, signum=signal.SIGINT, after_line="building", env=env,
                                 wrap=wrap_with("quick"))
     assert status == 0 and "interrupted" not in stderr and "Traceback" not in stderr, (status, stderr)
+
+
+HELD_STOP_CHILD = """
+import signal
+from robot_rl import interrupts
+received = []
+signal.signal(signal.SIGINT, lambda number, frame: received.append(number))
+interrupts.accept_held_stops()
+print("received", received, flush=True)
+"""
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_a_stop_while_a_child_starts_waits_for_its_handlers_when_held(held):
+    """The launcher starts a project node with the stop signals held: a SIGINT that comes while the child's
+    interpreter is still starting (sent here as soon as Popen returns, long before its first import) is handled by
+    the child's own handler once it is in; not held, the same SIGINT ends the child during its start-up."""
+    from contextlib import nullcontext
+
+    from robot_rl import interrupts
+
+    with interrupts.held_stops() if held else nullcontext():
+        child = subprocess.Popen([sys.executable, "-c", HELD_STOP_CHILD], cwd=REPO, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+    os.kill(child.pid, signal.SIGINT)
+    out, err = child.communicate(timeout=120)
+    if held:
+        assert (child.returncode, out, err) == (0, f"received [{int(signal.SIGINT)}]\n", ""), (out, err)
+    else:
+        assert child.returncode != 0 and "received" not in out, (child.returncode, out, err)
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, []), "the caller's mask is restored"
+
+
+def test_the_launcher_holds_stops_only_for_the_projects_nodes():
+    from robot_rl.ros.launch import ProcessSpec
+
+    assert ProcessSpec("learner", (sys.executable, "-m", "robot_rl.ros.learner_node")).holds_stops_while_starting
+    assert not ProcessSpec("driver", (sys.executable, "-m", "their_driver.node")).holds_stops_while_starting
+    assert not ProcessSpec("camera", ("/usr/bin/camera_driver", "-m", "robot_rl.x")).holds_stops_while_starting

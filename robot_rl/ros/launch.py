@@ -60,6 +60,7 @@ exited on its own, 0 if all exited 0, else 1. Children read stdin from /dev/null
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -77,6 +78,7 @@ from typing import IO, Any
 
 import yaml
 
+from robot_rl import interrupts
 from robot_rl.interrupts import STOP_SIGNALS
 from robot_rl.suggest import closest
 
@@ -205,6 +207,12 @@ class ProcessSpec:
     required: bool = False
     preflight: bool = False
     """Run to completion (exit status 0) before the processes after it start."""
+
+    @property
+    def holds_stops_while_starting(self) -> bool:
+        """A project node (``python -m robot_rl....``): it takes over the stop signals once its handlers are in
+        (:func:`robot_rl.interrupts.accept_held_stops`), so the launcher may start it with them held."""
+        return self.argv[:2] == (sys.executable, "-m") and self.argv[2:3] != () and self.argv[2].startswith("robot_rl.")
 
     def command(self) -> str:
         """The process as one shell-runnable line (environment additions first)."""
@@ -762,11 +770,14 @@ class Launcher:
             raise LaunchError(f"cannot start {spec.name} ({shlex.join(spec.argv)}): {spec.argv[0]} is not found "
                               "or not executable")
         try:
-            process = subprocess.Popen(
-                [*self._orphan_guard, executable, *spec.argv[1:]], env=env, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                start_new_session=True,  # own process group: a terminal Ctrl-C reaches only the launcher
-            )
+            # A project node starts with the stop signals held until its handlers are in: a stop one second into
+            # a launch then ends it as cleanly as at any other moment.
+            with interrupts.held_stops() if spec.holds_stops_while_starting else contextlib.nullcontext():
+                process = subprocess.Popen(
+                    [*self._orphan_guard, executable, *spec.argv[1:]], env=env, stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    start_new_session=True,  # own process group: a terminal Ctrl-C reaches only the launcher
+                )
         except OSError as exc:
             raise LaunchError(f"cannot start {spec.name} ({shlex.join(spec.argv)}): {exc.strerror or exc}") from None
         node.process, node.returncode, node.restart_at, node.stray_group = process, None, None, False

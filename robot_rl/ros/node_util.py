@@ -23,7 +23,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterable, Mapping
 
-from robot_rl.interrupts import STOP_SIGNALS, StopFlag, install_stop_signals
+from robot_rl.interrupts import STOP_SIGNALS, StopFlag, accept_held_stops, install_stop_signals
 
 
 def relative_name(name: str) -> str:
@@ -167,6 +167,7 @@ def run_node(build: Callable[[], object], argv: list[str], name: str) -> int:
     restore = install_stop_signals(flag)
     started = threading.Event()
     stop_watch = watch_startup(started)
+    accept_held_stops()  # a stop the launcher held while this process started comes now, to the handlers above
     rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
     host = None
     disarm = None
