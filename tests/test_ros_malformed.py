@@ -81,8 +81,12 @@ def client() -> dict:
 
     summary: dict = {}
     try:
+        # every topic of the frame below is subscribed (a frame sent before that is lost in part: no command)
         ready = wait_for(lambda: node.count_subscribers(qos.ACTOR_TRANSITIONS) >= 1
-                         and node.count_subscribers("tcp_pose") >= 1 and node.count_publishers(qos.LEARNER_ACK) >= 1,
+                         and all(node.count_subscribers(name) >= 1
+                                 for name in ("tcp_pose", "tcp_twist", "gripper/state", "sim/object_state"))
+                         and node.count_publishers("command/target_pose") >= 1
+                         and node.count_publishers(qos.LEARNER_ACK) >= 1,
                          DEADLINE_S / 2)
         summary["ready"] = ready
         spin(1.0)

@@ -70,8 +70,11 @@ def client(model: str, robot: str) -> dict:
 
     python = sys.executable
     node_args = [python, "-m", "robot_rl.ros.reward_node", "--ros-args", "-r", f"__ns:={NAMESPACE}"]
+    # max_frame_age_s: a wrist frame is paired with the front frame the client sends after it, however long a loaded
+    # machine keeps the node from the second (a failure detector, generous here: this test is not about staleness)
     reward_node = subprocess.Popen(
-        [*node_args, "-p", f"model:={model}", "-p", f"robot:={robot}", "-p", f"consecutive:={CONSECUTIVE}"],
+        [*node_args, "-p", f"model:={model}", "-p", f"robot:={robot}", "-p", f"consecutive:={CONSECUTIVE}",
+         "-p", "max_frame_age_s:=60.0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     no_model = subprocess.Popen([*node_args, "-p", f"model:={model}-missing", "-p", f"robot:={robot}"],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -89,9 +89,10 @@ def _client() -> int:
         twists.setdefault(stamp_to_seconds(msg.header.stamp), []).append(
             {"linear": linear.tolist(), "angular": angular.tolist(), "frame": msg.header.frame_id})
 
+    # A deeper reader history than the node's depth 1: a client stalled by a loaded machine must not lose a command
+    # (nor an engaged / released change).
     node.create_subscription(Bool, topic(qos.TELEOP_ENGAGED), lambda m: engaged.append(bool(m.data)),
-                             qos.topic_qos(qos.TELEOP_ENGAGED))
-    # A deeper reader history than the node's depth 1: a client stalled by a loaded machine must not lose a command.
+                             qos.topic_qos(qos.TELEOP_ENGAGED, depth=32))
     command_subs = (
         node.create_subscription(TwistStamped, topic(qos.TELEOP_TWIST), on_twist,
                                  qos.topic_qos(qos.TELEOP_TWIST, depth=32)),
@@ -153,7 +154,12 @@ def _client() -> int:
                 spin_for(0.02)
                 tcp_pub.publish(pose_to_msg(tcp, quat, stamp=step_stamp(episode, step), frame_id="base"))
                 spin_for(STEP_S)
-        spin_for(0.3)
+        # The node answers the steps in order: once the last engaged step's twist and every step's gripper command
+        # are here, so is everything it sent before them.
+        last_episode, last_steps = max(EXPECTED_ENGAGED_STEPS.items())
+        engaged_steps = sum(len(steps) for steps in EXPECTED_ENGAGED_STEPS.values())
+        spin_until(lambda: step_stamp(last_episode, last_steps[-1]) in twists and len(grippers) >= engaged_steps,
+                   "the last engaged step's twist and gripper command")
         summary["engaged_before_stop"] = list(engaged)
         summary["twists"] = {str(k): v for k, v in sorted(twists.items())}
         summary["grippers"] = grippers
@@ -171,7 +177,10 @@ def _client() -> int:
             scripted.kill()
             scripted.wait()
             summary["scripted_exit_code"] = "killed after SIGTERM timeout"
-        spin_for(0.2)
+        # what it published on its way out (control handed back), however long this client takes to see it
+        before_stop = summary.get("engaged_before_stop", [])
+        while len(engaged) <= len(before_stop) and time.monotonic() < deadline:
+            rclpy.spin_once(node, timeout_sec=0.05)
         summary["engaged_after_stop"] = list(engaged)
         mark("scripted teleop stopped")
     try:
@@ -259,8 +268,7 @@ class FakeGamepad:
         while pad.poll() is None and time.monotonic() < stop:
             rclpy.spin_once(node, timeout_sec=0.05)
         result["exit_code"] = pad.wait(timeout=1)
-        end = time.monotonic() + 0.3
-        while time.monotonic() < end:
+        while engaged[-1:] == [True] and time.monotonic() < deadline:  # control handed back on its way out
             rclpy.spin_once(node, timeout_sec=0.02)
         result["engaged"], result["episodes"] = engaged, episodes
         return result

@@ -147,16 +147,39 @@ def client(policy: str = "plain") -> dict:
         assert len(pids) == 1, f"expected one learner process, found {pids}"
         acked = {s["source"]: s["acked_through"] for s in (_read(p) for p in actors.values())}
         os.kill(int(pids[0]), signal.SIGKILL)
-        killed_at = time.monotonic()
-        at_kill = {s["source"]: s for s in (_read(p) for p in actors.values())}
+        killed_wall = time.time()
         summary["acked_at_kill"] = acked
-        time.sleep(2.0)
-        dead = {s["source"]: s for s in (_read(p) for p in actors.values())}
-        # A hold (stale sensors, safety) also counts as a command: only the others moved the robot.
-        summary["commands_while_dead"] = {src: dead[src]["commands"] - at_kill[src]["commands"] for src in dead}
-        summary["held_while_dead"] = {src: dead[src]["held"] - at_kill[src]["held"] for src in dead}
-        summary["dead_window_s"] = time.monotonic() - killed_at
-        summary["transitions_at_check"] = {src: s["transitions"] for src, s in dead.items()}
+        from robot_rl.learner_server import VERSIONS_PER_RUN
+
+        # While the learner is dead each actor goes on moving the robot: between its first status written after the
+        # kill and a later one, still without weights of the respawned learner (a new block of versions), it made
+        # commands that moved the robot (a hold, for stale sensors or safety, also counts as a command: not those).
+        first_dead: dict[str, dict] = {}
+        last_dead: dict[str, dict] = {}
+        window_over: set[str] = set()
+
+        def moving(stats: dict) -> int:
+            return stats["commands"] - stats["held"]
+
+        def dead_window_seen():
+            for stats in (_read(p) for p in actors.values()):
+                if stats is None or stats["time"] <= killed_wall:
+                    continue
+                source = stats["source"]
+                if stats["weights_version"] > VERSIONS_PER_RUN:  # the respawned learner reached it: window over
+                    window_over.add(source)
+                elif source not in window_over:
+                    first_dead.setdefault(source, stats)
+                    last_dead[source] = stats
+            return all(source in window_over or (source in last_dead
+                                                 and moving(last_dead[source]) > moving(first_dead[source]))
+                       for source in acked)
+
+        _wait(dead_window_seen, "the actors' status while the learner is dead", deadline)
+        summary["moving_while_dead"] = {source: moving(last_dead[source]) - moving(first_dead[source])
+                                        if source in last_dead else None for source in acked}
+        summary["transitions_at_check"] = {source: last_dead.get(source, {}).get("transitions", 0)
+                                           for source in acked}
 
         def restored():
             status = _read(learner_status)
@@ -184,7 +207,6 @@ def client(policy: str = "plain") -> dict:
         status = _wait(caught_up, "the learner to hold every transition sent before the check", deadline)
         summary["after"] = {k: status[k] for k in ("received", "steps", "weights_version", "interventions", "acks",
                                                    "duplicates", "rejected")}
-        from robot_rl.learner_server import VERSIONS_PER_RUN
 
         def new_weights_everywhere():  # the respawned learner's weights (a new block of versions) reached both actors
             stats = [_read(p) for p in actors.values()]
@@ -263,12 +285,10 @@ def run_and_check(policy: str) -> dict:
     # Nothing acknowledged before the kill was lost: the respawned learner restored at least that.
     for source, through in summary["acked_at_kill"].items():
         assert summary["restored"]["acks"].get(source, -1) >= through, summary
-    # Both actors kept commanding the robot (10 Hz) while the learner was dead: real commands, not holds (an actor that
-    # waited on the learner would make none). At least 2 Hz: the learner's respawn (JAX start-up) shares the 2 CI cores
-    # with both actors and the other test worker; one made 10 in 2.0 s (5.0 Hz) alone, one 8 (4.0 Hz) beside it.
-    for source, commands in summary["commands_while_dead"].items():
-        moving = commands - summary["held_while_dead"][source]
-        assert moving >= 0.2 * 10 * summary["dead_window_s"], summary
+    # Both actors kept commanding the robot while the learner was dead: real commands, not holds (an actor that
+    # waited on the learner would make none). How many a second is a timing figure (bench/), not this test's.
+    for source, moving in summary["moving_while_dead"].items():
+        assert moving is not None and moving >= 1, (source, summary)
     # After the restart the learner holds every transition each actor sent up to the check, without duplicates
     # counted as data, and new weights went out.
     after = summary["after"]

@@ -98,8 +98,8 @@ def test_closing_the_worker_stops_the_job_under_way():
     worker.submit("long", long_job)
     worker.submit("never", lambda w: "ran")
     assert started.wait(10)
-    began = time.monotonic()
-    assert worker.close(timeout=10) and time.monotonic() - began < 5
+    # the job never ends by itself: its thread ends (before close's generous deadline) only because it was asked to
+    assert worker.close(timeout=30)
     done = worker.collect()
     assert [(j.name, j.result) for j in done] == [("long", "stopped"), ("never", None)]
 
