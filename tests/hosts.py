@@ -21,6 +21,16 @@ Commands run in a host with ``nsenter --target PID --net --mount --uts --ipc`` (
 ``ip netns add`` is not used: it needs a shared ``/var/run/netns`` mount in the caller's mount namespace; the holder
 processes need nothing outside their own namespaces.
 
+Whatever ends the caller, nothing of the hosts outlives it. On leaving :func:`hosts` (normally, by an exception, by
+SIGINT or by SIGTERM: while the hosts are up, SIGTERM is raised as :class:`robot_rl.interrupts.Terminated` in the main
+thread, as SIGINT is as KeyboardInterrupt, through :func:`robot_rl.interrupts.handling`) every process started in a
+host is killed with its whole session, then every other process still in a host's namespaces (a "sweeper" process
+outside the hosts holds their network namespaces and kills what is in them), then the holders. Should the caller die
+without a word (``kill -9``), the kernel kills the holders and every process started with :meth:`Host.popen` /
+:meth:`Host.run` (``setpriv --pdeathsig KILL``, util-linux: start them from a thread that lives as long as they should,
+as the parent-death signal follows the thread that started the process), and the sweeper, its stdin closed by the
+caller's death, kills whatever else was in the hosts.
+
 Plain Python, no pytest: use :func:`hosts_unavailable` to skip where the kernel or the user cannot make namespaces
 (fails closed: no namespaces, no test).
 """
@@ -35,8 +45,11 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
+
+from robot_rl import interrupts
 
 LINK = "eth0"  # each host's interface name (inside its own namespace)
 BRIDGE = "br0"  # the switch namespace's bridge (three or more hosts)
@@ -54,6 +67,13 @@ class HostsError(RuntimeError):
     """The hosts could not be made or a command in one of them failed."""
 
 
+def _orphan_guard() -> list[str]:
+    """Command prefix that makes the kernel SIGKILL the command when the thread that started it dies (even by
+    SIGKILL): nothing of the hosts outlives a caller that had no chance to clean up. Empty without setpriv."""
+    setpriv = _tool("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
+
+
 def _holder_script(hostname: str | None, shm: bool) -> str:
     """sh script for a namespace holder: set it up, print its pid, then sleep forever."""
     steps = []
@@ -68,37 +88,132 @@ def _holder_script(hostname: str | None, shm: bool) -> str:
 
 
 def _start_holder(options: Sequence[str], hostname: str | None, shm: bool) -> tuple[subprocess.Popen, int]:
-    """Start `unshare options --fork` holding new namespaces; return (the unshare process, the holder's pid)."""
+    """Start `unshare options --fork` holding new namespaces; return (the unshare process, the holder's pid).
+
+    The unshare process dies with the thread that called this (`_orphan_guard`), the holder with the unshare process
+    (``--kill-child``). Call it inside :func:`robot_rl.interrupts.uninterrupted` and keep what it returns before that
+    ends: a stop request then cannot come between the start and the caller's record of it."""
     unshare = _tool("unshare")
     if unshare is None:
         raise HostsError("the unshare command (util-linux) is not installed")
-    command = [unshare, *options, "--fork", "--kill-child", "--propagation", "private",
+    guard = _orphan_guard()
+    command = [*guard, unshare, *options, "--fork", "--kill-child", "--propagation", "private",
                "sh", "-c", _holder_script(hostname, shm)]
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, start_new_session=True)
-    line = process.stdout.readline().strip()  # the holder's pid once it is set up, or EOF on failure
-    if not line.isdigit():
-        try:
-            process.kill()
-        except ProcessLookupError:
-            pass
-        _, stderr = process.communicate(timeout=_START_TIMEOUT)
-        raise HostsError(f"{' '.join(command[:7])} failed: {(stderr or '').strip() or f'exit {process.returncode}'}")
-    pid = int(line)
-    # Belt and braces: never run ip commands against our own network namespace.
-    if os.readlink(f"/proc/{pid}/ns/net") == os.readlink("/proc/self/ns/net"):
-        _stop_holder(process, pid)
-        raise HostsError("the namespace holder shares the caller's network namespace; refusing to go on")
+    try:
+        line = process.stdout.readline().strip()  # the holder's pid once it is set up, or EOF on failure
+        if not line.isdigit():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            _, stderr = process.communicate(timeout=_START_TIMEOUT)
+            raise HostsError(f"{' '.join(command[len(guard):len(guard) + 7])} failed: "
+                             f"{(stderr or '').strip() or f'exit {process.returncode}'}")
+        pid = int(line)
+        # Belt and braces: never run ip commands against our own network namespace.
+        if os.readlink(f"/proc/{pid}/ns/net") == os.readlink("/proc/self/ns/net"):
+            raise HostsError("the namespace holder shares the caller's network namespace; refusing to go on")
+    except BaseException:
+        _stop_holder(process, None)
+        raise
     return process, pid
 
 
 def _stop_holder(process: subprocess.Popen, pid: int | None) -> None:
-    for target in (pid, process.pid):
-        if target:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(target, signal.SIGKILL)
+    """Kill a holder: the unshare process's whole session (it and the holder), and `pid` should it have left it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)  # its own session (start_new_session): unshare, sh / sleep
+    if pid:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(Exception):
         process.communicate(timeout=5)
+
+
+def _net_namespace(process: subprocess.Popen | None, pid: int) -> str | None:
+    """The network namespace a holder made (``net:[inode]``), or None once it is gone. Read through the unshare
+    process while it runs (our child, not yet reaped: its pid cannot have been reused), else through `pid`."""
+    try:
+        if process is not None:
+            return os.readlink(f"/proc/{process.pid}/ns/net") if process.poll() is None else None
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
+
+
+def _in_namespace(namespace: str, keep: Sequence[int] = ()) -> list[int]:
+    """Pids of the processes in network namespace `namespace`, but those in `keep` (zombies have none: not listed)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) not in keep:
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{entry}/ns/net") == namespace:
+                    found.append(int(entry))
+    return found
+
+
+# The sweeper (see _Sweeper): reads pids of namespace holders from stdin, one a line, opens each one's network namespace
+# (the open file keeps the namespace, and with it its identity, alive) and answers "ok"; once stdin closes, kills every
+# process in those namespaces until none is left (zombies have no namespaces: not counted), then exits.
+_SWEEPER = r"""
+import os, signal, sys, time
+namespaces, files = set(), []
+for line in sys.stdin:
+    try:
+        files.append(os.open(f"/proc/{int(line)}/ns/net", os.O_RDONLY))
+        status = os.fstat(files[-1])
+        namespaces.add((status.st_dev, status.st_ino))
+        print("ok", flush=True)
+    except (OSError, ValueError) as error:
+        print(f"error {error}", flush=True)
+own = os.stat("/proc/self/ns/net")
+namespaces.discard((own.st_dev, own.st_ino))
+deadline = time.monotonic() + 10
+while namespaces and time.monotonic() < deadline:
+    left = 0
+    for entry in os.listdir("/proc"):
+        try:
+            status = os.stat(f"/proc/{entry}/ns/net") if entry.isdigit() else None
+            if status is not None and (status.st_dev, status.st_ino) in namespaces:
+                left += 1
+                os.kill(int(entry), signal.SIGKILL)
+        except OSError:
+            pass
+    if not left:
+        break
+    time.sleep(0.02)
+"""
+
+
+class _Sweeper:
+    """What ends every process in the hosts, even one that nothing else reaches (started in a host in a session of
+    its own, left by a :meth:`Host.run`), and even if the caller dies by SIGKILL: a small process outside the hosts,
+    in a session of its own and without a parent-death signal, that holds each host's network namespace and kills
+    every process in them once its stdin closes (:meth:`finish`, or the kernel closing it as the caller dies)."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen([sys.executable, "-I", "-S", "-c", _SWEEPER], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True, start_new_session=True)
+
+    def watch(self, pid: int) -> None:
+        """Take on the namespaces held by `pid` (alive, and ours: a holder just started)."""
+        self.process.stdin.write(f"{pid}\n")
+        self.process.stdin.flush()
+        answer = self.process.stdout.readline().strip()
+        if answer != "ok":
+            raise HostsError(f"the sweeper cannot hold the namespaces of pid {pid}: {answer or 'it ended'}")
+
+    def finish(self, timeout: float = 15.0) -> None:
+        """Kill every process in the watched namespaces (the holders too) and wait until that is done."""
+        with contextlib.suppress(OSError):
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        with contextlib.suppress(OSError):
+            self.process.stdout.close()
 
 
 def _nsenter(pid: int, options: Sequence[str] = _HOST_OPTIONS) -> list[str]:
@@ -119,24 +234,30 @@ def _check(pid: int, argv: Sequence[str], options: Sequence[str] = ("--net",)) -
 class Host:
     """One simulated host: `name` (also its hostname), `address` on `link`, `pid` of its namespace holder."""
 
-    def __init__(self, name: str, address: str, pid: int, link: str = LINK, clock_offset_s: float = 0.0):
+    def __init__(self, name: str, address: str, pid: int, link: str = LINK, clock_offset_s: float = 0.0,
+                 holder: subprocess.Popen | None = None):
         self.name, self.address, self.pid, self.link = name, address, pid, link
         self.clock_offset_s = clock_offset_s
+        self._holder = holder  # the unshare process that holds the namespaces (pid is its child, the holder)
         self._processes: list[subprocess.Popen] = []
 
     def command(self, argv: Sequence[str], cwd: str | os.PathLike[str] | None = None) -> list[str]:
-        """`argv` wrapped to run in this host's namespaces (in folder `cwd`: entering a mount namespace resets it)."""
+        """`argv` wrapped to run in this host's namespaces (in folder `cwd`: entering a mount namespace resets it),
+        killed by the kernel if the thread that starts it dies (``setpriv --pdeathsig KILL``; nsenter execs `argv`,
+        which keeps it)."""
         wrapped = _nsenter(self.pid, (*_HOST_OPTIONS, "--time") if self.clock_offset_s else _HOST_OPTIONS)
         if cwd is not None:
             wrapped.insert(-1, f"--wdns={os.path.abspath(cwd)}")
-        return [*wrapped, *argv]
+        return [*_orphan_guard(), *wrapped, *argv]
 
     def popen(self, argv: Sequence[str], env: Mapping[str, str] | None = None, **kwargs) -> subprocess.Popen:
-        """Start `argv` in this host (own session, so cleanup can kill it with everything it starts)."""
+        """Start `argv` in this host (own session, so cleanup can kill it with everything it starts). It dies with
+        the thread that called this (see :meth:`command`)."""
         kwargs.setdefault("start_new_session", True)
-        process = subprocess.Popen(self.command(argv, kwargs.get("cwd")), env=None if env is None else dict(env),
-                                   **kwargs)
-        self._processes.append(process)
+        with interrupts.uninterrupted():  # a stop request while it starts is raised once it is in the list
+            process = subprocess.Popen(self.command(argv, kwargs.get("cwd")),
+                                       env=None if env is None else dict(env), **kwargs)
+            self._processes.append(process)
         return process
 
     def run(self, argv: Sequence[str], env: Mapping[str, str] | None = None, check: bool = True,
@@ -163,16 +284,14 @@ class Host:
     def kill_all(self) -> int:
         """Kill -9 every process in this host's network namespace but its holder (the host "dies" as a machine's
         power cut would take its processes: no goodbye on the wire); returns how many were killed."""
-        own = os.readlink(f"/proc/{self.pid}/ns/net")
         with open(f"/proc/{self.pid}/stat") as stat:  # the holder's parent: the unshare process, in the namespace too
             keep = {self.pid, int(stat.read().rsplit(")", 1)[1].split()[1])}
+        namespace = _net_namespace(self._holder, self.pid)
         killed = 0
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) in keep:
-                continue
-            with contextlib.suppress(OSError):
-                if os.readlink(f"/proc/{entry}/ns/net") == own:
-                    os.kill(int(entry), signal.SIGKILL)
+        if namespace is not None:
+            for pid in _in_namespace(namespace, tuple(keep)):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
                     killed += 1
         for process in self._processes:
             with contextlib.suppress(Exception):
@@ -235,47 +354,68 @@ def hosts(names: Sequence[str], subnet: str = "10.231.0", rate_mbit: float | Non
 
     `rate_mbit` shapes each host's outgoing traffic with a tbf qdisc; `clock_offsets` puts the named hosts' monotonic
     and boot-time clocks that many seconds ahead (:func:`time_namespaces_unavailable` says where that cannot be).
-    Everything started is killed and the namespaces (with their links) are gone on exit, also on exceptions.
+    Everything started is killed and the namespaces (with their links) are gone on exit, also on exceptions, SIGINT
+    and SIGTERM (raised as KeyboardInterrupt / :class:`robot_rl.interrupts.Terminated` in the main thread while the
+    hosts are up; a further one during the clean-up only counts as recorded, and is raised once it is done).
     """
     names = _validate(names, subnet)
     ip, tc = _tool("ip") or "ip", _tool("tc") or "tc"
     holders: list[tuple[subprocess.Popen, int]] = []
     made: list[Host] = []
-    try:
-        for i, name in enumerate(names, start=1):
-            offset = int((clock_offsets or {}).get(name, 0))
-            process, pid = _start_holder((*_HOST_OPTIONS, *_time_options(offset)), hostname=name, shm=True)
-            holders.append((process, pid))
-            made.append(Host(name, f"{subnet}.{i}", pid, clock_offset_s=offset))
-        switch_pid = None
-        if len(made) == 2:
-            a, b = made
-            # Created inside a's namespace, the peer placed straight into b's: the pair never exists here.
-            _check(a.pid, [ip, "link", "add", a.link, "type", "veth", "peer", "name", b.link, "netns", str(b.pid)])
-        else:
-            process, switch_pid = _start_holder(("--net", "--uts"), hostname="switch", shm=False)
-            holders.append((process, switch_pid))
-            _check(switch_pid, [ip, "link", "add", BRIDGE, "type", "bridge"])
-            _check(switch_pid, [ip, "link", "set", BRIDGE, "up"])
-            for i, h in enumerate(made, start=1):
-                port = f"port{i}"
-                _check(switch_pid, [ip, "link", "add", port, "type", "veth", "peer", "name", h.link,
-                                    "netns", str(h.pid)])
-                _check(switch_pid, [ip, "link", "set", port, "master", BRIDGE])
-                _check(switch_pid, [ip, "link", "set", port, "up"])
+    sweepers: list[_Sweeper] = []
+
+    def clean_up() -> None:
         for h in made:
-            _check(h.pid, [ip, "addr", "add", f"{h.address}/24", "dev", h.link])
-            _check(h.pid, [ip, "link", "set", h.link, "up"])
-            if rate_mbit is not None:
-                _check(h.pid, [tc, "qdisc", "add", "dev", h.link, "root", "tbf", "rate", f"{rate_mbit}mbit",
-                               "burst", "32kbit", "latency", "50ms"])
-        _wait_links_up(made, ip)
-        yield Hosts(made, switch_pid)
-    finally:
-        for h in made:
-            h.kill_processes()
+            h.kill_processes()  # what was started in the hosts, with their sessions
+        for sweeper in sweepers:
+            sweeper.finish()  # then anything else still in them
         for process, pid in reversed(holders):
             _stop_holder(process, pid)
+
+    def start_holder(options: Sequence[str], hostname: str, shm: bool) -> tuple[subprocess.Popen, int]:
+        with interrupts.uninterrupted():  # a stop request while it starts is raised once it is in `holders`
+            holders.append(_start_holder(options, hostname=hostname, shm=shm))
+        sweepers[0].watch(holders[-1][1])
+        return holders[-1]
+
+    with interrupts.handling():  # SIGTERM raises too (Terminated), so the clean-up below runs as on SIGINT
+        try:
+            with interrupts.uninterrupted():
+                sweepers.append(_Sweeper())
+            for i, name in enumerate(names, start=1):
+                offset = int((clock_offsets or {}).get(name, 0))
+                process, pid = start_holder((*_HOST_OPTIONS, *_time_options(offset)), hostname=name, shm=True)
+                made.append(Host(name, f"{subnet}.{i}", pid, clock_offset_s=offset, holder=process))
+            switch_pid = None
+            if len(made) == 2:
+                a, b = made
+                # Created inside a's namespace, the peer placed straight into b's: the pair never exists here.
+                _check(a.pid, [ip, "link", "add", a.link, "type", "veth", "peer", "name", b.link,
+                               "netns", str(b.pid)])
+            else:
+                _, switch_pid = start_holder(("--net", "--uts"), hostname="switch", shm=False)
+                _check(switch_pid, [ip, "link", "add", BRIDGE, "type", "bridge"])
+                _check(switch_pid, [ip, "link", "set", BRIDGE, "up"])
+                for i, h in enumerate(made, start=1):
+                    port = f"port{i}"
+                    _check(switch_pid, [ip, "link", "add", port, "type", "veth", "peer", "name", h.link,
+                                        "netns", str(h.pid)])
+                    _check(switch_pid, [ip, "link", "set", port, "master", BRIDGE])
+                    _check(switch_pid, [ip, "link", "set", port, "up"])
+            for h in made:
+                _check(h.pid, [ip, "addr", "add", f"{h.address}/24", "dev", h.link])
+                _check(h.pid, [ip, "link", "set", h.link, "up"])
+                if rate_mbit is not None:
+                    _check(h.pid, [tc, "qdisc", "add", "dev", h.link, "root", "tbf", "rate", f"{rate_mbit}mbit",
+                                   "burst", "32kbit", "latency", "50ms"])
+            _wait_links_up(made, ip)
+            yield Hosts(made, switch_pid)
+        except BaseException:
+            with interrupts.deferred():  # a (further) stop request must not cut the clean-up short
+                clean_up()
+            raise
+        with interrupts.uninterrupted():  # one that comes during the clean-up is raised once it is done
+            clean_up()
 
 
 def _wait_links_up(made: Sequence[Host], ip: str, timeout: float = 5.0) -> None:
@@ -295,11 +435,14 @@ def _time_options(offset_s: int) -> tuple[str, ...]:
 @functools.lru_cache(maxsize=1)
 def time_namespaces_unavailable() -> str | None:
     """Why hosts cannot get a clock offset here (a sentence), or None if they can."""
+    started: list[tuple[subprocess.Popen, int]] = []
     try:
-        process, pid = _start_holder(("--net", *_time_options(86400)), hostname=None, shm=False)
-    except (HostsError, OSError, subprocess.TimeoutExpired) as error:
-        return f"cannot make time namespaces (Linux >= 5.6, util-linux unshare --time): {error}"
-    try:
+        try:
+            with interrupts.uninterrupted():  # a stop request is raised once the holder is ours to stop
+                started.append(_start_holder(("--net", *_time_options(86400)), hostname=None, shm=False))
+        except (HostsError, OSError, subprocess.TimeoutExpired) as error:
+            return f"cannot make time namespaces (Linux >= 5.6, util-linux unshare --time): {error}"
+        _, pid = started[0]
         uptime = float(_check(pid, ["cat", "/proc/uptime"], ("--time",)).split()[0])
         with open("/proc/uptime") as own:
             ahead = uptime - float(own.read().split()[0])
@@ -307,7 +450,8 @@ def time_namespaces_unavailable() -> str | None:
     except (HostsError, OSError, ValueError, subprocess.TimeoutExpired) as error:
         return f"cannot enter a time namespace: {error}"
     finally:
-        _stop_holder(process, pid)
+        for process, pid in started:
+            _stop_holder(process, pid)
 
 
 @functools.lru_cache(maxsize=1)
@@ -320,11 +464,14 @@ def hosts_unavailable() -> str | None:
         if _tool(tool) is None:
             return f"the {tool} command ({package}) is not installed"
     ip = _tool("ip")
+    started: list[tuple[subprocess.Popen, int]] = []
     try:
-        process, pid = _start_holder(_HOST_OPTIONS, hostname="probe", shm=True)
-    except (HostsError, OSError, subprocess.TimeoutExpired) as error:
-        return f"cannot make network/mount/UTS/IPC namespaces (needs root or CAP_SYS_ADMIN): {error}"
-    try:
+        try:
+            with interrupts.uninterrupted():  # a stop request is raised once the holder is ours to stop
+                started.append(_start_holder(_HOST_OPTIONS, hostname="probe", shm=True))
+        except (HostsError, OSError, subprocess.TimeoutExpired) as error:
+            return f"cannot make network/mount/UTS/IPC namespaces (needs root or CAP_SYS_ADMIN): {error}"
+        _, pid = started[0]
         _check(pid, [ip, "link", "add", "probe0", "type", "veth", "peer", "name", "probe1"])
         if _tool("tc") is None:
             return "the tc command (iproute2) is not installed"
@@ -332,4 +479,5 @@ def hosts_unavailable() -> str | None:
     except (HostsError, OSError, subprocess.TimeoutExpired) as error:
         return f"cannot make veth links inside a namespace: {error}"
     finally:
-        _stop_holder(process, pid)
+        for process, pid in started:
+            _stop_holder(process, pid)
