@@ -25,15 +25,60 @@ import concurrent.futures
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
+
+
+class Children:
+    """The bench's `robot-rl` runs (each in a session of its own, from any thread): `stop_all` kills every one under
+    way and starts no other, so a stopped bench leaves none running."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen] = set()
+        self._stopped = False
+
+    def run(self, argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+        """subprocess.run(argv, **kwargs), its whole process group killed if anything (a stop) interrupts it."""
+        with self._lock:
+            if self._stopped:
+                raise RuntimeError("the bench is stopping")
+            process = subprocess.Popen(argv, start_new_session=True, **kwargs)
+            self._running.add(process)
+        try:
+            stdout, stderr = process.communicate()
+        except BaseException:
+            self._kill(process)
+            raise
+        finally:
+            with self._lock:
+                self._running.discard(process)
+        return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
+
+    def stop_all(self) -> None:
+        with self._lock:
+            self._stopped = True
+            running = list(self._running)
+        for process in running:
+            self._kill(process)
+
+    @staticmethod
+    def _kill(process: subprocess.Popen) -> None:
+        if process.returncode is None:  # not reaped: its pid (its group's id) is still its own
+            try:
+                os.killpg(process.pid, signal.SIGKILL)  # what it started too
+            except (ProcessLookupError, PermissionError):
+                pass
+        process.wait()
 
 
 def expert_success(task: str, episodes: int, obs_mode: str) -> float:
@@ -84,17 +129,18 @@ def main() -> int:
     cli = [sys.executable, "-m", "robot_rl.cli"]
     started = time.monotonic()
     demos = work / "demos.zarr"
+    children = Children()
     if not demos.exists():
-        subprocess.run([*cli, "record", "--out", str(demos), "--task", args.task, "--episodes", str(args.demos),
-                        "--obs-mode", args.obs_mode], check=True, stdout=subprocess.DEVNULL)
+        children.run([*cli, "record", "--out", str(demos), "--task", args.task, "--episodes", str(args.demos),
+                      "--obs-mode", args.obs_mode], stdout=subprocess.DEVNULL).check_returncode()
     def train(seed: int) -> dict:
         out = work / f"seed{seed}"
         shutil.rmtree(out, ignore_errors=True)
-        result = subprocess.run([*cli, "train-bc", "--dataset", str(demos), "--out", str(out), "--steps",
-                                 str(args.steps), "--eval-episodes", str(args.eval_episodes), "--seed", str(seed),
-                                 "--no-video", "--diffusion.action-horizon", str(args.execute),
-                                 "--validation-fraction", str(args.validation_fraction), *args.extra],
-                                capture_output=True, text=True)
+        result = children.run([*cli, "train-bc", "--dataset", str(demos), "--out", str(out), "--steps",
+                               str(args.steps), "--eval-episodes", str(args.eval_episodes), "--seed", str(seed),
+                               "--no-video", "--diffusion.action-horizon", str(args.execute),
+                               "--validation-fraction", str(args.validation_fraction), *args.extra],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if result.returncode != 0:
             return {"seed": seed, "error": result.stderr.strip().splitlines()[-1:]}
         summary = json.loads((out / "summary.json").read_text())
@@ -105,11 +151,16 @@ def main() -> int:
                 "final_validation_loss": summary["final_validation_loss"], "parameters": summary["parameters"]}
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs) + int(args.smoke)) as pool:
-        # --smoke: the expert's baseline runs beside the training subprocess (nothing is timed there); otherwise
-        # after it, so that it cannot slow the training the figures time
-        expert = pool.submit(expert_success, args.task, args.eval_episodes, args.obs_mode) if args.smoke else None
-        runs = list(pool.map(train, args.seeds))
-        baseline = expert.result() if expert else expert_success(args.task, args.eval_episodes, args.obs_mode)
+        try:
+            # --smoke: the expert's baseline runs beside the training subprocess (nothing is timed there); otherwise
+            # after it, so that it cannot slow the training the figures time
+            expert = pool.submit(expert_success, args.task, args.eval_episodes, args.obs_mode) if args.smoke else None
+            runs = list(pool.map(train, args.seeds))
+            baseline = expert.result() if expert else expert_success(args.task, args.eval_episodes, args.obs_mode)
+        except BaseException:  # a stop (SIGINT / SIGTERM) or an error: no training run outlives the bench
+            pool.shutdown(wait=False, cancel_futures=True)
+            children.stop_all()
+            raise
     rates = [r["success_rate"] for r in runs if "success_rate" in r]
     result = {"bench": "bc", "task": args.task, "obs_mode": args.obs_mode, "demos": args.demos, "steps": args.steps,
               "execute": args.execute, "smoke": args.smoke, "validation_fraction": args.validation_fraction,
@@ -129,4 +180,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from robot_rl import interrupts
+
+    sys.exit(interrupts.run_program(main))  # a stop ends what the bench started

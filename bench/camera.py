@@ -149,27 +149,33 @@ def measure(video: str, fmt: str, seconds: float, quality: int, settle_s: float 
     subscriber = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--role", "subscriber",
                                    "--topic", topic, *(["--compressed"] if fmt != "raw" else [])],
                                   stdout=subprocess.PIPE, text=True)
-    subscriber.stdout.readline()  # "subscriber up"
-    params = {"source": video, "name": name, "rate_hz": 30.0, "format": fmt, "jpeg_quality": quality}
-    cli_args = ["--ros-args", "-r", f"__ns:={NAMESPACE}", *(a for k, v in params.items() for a in ("-p", f"{k}:={v}"))]
-    camera = CameraNode(node_name=f"camera_{name}", cli_args=cli_args)
     try:
-        deadline = time.monotonic() + 30.0
-        while camera.publisher.get_subscription_count() < 1:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the subscriber of {topic} did not match in 30 s")
-            time.sleep(0.05)
-        time.sleep(settle_s)  # let the subscriber's side settle
-        camera.take_statistics()
-        started = time.time()
-        time.sleep(seconds)
-        captured, published, latencies = camera.take_statistics()
-        ended = time.time()
-    finally:
-        camera.destroy()
-    time.sleep(0.3)  # the last frames arrive
-    subscriber.send_signal(signal.SIGINT)
-    out, _ = subscriber.communicate(timeout=30)
+        subscriber.stdout.readline()  # "subscriber up"
+        params = {"source": video, "name": name, "rate_hz": 30.0, "format": fmt, "jpeg_quality": quality}
+        cli_args = ["--ros-args", "-r", f"__ns:={NAMESPACE}",
+                    *(a for k, v in params.items() for a in ("-p", f"{k}:={v}"))]
+        camera = CameraNode(node_name=f"camera_{name}", cli_args=cli_args)
+        try:
+            deadline = time.monotonic() + 30.0
+            while camera.publisher.get_subscription_count() < 1:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the subscriber of {topic} did not match in 30 s")
+                time.sleep(0.05)
+            time.sleep(settle_s)  # let the subscriber's side settle
+            camera.take_statistics()
+            started = time.time()
+            time.sleep(seconds)
+            captured, published, latencies = camera.take_statistics()
+            ended = time.time()
+        finally:
+            camera.destroy()
+        time.sleep(0.3)  # the last frames arrive
+        subscriber.send_signal(signal.SIGINT)
+        out, _ = subscriber.communicate(timeout=30)
+    except BaseException:  # a stop (SIGINT / SIGTERM) or an error: the subscriber ends with the bench
+        subscriber.kill()
+        subscriber.wait()
+        raise
     records = [(stamp, arrival) for stamp, arrival in json.loads(out.strip().splitlines()[-1])
                if started <= stamp <= ended]
     span = ended - started
@@ -235,4 +241,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from robot_rl import interrupts
+
+    sys.exit(interrupts.run_program(main))  # a stop ends what the bench started

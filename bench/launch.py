@@ -37,6 +37,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,6 +50,9 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
+
+from robot_rl import interrupts  # noqa: E402
+from robot_rl.interrupts import STOP_SIGNALS  # noqa: E402
 
 LAUNCH_DIR = REPO_ROOT / "launch"
 FILES = ("teleop_record.yaml", "robot_train.yaml", "sim_train.yaml", "sim_eval.yaml")
@@ -78,9 +82,11 @@ class Launch:
                 *(f"{key}:={value}" for key, value in arguments.items()), "--domain-id", str(domain_id)]
         self.name = name
         self.started = time.monotonic()
-        self.process = subprocess.Popen(private_network_command(argv), cwd=REPO_ROOT, stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                        start_new_session=True)
+        setpriv = shutil.which("setpriv")  # the launcher gets SIGTERM (and stops its nodes) if the bench dies
+        guard = [setpriv, "--pdeathsig", "TERM", "--"] if setpriv else []
+        self.process = subprocess.Popen([*guard, *private_network_command(argv)], cwd=REPO_ROOT,
+                                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True, start_new_session=True)
         self.lines: list[str] = []
         self.nodes: list[str] = []
         self.expected: int | None = None  # from the launcher's first line: "..., N process(es)"
@@ -161,8 +167,10 @@ def measure_files(only: set[str], folder: Path, figures: dict, domain_id: int | 
     demos, policy = folder / "demos.zarr", folder / "sim_train" / "policy.msgpack"
 
     def run(name: str, arguments: dict, until_end: bool = False) -> dict:
-        launch = Launch(name, arguments, DOMAINS[name] if domain_id is None else domain_id)
+        launch = None
         try:
+            with interrupts.uninterrupted():  # a stop request while it starts is raised once `launch` is set
+                launch = Launch(name, arguments, DOMAINS[name] if domain_id is None else domain_id)
             figure = {"nodes": launch.nodes, "start_s": round(launch.wait_until_up(timeout=300), 2)}
             if until_end:
                 figure["exit_status"] = launch.finish(timeout=600)
@@ -173,7 +181,8 @@ def measure_files(only: set[str], folder: Path, figures: dict, domain_id: int | 
             figure["escalated"] = launch.escalated()
             return figure
         finally:
-            launch.kill()
+            if launch is not None:
+                launch.kill()
 
     if smoke:
         log("teleop_record: until SIGINT (smoke: state observations)")
@@ -265,6 +274,9 @@ def measure_launcher(folder: Path) -> dict:
         thread.start()
         status = launcher.run()
         end = time.monotonic()
+        if status > 128 and status - 128 in STOP_SIGNALS:  # the launcher took a stop meant for the bench
+            interrupts.note(status - 128)
+            raise interrupts.interrupt_for(status - 128)
         thread.join()
         assert status == 3, status
         return round(end - released[0], 3)
@@ -306,4 +318,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(interrupts.run_program(main))  # a stop ends what the bench started

@@ -54,6 +54,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from robot_rl import interrupts  # noqa: E402
+
 INNER_FLAG = "ROBOT_RL_BENCH_STARTUP_INNER"
 DOMAIN_ID = 95
 EPISODE_LENGTH = 25
@@ -179,7 +181,14 @@ def start_learner(run_dir: Path, args, log_file) -> subprocess.Popen:
     command = [sys.executable, "-m", "robot_rl.ros.learner_node", "--ros-args",
                "-p", f"run_dir:={run_dir}", "-p", f"obs_mode:={args.obs_mode}", "-p", f"demos:={args.demos}",
                "-p", f"checkpoint_every:={args.checkpoint_every}", "-p", f"image_size:={args.image_size}"]
-    return subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO_ROOT, start_new_session=True)
+    return subprocess.Popen([*orphan_guard(), *command], stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
+                            start_new_session=True)
+
+
+def orphan_guard() -> list[str]:
+    """Command prefix: the kernel kills the node should the bench die without a word (SIGKILL)."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
 
 
 def kill(process: subprocess.Popen) -> None:
@@ -234,7 +243,8 @@ def run_inner(args) -> int:
     process = None
     try:
         log("prepare: fresh learner, demos, streamed transitions, then kill -9")
-        process = start_learner(run_dir, args, node_log)
+        with interrupts.uninterrupted():  # a stop request while it starts is raised once `process` is set
+            process = start_learner(run_dir, args, node_log)
         deadline = time.monotonic() + args.timeout / 2
         while not (run_dir / "policy.msgpack").exists():
             if process.poll() is not None or time.monotonic() > deadline:
@@ -253,7 +263,8 @@ def run_inner(args) -> int:
             seq = actor.next_seq
             actor.next_seq += 1
             spawn_wall, spawn = time.time(), time.monotonic()
-            process = start_learner(run_dir, args, node_log)
+            with interrupts.uninterrupted():
+                process = start_learner(run_dir, args, node_log)
             ack_s = measure_ack(actor, seq, spawn, process)
             training_starts_s, stages = None, {}
             while time.monotonic() - spawn < 60.0 and process.poll() is None:
@@ -276,9 +287,10 @@ def run_inner(args) -> int:
         for _ in range(args.runs):
             seq = actor.next_seq
             actor.next_seq += 1
-            process = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--role", "echo"],
-                                       stdout=node_log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
-                                       start_new_session=True)
+            with interrupts.uninterrupted():
+                process = subprocess.Popen([*orphan_guard(), sys.executable, str(Path(__file__).resolve()), "--role",
+                                            "echo"], stdout=node_log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
+                                           start_new_session=True)
             floor.append(measure_ack(actor, seq, time.monotonic(), process))
             kill(process)
         result["bare_node_ack_s_median"] = median(floor)
@@ -343,4 +355,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(interrupts.run_program(main))  # a stop ends what the bench started

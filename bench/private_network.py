@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,8 +31,12 @@ DOMAIN_ID = 98
 def rerun_in_private_network(script: str, argv: Sequence[str], *, bench: str, domain_id: int, inner_flag: str,
                              timeout_s: float, extra_env: dict[str, str] | None = None) -> int:
     """Run `python script *argv` in a private network namespace with `inner_flag` (and `extra_env`) set in its
-    environment; returns its exit status (124 after `timeout_s`, 130 on Ctrl-C; 2 with one JSON error line where no
-    namespace can be made). At the end its whole process group gets SIGINT, then SIGKILL."""
+    environment; returns its exit status (124 after `timeout_s`; 2 with one JSON error line where no namespace can be
+    made). At the end its whole process group gets SIGINT, then SIGKILL, also when a stop request ends the wait (SIGINT,
+    or SIGTERM where :func:`robot_rl.interrupts.handling` raises it, as in the benches' entry points): that one goes on
+    to the caller once the inner bench is stopped. Should this process die first, even by SIGKILL, the kernel sends
+    the inner bench SIGTERM (``setpriv --pdeathsig``)."""
+    from robot_rl import interrupts
     from robot_rl.ros.env import RosEnvironmentError, private_network_command, ros_environment
 
     env = ros_environment(domain_id=domain_id)
@@ -44,25 +49,29 @@ def rerun_in_private_network(script: str, argv: Sequence[str], *, bench: str, do
     except RosEnvironmentError as error:
         print(json.dumps({"bench": bench, "error": str(error)}), flush=True)
         return 2
-    proc = subprocess.Popen(command, env=env, cwd=REPO_ROOT, start_new_session=True)
+    setpriv = shutil.which("setpriv")  # the inner bench gets SIGTERM (and cleans up) if this process dies
+    guard = [setpriv, "--pdeathsig", "TERM", "--"] if setpriv else []
+    proc = None
     try:
+        with interrupts.uninterrupted():  # a stop request while it starts is raised once `proc` is set
+            proc = subprocess.Popen([*guard, *command], env=env, cwd=REPO_ROOT, start_new_session=True)
         return proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         print(f"[{bench}] timed out after {timeout_s:.0f}s", file=sys.stderr, flush=True)
         return 124
-    except KeyboardInterrupt:
-        return 130
     finally:
-        for sig in (signal.SIGINT, signal.SIGKILL):  # the inner bench and every child it started
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                proc.wait(timeout=5.0)
-                break
-            except subprocess.TimeoutExpired:
-                pass
+        # A (further) stop request now is only recorded: interrupts.requested(), seen by the benches' entry points.
+        with interrupts.deferred():
+            for sig in (signal.SIGINT, signal.SIGKILL) if proc is not None else ():  # the inner bench, its children
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    proc.wait(timeout=5.0)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
 
 
 # ------------------------------------------------------------------------------------------------ the bench
@@ -156,4 +165,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from robot_rl import interrupts
+
+    sys.exit(interrupts.run_program(main))  # a stop ends what the bench started

@@ -94,6 +94,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from robot_rl import interrupts  # noqa: E402
+
 INNER_FLAG = "ROBOT_RL_BENCH_ROS_INNER"
 NETNS_FLAG = "ROBOT_RL_BENCH_ROS_NETNS"
 OUTER_DOMAIN = 94  # the launcher itself creates no ROS participant
@@ -772,11 +774,13 @@ class Children:
         out = open(self.log_dir / f"{name}.out", "wb")
         err = open(self.log_dir / f"{name}.err", "wb")
         try:
-            proc = subprocess.Popen(argv, env=env, cwd=REPO_ROOT, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+            with interrupts.uninterrupted():  # a stop request while it starts is raised once it is in `procs`
+                proc = subprocess.Popen(argv, env=env, cwd=REPO_ROOT, stdout=out, stderr=err,
+                                        stdin=subprocess.DEVNULL)
+                self.procs.append((name, proc))
         finally:
             out.close()
             err.close()
-        self.procs.append((name, proc))
         return proc
 
     def role(self, name: str, role: str, domain_id: int, *extra: str) -> subprocess.Popen:
@@ -1174,8 +1178,7 @@ def run_inner(args) -> int:
         phases.append(("camera_node", lambda: bench_camera_node(children, args)))
     if not args.no_realtime_diffusion:
         phases.append(("realtime_diffusion_actor", lambda: bench_realtime_diffusion(children, tmp, args)))
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM, like SIGINT: stop, report what we have
-    try:
+    try:  # SIGTERM, like SIGINT, raises (Terminated: the entry point's interrupts.handling): report what we have
         for name, phase in phases:
             phase_start = time.monotonic()
             log(f"{name} ...")
@@ -1200,6 +1203,8 @@ def run_inner(args) -> int:
     result["loadavg_1m_end"] = round(os.getloadavg()[0], 2)
     result["wall_s"] = round(time.monotonic() - started, 1)
     print(json.dumps(result), flush=True)
+    if interrupts.requested() is not None:  # stopped: 130 / 143, after the figures it had
+        return interrupts.exit_status()
     return 1 if errors else 0
 
 
@@ -1284,4 +1289,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(interrupts.run_program(main))  # a stop ends what the bench started

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -32,8 +33,11 @@ from pathlib import Path
 
 import tyro
 
+from robot_rl import interrupts
+
 REPO = Path(__file__).resolve().parent.parent
 DOMAIN_ID = 95
+STOP_GRACE_S = 60.0  # a stopped bench's launcher: this long to stop its nodes, then SIGKILL
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,9 +82,24 @@ def ros_run(args: Args, robot: str, seed: int, run_dir: Path) -> dict:
     start = time.perf_counter()
     log = run_dir.with_suffix(".log")
     run_dir.parent.mkdir(parents=True, exist_ok=True)
+    setpriv = shutil.which("setpriv")  # the launcher gets SIGTERM (and stops its nodes) if the bench dies
+    guard = [setpriv, "--pdeathsig", "TERM", "--"] if setpriv else []
     with open(log, "w") as out:
-        rc = subprocess.run(command, env=ros_environment(domain_id=args.domain_id), stdout=out,
-                            stderr=subprocess.STDOUT, cwd=REPO).returncode
+        process = None
+        try:
+            with interrupts.uninterrupted():  # a stop request while it starts is raised once `process` is set
+                process = subprocess.Popen([*guard, *command], env=ros_environment(domain_id=args.domain_id),
+                                           stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+            rc = process.wait()
+        except BaseException:  # a stop (SIGINT / SIGTERM) or an error: the launcher stops its nodes and is waited for
+            if process is not None and process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(timeout=STOP_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+            raise
     wall = time.perf_counter() - start
     result_file = run_dir / "result.json"
     if rc != 0 or not result_file.exists():
@@ -155,8 +174,16 @@ if __name__ == "__main__":
     from robot_rl.ros.env import RosEnvironmentError
 
     os.chdir(REPO)
-    try:
-        main(tyro.cli(Args))
-    except (RosEnvironmentError, RobotConfigError) as error:  # never run on the host's network; a bad robot file
-        print(json.dumps({"bench": "ros_training", "error": str(error)}))
-        sys.exit(2)
+    with interrupts.handling():  # SIGTERM unwinds as SIGINT does: what the bench started is stopped on the way out
+        try:
+            main(tyro.cli(Args))
+        except (RosEnvironmentError, RobotConfigError) as error:  # never run on the host's network; a bad robot file
+            print(json.dumps({"bench": "ros_training", "error": str(error)}))
+            sys.exit(2)
+        except KeyboardInterrupt as stopped:  # also Terminated (SIGTERM)
+            interrupts.exit_stopped(stopped)
+        except Exception as error:  # noqa: BLE001 - the in-process run's TrainingInterrupted: stopped, checkpointed
+            if interrupts.requested() is None:
+                raise
+            print(error, file=sys.stderr)
+            interrupts.exit_stopped()

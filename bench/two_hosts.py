@@ -31,6 +31,10 @@ and every process mid-episode); ``--learner-lost hold`` runs them with a robot f
 learner is away.
 
 Every ROS process runs inside the namespaces (ROS_DOMAIN_ID 96); nothing reaches a real interface.
+
+Stopped by SIGINT or SIGTERM, it stops what it started as at the end of a run (each launcher SIGINT, then the hosts
+with everything still in them) and exits 130 / 143; should it die by SIGKILL, the kernel ends the hosts and their
+processes (tests/hosts.py).
 """
 
 from __future__ import annotations
@@ -526,4 +530,6 @@ def main(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    from robot_rl import interrupts
+
+    sys.exit(interrupts.run_program(lambda: main(tyro.cli(Args))))  # a stop ends what the bench started

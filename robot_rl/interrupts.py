@@ -193,6 +193,20 @@ def handling():
         _uninstall()
 
 
+def run_program(main: Callable[[], int | None]) -> int:
+    """Run a program's `main()` (a bench, a script) inside :func:`handling`: SIGTERM unwinds as SIGINT does, so what
+    it started is stopped on the way out, and a stop ends it as stopped (one line, status 130 / 143), also one that
+    came while it cleaned up. Returns main's exit status (None counts as 0)."""
+    with handling():
+        try:
+            status = main()
+        except KeyboardInterrupt as stopped:  # also Terminated (SIGTERM)
+            exit_stopped(stopped)
+    if _signum is not None:
+        exit_stopped()
+    return int(status or 0)
+
+
 def active() -> bool:
     """Whether :func:`handling` is active (and this is the main thread)."""
     return _depth > 0 and threading.current_thread() is threading.main_thread()
