@@ -1,13 +1,23 @@
 """bench/two_hosts.py --smoke runs (one short lan run at 20 Mbit/s between two namespaced hosts, the link down for
 5 s in the middle) and its figures say that training went across: transitions reached the learner, weights reached
 the actor through the paced link, the actor held while the learner was away (the robot file's learner_lost.action
-hold), and no acknowledged transition was lost. Skips (with the reason) where namespaces cannot be made."""
+hold), and no acknowledged transition was lost. Skips (with the reason) where namespaces cannot be made.
+
+What the bench and the hosts harness (tests/hosts.py) start ends with them, however they end: the bench stopped by
+SIGTERM with its whole graph up (two launchers, learner, actor, sim node, human, in two namespaced hosts), or by SIGINT
+while its launchers start, and a script holding hosts stopped by SIGTERM, SIGINT or SIGKILL, leave no process behind.
+Their processes are told apart by a marker in their environment (inherited through unshare, nsenter, setpriv, the
+launcher and exec), found in /proc/*/environ."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -15,6 +25,8 @@ import pytest
 from hosts import hosts_unavailable
 
 REPO = Path(__file__).resolve().parents[1]
+MARK = "ROBOT_RL_TEST_PROCESS_MARK"  # environment variable whose value tells one test's processes apart
+NODES = ("robot_rl.ros.", "robot_rl.sim.")  # a node's command line: python -m robot_rl.ros.learner_node, ...
 
 
 def test_two_hosts_bench_smoke(tmp_path):
@@ -34,3 +46,128 @@ def test_two_hosts_bench_smoke(tmp_path):
     down = run["link_down"]
     assert down["held_while_down"] >= 10 and down["dropped"] == 0, down
     assert down["learner_has_all_s_after_up"] is not None and down["learner_has_all_s_after_up"] < 10, down
+
+
+def _marked(marker: str) -> dict[int, str]:
+    """pid -> command line of every process (zombies aside: they have no environment) that carries `marker`."""
+    needle = f"{MARK}={marker}".encode()
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as environ:
+                if needle not in environ.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                found[int(entry)] = cmdline.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def _wait_for(marker: str, ready, what: str, process: subprocess.Popen, timeout: float) -> dict[int, str]:
+    """Poll the marked processes until `ready(them)`; fails if `process` ends first or after `timeout` (liveness)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = _marked(marker)
+        if ready(found):
+            return found
+        assert process.poll() is None, f"ended ({process.returncode}) before {what}: {process.stderr.read()[-3000:]}"
+        assert time.monotonic() < deadline, f"no {what} after {timeout:.0f} s: {sorted(found.values())}"
+        time.sleep(0.2)
+
+
+def _stop_and_check(marker: str, process: subprocess.Popen, signum: int, status: int | None,
+                    timeout: float) -> str:
+    """Send `signum` to `process` alone (as `timeout` or a kill would), wait for it and check its exit status
+    (`status`, None: not checked) and that no marked process is left (a liveness deadline for the ones killed just
+    now to be gone); returns its stderr."""
+    os.kill(process.pid, signum)
+    try:
+        _, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"still running {timeout:.0f} s after {signal.Signals(signum).name}: "
+                    f"{sorted(_marked(marker).values())}")
+    if status is not None:
+        assert process.returncode == status, stderr[-3000:]
+    deadline = time.monotonic() + 10
+    while (left := _marked(marker)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"left running after {signal.Signals(signum).name}: {sorted(left.values())}"
+    return stderr
+
+
+def _kill_marked(marker: str) -> None:
+    """A failed test's leftovers: SIGKILL every process that carries its marker (and only those)."""
+    for pid in _marked(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_two_hosts_bench_stopped_leaves_nothing(tmp_path, signum):
+    """SIGTERM once the graph's nodes exist (the incident: a `timeout` around the bench left the hosts and a whole
+    graph running), SIGINT as soon as both launchers exist: the bench stops what it started and exits 143 / 130."""
+    reason = hosts_unavailable()
+    if reason:
+        pytest.skip(f"cannot make simulated hosts: {reason}")
+    pytest.importorskip("rclpy", reason="the ROS 2 wheels are not installed")
+    marker = uuid.uuid4().hex
+    process = subprocess.Popen([sys.executable, "bench/two_hosts.py", "--smoke", "--out", str(tmp_path / "bench")],
+                               cwd=REPO, env={**os.environ, MARK: marker, "OMP_WAIT_POLICY": "PASSIVE"},
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        if signum == signal.SIGTERM:  # learner, actor, sim node and human: 4 nodes across the two hosts
+            _wait_for(marker, lambda found: sum(any(n in c for n in NODES) for c in found.values()) >= 4,
+                      "graph of 4 nodes", process, timeout=180)
+        else:
+            _wait_for(marker, lambda found: sum("robot_rl.cli launch" in c for c in found.values()) >= 2,
+                      "two launchers", process, timeout=120)
+        stderr = _stop_and_check(marker, process, signum, 128 + signum, timeout=120)
+        assert ("terminated" if signum == signal.SIGTERM else "interrupted") in stderr.splitlines(), stderr[-3000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+        _kill_marked(marker)
+
+
+HOLDING = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from hosts import hosts
+with hosts(["a", "b"], subnet="10.238.0") as machines:
+    machines["a"].popen(["sleep", "1000"])
+    # in b: one process in its own session (out of reach of the popen's session) and one that outlives its parent
+    machines["b"].popen(["sh", "-c", "setsid -f sleep 1000; sleep 1000 & exec sleep 1000"])
+    print("up", flush=True)
+    time.sleep(1000)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL],
+                         ids=["SIGTERM", "SIGINT", "SIGKILL"])
+def test_hosts_stopped_leave_nothing(signum):
+    """A script inside `hosts()` stopped by SIGTERM or SIGINT cleans up as on a normal exit (143 / 130 is not its
+    business: it dies with the exception); killed by SIGKILL, the kernel and the sweeper end the holders and every
+    process in the hosts, also those in sessions of their own and orphans."""
+    reason = hosts_unavailable()
+    if reason:
+        pytest.skip(f"cannot make simulated hosts: {reason}")
+    marker = uuid.uuid4().hex
+    process = subprocess.Popen([sys.executable, "-c", HOLDING, str(REPO / "tests")], cwd=REPO,
+                               env={**os.environ, MARK: marker}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        found = _wait_for(marker, lambda found: sum(c == "sleep 1000" for c in found.values()) >= 4,
+                          "four sleeps in the hosts", process, timeout=60)
+        assert sum(c == "sleep infinity" for c in found.values()) == 2, found  # the holders
+        _stop_and_check(marker, process, signum, None if signum != signal.SIGKILL else -signal.SIGKILL, timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+        _kill_marked(marker)
