@@ -217,6 +217,9 @@ class Doctor:
     """The robot's namespace: relative topic names of the robot file resolve in it."""
     domain_id: int | None = None
     """ROS_DOMAIN_ID to join (None: $ROS_DOMAIN_ID, else 0)."""
+    timing: Literal["fail", "warn"] = "fail"
+    """fail: a stream's rate, stamp delay or reading age outside the robot file's limits fails the check; warn: they
+    are reported as warnings (timing measured on a busy development machine)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -501,7 +504,8 @@ def run_import(cfg: Import) -> None:
 def run_doctor(cfg: Doctor) -> None:
     from robot_rl.ros.doctor import run_doctor as doctor
 
-    status = doctor(cfg.robot, cfg.duration, cfg.json, cfg.namespace, cfg.domain_id, cfg.wait)  # bad input: ValueError
+    # bad input: ValueError
+    status = doctor(cfg.robot, cfg.duration, cfg.json, cfg.namespace, cfg.domain_id, cfg.wait, timing=cfg.timing)
     if status:
         raise SystemExit(status)
 

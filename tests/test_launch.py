@@ -935,7 +935,8 @@ def test_robot_train_checks_the_drivers_before_the_nodes_start():
     assert [p.name for p in processes] == ["cameras", "robot", "doctor", "learner", "actor", "teleop"]
     doctor = processes[2]
     assert doctor.preflight and not doctor.required and not doctor.respawn
-    assert doctor.argv[1:] == ("-m", "robot_rl.ros.doctor", "robots/my arm.yaml", "--wait", "5", "--duration", "3")
+    assert doctor.argv[1:] == ("-m", "robot_rl.ros.doctor", "robots/my arm.yaml", "--wait", "5", "--duration", "3",
+                                "--timing", "fail")
     skipped = load_launch_file(LAUNCH_DIR / "robot_train.yaml", {**ROBOT_DRIVERS, "doctor": "false"}).processes
     assert "doctor" not in [p.name for p in skipped]
 
@@ -1301,6 +1302,7 @@ def test_robot_run_acts_with_a_saved_policy_on_stand_in_drivers(tmp_path):
     run = LaunchRun("robot_run.yaml", {
         "robot": robot, "policy": policy, "episodes": 1, "device": "none", "stats_path": stats_path,
         "torch_device": "cpu", "inference_steps": 3, "doctor_duration": 2,
+        "doctor_timing": "warn",  # this machine's load is no driver's timing: the wiring and content are checked
         "camera_driver": f"{python} -m robot_rl.sim.node --task PickCube-v0 --seed 1 --mode realtime "
                          f"--ros-args -p robot:={robot}",
         "robot_driver": f"{python} {shlex.quote(str(idle))}",
@@ -1310,7 +1312,7 @@ def test_robot_run_acts_with_a_saved_policy_on_stand_in_drivers(tmp_path):
     assert status == 0, out[-4000:]
     # The doctor passed the foreign driver's streams and saw what it sends.
     doctor = "\n".join(line for line in out.splitlines() if line.startswith("[doctor] "))
-    assert doctor.endswith("[doctor] all checks passed"), out
+    assert doctor.splitlines()[-1].startswith("[doctor] all checks passed"), out
     for fragment in ("bgr8", "640x480", "jpeg", "CompressedImage", "forward kinematics", "inside the workspace box",
                      "/joint_trajectory_controller/joint_trajectory: 1 subscriber(s) (sim)"):
         assert fragment in doctor, doctor
@@ -1354,6 +1356,7 @@ def test_robot_train_with_stand_in_drivers(recorded_demos, tmp_path):
                          "--mode realtime --seed 0",
         "robot_driver": f"{python} {shlex.quote(str(idle))}",
         "device": "scripted", "demo_path": demos, "run_dir": run_dir, "critics": 2, "utd": 1, "doctor_duration": 2,
+        "doctor_timing": "warn",  # this machine's load is no driver's timing: the wiring and content are checked
     }, log=tmp_path / "launch.log")
     try:
         deadline = time.monotonic() + 240
@@ -1380,6 +1383,6 @@ def test_robot_train_with_stand_in_drivers(recorded_demos, tmp_path):
     for name in ("cameras", "robot", "learner", "actor", "human"):
         assert f"[launch] {name} exited with code 0" in launcher, out[-4000:]
     # The doctor checked the drivers before the learner and the actor started.
-    assert any(line.startswith("[doctor] ") and line.endswith("all checks passed") for line in out.splitlines()), out
+    assert any(line.startswith("[doctor] all checks passed") for line in out.splitlines()), out
     assert launcher.index("[launch] doctor exited with code 0: preflight passed") < \
         next(i for i, line in enumerate(launcher) if line.startswith("[launch] started actor")), out[-4000:]

@@ -142,6 +142,24 @@ def test_wrong_type_missing_joints_stale_stamps_and_slow_sensors():
         "would hold between readings (raise the driver's rate or max_sensor_age_s)"]
 
 
+def test_timing_warn_keeps_wiring_and_content_problems_and_turns_timing_ones_into_warnings():
+    """--timing warn (a stand-in driver on a busy machine): a slow stream is a warning that passes; a frame of the
+    wrong size still fails, and is the first thing to fix."""
+    robot = load_robot_config("sim_panda_driver")
+    heard, publishers, commands, reset = _healthy(robot)
+    heard["camera front"] = _heard("/camera/front/image_raw", rate=4.0, encoding="bgr8", width=640, height=480)
+    slow = evaluate(robot, heard, publishers, commands, reset, duration_s=3.0)
+    assert not slow.ok and "4.0 Hz" in slow.first_thing_to_fix()
+    warned = dataclasses.replace(slow, timing="warn")
+    assert warned.ok and warned.first_thing_to_fix() is None
+    assert [problem.text for _, problem in warned.warnings()] == [p.text for p in slow.streams[0].problems]
+    assert warned.to_json()["warnings"][0].startswith("camera front: 4.0 Hz")
+    heard["camera front"] = _heard("/camera/front/image_raw", rate=4.0, encoding="bgr8", width=320, height=240)
+    wrong_size = dataclasses.replace(evaluate(robot, heard, publishers, commands, reset, duration_s=3.0),
+                                     timing="warn")
+    assert not wrong_size.ok and "frames are 320x240" in wrong_size.first_thing_to_fix()
+
+
 def test_tcp_outside_the_workspace_gripper_out_of_range_and_missing_controller():
     robot = load_robot_config("sim_panda")
     specs = {s.label: s for s in stream_specs(robot)}

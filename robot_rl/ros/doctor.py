@@ -9,11 +9,16 @@ command topics' subscribers (none: the controller is not running) and the reset 
 
 Run::
 
-    robot-rl doctor robots/my_robot.yaml [--duration 3] [--wait 30] [--json] [--namespace /robot1]
+    robot-rl doctor robots/my_robot.yaml [--duration 3] [--wait 30] [--json] [--namespace /robot1] [--timing warn]
     python -m robot_rl.ros.doctor robots/my_robot.yaml   # the same (launch files run it as a preflight check)
 
 Exit status: 0 every check passed; 1 a check failed (the last line names the first thing to fix); 2 the robot file
 or an option cannot be used (one line).
+
+Timing (a stream's rate against the robot file's, its stamp delay and the age of its readings against
+max_sensor_age_s) is measured on this machine as it is loaded now. ``--timing warn`` reports timing problems as
+warnings that do not fail the check (a driver stand-in on a busy development machine, where what matters is the
+wiring and the content); the default, ``--timing fail``, fails on them, as a robot run needs.
 
 The doctor listens the way the actor does: with the robot file's QoS. When a reliable subscription meets a best-effort
 publisher (which never matches), it listens again best-effort so that the row still shows what the driver sends.
@@ -37,6 +42,7 @@ import numpy as np
 from robot_rl.robot_config import RobotConfig, RobotConfigError, load_robot_config
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+TIMING_MODES = ("fail", "warn")
 DEFAULT_DURATION_S = 3.0
 DECODE_EVERY_S = 0.5  # decode one image per this many seconds (a full decode of every frame is not needed)
 RATE_TOLERANCE = 0.8  # a stream slower than this fraction of its expected rate is a problem
@@ -176,6 +182,8 @@ class Heard:
 class Problem:
     priority: int
     text: str
+    measured: bool = False
+    """A rate, stamp delay or reading age as this machine measured it, loaded as it is now (--timing warn)."""
 
 
 @dataclasses.dataclass
@@ -188,8 +196,8 @@ class Row:
     problems: list[Problem] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
 
-    def fail(self, priority: int, text: str) -> None:
-        self.problems.append(Problem(priority, text))
+    def fail(self, priority: int, text: str, measured: bool = False) -> None:
+        self.problems.append(Problem(priority, text, measured))
 
     @property
     def ok(self) -> bool:
@@ -210,10 +218,23 @@ class Report:
     streams: list[Row]
     checks: list[Row]
     """TCP pose, gripper reading, command subscribers, reset."""
+    timing: str = "fail"
+    """"fail": measured timing problems (rate, delay, age) fail the check; "warn": they are warnings."""
+
+    def fails(self, problem: Problem) -> bool:
+        return not problem.measured or self.timing == "fail"
+
+    def warnings(self) -> list[tuple[Row, Problem]]:
+        return [(row, problem) for row in self.streams + self.checks for problem in row.problems
+                if not self.fails(problem)]
+
+    def row_ok(self, row: Row) -> bool:
+        return not any(self.fails(problem) for problem in row.problems)
 
     def first_problem(self) -> tuple[Row, Problem] | None:
         found = [(problem.priority, index, row, problem)
-                 for index, row in enumerate(self.streams + self.checks) for problem in row.problems]
+                 for index, row in enumerate(self.streams + self.checks) for problem in row.problems
+                 if self.fails(problem)]
         if not found:
             return None
         _, _, row, problem = min(found, key=lambda item: item[:2])
@@ -233,7 +254,8 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         return {"robot": self.robot.name, "robot_file": self.robot.path, "namespace": self.namespace,
-                "mode": self.robot.mode, "duration_s": self.duration_s, "ok": self.ok,
+                "mode": self.robot.mode, "duration_s": self.duration_s, "ok": self.ok, "timing": self.timing,
+                "warnings": [f"{row.label}: {problem.text}" for row, problem in self.warnings()],
                 "streams": [row.to_json() for row in self.streams],
                 "checks": [row.to_json() for row in self.checks],
                 "first_thing_to_fix": self.first_thing_to_fix()}
@@ -312,20 +334,21 @@ def check_stream(spec: StreamSpec, robot: RobotConfig, heard: Heard, publishers:
     if delay is not None and abs(delay) > age_limit:
         side = "behind" if delay > 0 else "ahead of"
         row.fail(TIMING, f"stamps are {_fmt_seconds(abs(delay))} {side} the receive time (p50), more than "
-                         f"max_sensor_age_s {age_limit:g} s: synchronise the clocks (chrony / PTP) or stamp at capture")
+                         f"max_sensor_age_s {age_limit:g} s: synchronise the clocks (chrony / PTP) or stamp at capture",
+                 measured=True)
     if not lockstep:
         if spec.rate_hz and (rate is None or rate < RATE_TOLERANCE * spec.rate_hz):
             got = f"{rate:.1f} Hz" if rate is not None else f"one message in {duration_s:g} s"
-            row.fail(TIMING, f"{got}, the robot file expects {spec.rate_hz:g} Hz ({spec.key}.rate_hz)")
+            row.fail(TIMING, f"{got}, the robot file expects {spec.rate_hz:g} Hz ({spec.key}.rate_hz)", measured=True)
         elif rate is None:
             row.fail(TIMING, f"one message in {duration_s:g} s: the actor would hold (max_sensor_age_s "
-                             f"{age_limit:g} s)")
+                             f"{age_limit:g} s)", measured=True)
         elif delay is None or abs(delay) <= age_limit:
             oldest = 1.0 / rate + max(delay or 0.0, 0.0)
             if oldest > age_limit:
                 row.fail(TIMING, f"at {rate:.1f} Hz a reading is up to {_fmt_seconds(oldest)} old before the next "
                                  f"one, more than max_sensor_age_s {age_limit:g} s: the actor would hold between "
-                                 "readings (raise the driver's rate or max_sensor_age_s)")
+                                 "readings (raise the driver's rate or max_sensor_age_s)", measured=True)
     return row
 
 
@@ -499,7 +522,8 @@ def render(report: Report, console=None) -> None:
         qos = d.get("qos", "") + (f" (pub: {', '.join(pub_qos)})" if pub_qos else "")
         seen = f"yes ({d['messages']})" if d.get("seen") else "no"
         table.add_row(row.label, row.topic, seen, kind, d.get("encoding") or "-", size, rate, delay, qos,
-                      "[green]ok[/green]" if row.ok else "[red]FAIL[/red]")
+                      "[green]ok[/green]" if row.ok else "[yellow]warn[/yellow]" if report.row_ok(row)
+                      else "[red]FAIL[/red]")
     console.print(table)
     for row in report.checks:
         status = "[red]FAIL[/red]" if not row.ok else "[green]ok[/green]" if row.detail.get("checked", True) \
@@ -508,11 +532,14 @@ def render(report: Report, console=None) -> None:
                       f"{escape(_check_summary(row))}", highlight=False)
     for row in report.streams + report.checks:
         for problem in row.problems:
-            console.print(f"[red]problem[/red]  {escape(row.label)}: {escape(problem.text)}", highlight=False)
+            kind = "[red]problem[/red] " if report.fails(problem) else "[yellow]warning[/yellow] "
+            console.print(f"{kind} {escape(row.label)}: {escape(problem.text)}", highlight=False)
         for note in row.notes if row in report.streams else ():
             console.print(f"note     {escape(row.label)}: {escape(note)}", highlight=False)
     verdict = report.first_thing_to_fix()
-    console.print(f"first thing to fix: {escape(verdict)}" if verdict else "all checks passed", highlight=False)
+    warned = len(report.warnings())
+    passed = "all checks passed" + (f" ({warned} timing warning(s) above: --timing warn)" if warned else "")
+    console.print(f"first thing to fix: {escape(verdict)}" if verdict else passed, highlight=False)
 
 
 def _check_summary(row: Row) -> str:
@@ -748,7 +775,7 @@ def _subscribed_topics(node) -> list[tuple[str, list[str]]]:
 
 
 def run_doctor(robot: str, duration_s: float = DEFAULT_DURATION_S, as_json: bool = False, namespace: str = "/",
-               domain_id: int | None = None, wait_s: float = 0.0, out=None) -> int:
+               domain_id: int | None = None, wait_s: float = 0.0, out=None, timing: str = "fail") -> int:
     """What `robot-rl doctor` does: load the robot file, listen, print the report; returns the exit status.
 
     RobotConfigError / DoctorError (bad input) propagate for the caller to print as one line (exit 2).
@@ -757,6 +784,8 @@ def run_doctor(robot: str, duration_s: float = DEFAULT_DURATION_S, as_json: bool
         raise DoctorError(f"--duration {duration_s:g} must be in [0.5, 600] seconds")
     if not math.isfinite(wait_s) or not 0 <= wait_s <= 3600:
         raise DoctorError(f"--wait {wait_s:g} must be in [0, 3600] seconds")
+    if timing not in TIMING_MODES:
+        raise DoctorError(f"--timing {timing!r} must be one of {', '.join(TIMING_MODES)}")
     if not namespace.startswith("/"):
         namespace = "/" + namespace
     config = load_robot_config(robot)
@@ -774,7 +803,7 @@ def run_doctor(robot: str, duration_s: float = DEFAULT_DURATION_S, as_json: bool
         if wait_s > 0 and not as_json:
             print(f"waiting up to {wait_s:g} s for the streams, command subscribers and reset of robot "
                   f"{config.name}, then listening {duration_s:g} s", file=out or sys.stdout, flush=True)
-        report = listen(config, duration_s, namespace, wait_s)
+        report = dataclasses.replace(listen(config, duration_s, namespace, wait_s), timing=timing)
     finally:
         rclpy.try_shutdown()
     out = out or sys.stdout
@@ -797,6 +826,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--namespace", default="/", help="the robot's namespace (relative topics resolve in it)")
     parser.add_argument("--domain-id", type=int, default=None, help="ROS_DOMAIN_ID (default: $ROS_DOMAIN_ID, else 0)")
+    parser.add_argument("--timing", choices=TIMING_MODES, default="fail",
+                        help="fail (default): a stream's rate, stamp delay or reading age outside the robot file's "
+                             "limits fails the check; warn: reported as warnings (a busy development machine)")
     return parser
 
 
@@ -804,7 +836,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """`python -m robot_rl.ros.doctor`: the same as `robot-rl doctor` (bad input: one line, exit status 2)."""
     args = _parser().parse_args(sys.argv[1:] if argv is None else list(argv))
     try:
-        return run_doctor(args.robot, args.duration, args.json, args.namespace, args.domain_id, args.wait)
+        return run_doctor(args.robot, args.duration, args.json, args.namespace, args.domain_id, args.wait,
+                          timing=args.timing)
     except (RobotConfigError, DoctorError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
