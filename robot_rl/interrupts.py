@@ -196,7 +196,8 @@ def handling():
 def run_program(main: Callable[[], int | None]) -> int:
     """Run a program's `main()` (a bench, a script) inside :func:`handling`: SIGTERM unwinds as SIGINT does, so what
     it started is stopped on the way out, and a stop ends it as stopped (one line, status 130 / 143), also one that
-    came while it cleaned up. Returns main's exit status (None counts as 0)."""
+    came while it cleaned up. Returns main's exit status (anything but an int, such as None or the figures it
+    printed, counts as 0)."""
     with handling():
         try:
             status = main()
@@ -204,7 +205,7 @@ def run_program(main: Callable[[], int | None]) -> int:
             exit_stopped(stopped)
     if _signum is not None:
         exit_stopped()
-    return int(status or 0)
+    return status if isinstance(status, int) else 0
 
 
 def active() -> bool:
