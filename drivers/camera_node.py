@@ -84,6 +84,54 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
 """The node's ROS parameters (name, default, description)."""
 
 
+def camera_settings(node_name: str, param) -> dict[str, object]:
+    """The node's settings (attribute name -> value) from its parameter values (`param`: name -> value);
+    NodeStartupError for a bad value. Cheap: run_node applies it to the command line's values before anything starts,
+    the node to its declared values."""
+    from robot_rl.ros.node_util import NodeStartupError
+
+    def fail(name: str, problem: str) -> None:
+        raise NodeStartupError(f"parameter {name!r} of node {node_name}: {problem}")
+
+    source_text = str(param("source"))
+    if not source_text.strip():
+        fail("source", "empty; give a device index (0), a device path, a video file or an OpenCV source")
+    name = str(param("name"))
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        fail("name", f"{name!r} is not a ROS name token (letters, digits, underscores)")
+    rate_hz = float(param("rate_hz"))
+    if not (rate_hz >= 0 and np.isfinite(rate_hz)):
+        fail("rate_hz", f"must be >= 0 (0: every frame), got {rate_hz}")
+    width, height = int(param("width")), int(param("height"))
+    for key, value in (("width", width), ("height", height)):
+        if value < 0:
+            fail(key, f"must be >= 0 (0: the device's default), got {value}")
+    fourcc = str(param("fourcc"))
+    if fourcc and len(fourcc) != 4:
+        fail("fourcc", f"must be 4 characters such as MJPG or YUYV, got {fourcc!r}")
+    encoding, format_, qos = str(param("encoding")), str(param("format")), str(param("qos"))
+    for key, value, choices in (("encoding", encoding, ENCODINGS), ("format", format_, FORMATS),
+                                ("qos", qos, QOS_CHOICES)):
+        if value not in choices:
+            fail(key, f"{value!r} is not one of {', '.join(choices)}")
+    jpeg_quality = int(param("jpeg_quality"))
+    if not 1 <= jpeg_quality <= 100:
+        fail("jpeg_quality", f"must be in 1..100, got {jpeg_quality}")
+    stall_timeout_s, stats_period_s = float(param("stall_timeout_s")), float(param("stats"))
+    for key, value in (("stall_timeout_s", stall_timeout_s), ("stats", stats_period_s)):
+        if not (value >= 0 and np.isfinite(value)):
+            fail(key, f"must be >= 0 seconds (0: off), got {value}")
+    return {"source_text": source_text, "name": name, "frame_id": str(param("frame_id")) or f"{name}_camera",
+            "rate_hz": rate_hz, "width": width, "height": height, "fourcc": fourcc, "encoding": encoding,
+            "format": format_, "qos": qos, "jpeg_quality": jpeg_quality, "loop": bool(param("loop")),
+            "stall_timeout_s": stall_timeout_s, "stats_period_s": stats_period_s}
+
+
+def check_parameters(node_name: str, values) -> None:
+    """NodeStartupError for a bad parameter value; run_node applies it to the command line's values first."""
+    camera_settings(node_name, values)
+
+
 class CameraSourceError(RuntimeError):
     """A capture source cannot be opened or read; the message names the source and the reason."""
 
@@ -268,42 +316,8 @@ class CameraNode:
     # ------------------------------------------------------------------------------------------------- set-up
 
     def _read_parameters(self, param) -> None:
-        from robot_rl.ros.node_util import NodeStartupError
-
-        def fail(name: str, problem: str) -> None:
-            raise NodeStartupError(f"parameter {name!r} of node {self.node.get_name()}: {problem}")
-
-        self.source_text = str(param("source"))
-        if not self.source_text.strip():
-            fail("source", "empty; give a device index (0), a device path, a video file or an OpenCV source")
-        self.name = str(param("name"))
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.name):
-            fail("name", f"{self.name!r} is not a ROS name token (letters, digits, underscores)")
-        self.frame_id = str(param("frame_id")) or f"{self.name}_camera"
-        self.rate_hz = float(param("rate_hz"))
-        if not (self.rate_hz >= 0 and np.isfinite(self.rate_hz)):
-            fail("rate_hz", f"must be >= 0 (0: every frame), got {self.rate_hz}")
-        self.width, self.height = int(param("width")), int(param("height"))
-        for key, value in (("width", self.width), ("height", self.height)):
-            if value < 0:
-                fail(key, f"must be >= 0 (0: the device's default), got {value}")
-        self.fourcc = str(param("fourcc"))
-        if self.fourcc and len(self.fourcc) != 4:
-            fail("fourcc", f"must be 4 characters such as MJPG or YUYV, got {self.fourcc!r}")
-        self.encoding, self.format, self.qos = str(param("encoding")), str(param("format")), str(param("qos"))
-        for key, value, choices in (("encoding", self.encoding, ENCODINGS), ("format", self.format, FORMATS),
-                                    ("qos", self.qos, QOS_CHOICES)):
-            if value not in choices:
-                fail(key, f"{value!r} is not one of {', '.join(choices)}")
-        self.jpeg_quality = int(param("jpeg_quality"))
-        if not 1 <= self.jpeg_quality <= 100:
-            fail("jpeg_quality", f"must be in 1..100, got {self.jpeg_quality}")
-        self.loop = bool(param("loop"))
-        self.stall_timeout_s = float(param("stall_timeout_s"))
-        self.stats_period_s = float(param("stats"))
-        for key, value in (("stall_timeout_s", self.stall_timeout_s), ("stats", self.stats_period_s)):
-            if not (value >= 0 and np.isfinite(value)):
-                fail(key, f"must be >= 0 seconds (0: off), got {value}")
+        for key, value in camera_settings(self.node.get_name(), param).items():
+            setattr(self, key, value)
 
     def _make_publisher(self):
         from sensor_msgs.msg import CompressedImage, Image
@@ -521,7 +535,7 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = list(sys.argv if argv is None else argv)
     args = parse_node_arguments(_parser(), argv)
-    return run_node(lambda: CameraNode(node_name=args.node_name), argv, args.node_name)
+    return run_node(lambda: CameraNode(node_name=args.node_name), argv, args.node_name, PARAMETERS, check_parameters)
 
 
 if __name__ == "__main__":

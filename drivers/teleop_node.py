@@ -69,6 +69,22 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
 """The node's ROS parameters (name, default, description); the device is chosen with --device."""
 
 
+def teleop_config(values) -> TeleopConfig:
+    """The parameters' twin, TeleopConfig (as for an in-process device), which checks them; NodeStartupError for a bad
+    value (`values`: name -> value)."""
+    try:
+        return TeleopConfig(max_linear_speed=float(values("max_linear_speed")),
+                            max_angular_speed=float(values("max_angular_speed")), deadzone=float(values("deadzone")),
+                            rate_hz=float(values("rate_hz")), key_hold_s=float(values("key_hold_s")))
+    except ValueError as error:
+        raise NodeStartupError(str(error)) from None
+
+
+def check_parameters(node_name: str, values) -> None:
+    """NodeStartupError for a bad parameter value; run_node applies it to the command line's values first."""
+    teleop_config(values)
+
+
 class TeleopNode:
     """One rclpy node that polls a teleop device at ``rate_hz`` and publishes its commands (see the module doc)."""
 
@@ -82,14 +98,11 @@ class TeleopNode:
         self.node = rclpy.create_node(node_name, context=context, cli_args=cli_args)
         node = self.node
         param = declare_parameters(node, PARAMETERS)
-        try:  # the parameters' twin checks them (TeleopConfig, as for an in-process device)
-            self.config = TeleopConfig(
-                max_linear_speed=float(param("max_linear_speed")), max_angular_speed=float(param("max_angular_speed")),
-                deadzone=float(param("deadzone")), rate_hz=float(param("rate_hz")),
-                key_hold_s=float(param("key_hold_s")))
-        except ValueError as error:
+        try:
+            self.config = teleop_config(param)
+        except NodeStartupError:
             node.destroy_node()
-            raise NodeStartupError(str(error)) from None
+            raise
         self._log = node.get_logger()
         self.exit_status: int | None = None
         """Set when the node wants to stop by itself (quit key, lost device)."""
@@ -243,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         except DeviceNotFound as error:
             raise NodeStartupError(f"teleop device {args.device!r} not available: {error}", EXIT_NO_DEVICE) from None
 
-    return run_node(build, argv, args.node_name)
+    return run_node(build, argv, args.node_name, PARAMETERS, check_parameters)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -32,10 +32,9 @@ import shutil
 import signal
 import threading
 import time
-import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -45,12 +44,12 @@ from robot_rl.config_io import config_from_json, config_to_json
 from robot_rl.files import atomic_write_text
 from robot_rl.learner import Learner, LearnerConfig
 from robot_rl.learner_server import LearnerServer
-from robot_rl.policies.registry import LearnerPlan, kind_of, learner_kinds, learner_plan
+from robot_rl.policies.registry import LearnerPlan, kind_of, learner_plan
 from robot_rl.sim.evaluate import EVAL_SEED_OFFSET, Evaluation, StopRequested, evaluate
 from robot_rl.sim.human import SimulatedHumanConfig
+from robot_rl.train_rules import ObsMode, PolicyName, setting_problems
 from robot_rl.transport import Outbox
 
-ObsMode = Literal["state", "pixels", "state+pixels"]
 DEMO_SEED_OFFSET = 2_000_000
 IN_PROCESS_ACTOR = "train"
 """The actor id of in-process training's `ActorSession` (each run of the process is a new incarnation of it)."""
@@ -94,7 +93,7 @@ class TrainConfig:
     episodes (eval row `latest_success_rate`), to see what the average buys."""
     checkpoint_every: int = 2000
     """Env steps between checkpoints; there is also one after every evaluation, at the end and on Ctrl-C/SIGTERM."""
-    policy: Literal["plain", "residual", "noise"] = "plain"
+    policy: PolicyName = "plain"
     """What the SAC action means: `plain` = the robot action; `residual` = a scaled correction of a frozen base
     policy's action (--base), per control step: executed = clip(base + residual_scale * SAC action, -1, 1);
     `noise` = the initial noise of a frozen diffusion policy (--base), one decision per action chunk (DSRL)."""
@@ -142,52 +141,20 @@ class TrainConfig:
         return kind_of(self.policy).learns_from_demos(self)
 
     def __post_init__(self) -> None:
-        problems = [f"{name}={getattr(self, name)!r} must be >= {low}"
-                    for name, low in (("steps", 1), ("eval_every", 1), ("eval_episodes", 1), ("weights_every", 1),
-                                      ("checkpoint_every", 1), ("demos", 0), ("seed", 0))
-                    if getattr(self, name) < low]
-        if self.final_eval_episodes is not None and self.final_eval_episodes < 1:
-            problems.append(f"final_eval_episodes={self.final_eval_episodes!r} must be >= 1 or None (eval_episodes)")
-        hints = typing.get_type_hints(TrainConfig)
-        for name in ("obs_mode", "policy"):  # the command line checks its choices; a node or a file does not
-            choices = typing.get_args(hints[name])
-            if getattr(self, name) not in choices:
-                problems.append(f"{name}={getattr(self, name)!r} must be one of {', '.join(map(repr, choices))}")
-        if self.policy in typing.get_args(hints["policy"]):
-            problems += self._policy_option_problems()
+        # the rules on its own settings live apart (robot_rl.train_rules): the ROS learner node checks its parameters
+        # with them before it imports JAX
+        problems = setting_problems({field.name: getattr(self, field.name) for field in dataclasses.fields(self)})
         if self.sac.residual_scale is not None:
             problems.append("sac.residual_scale is set by the run: use --policy residual --residual-scale "
                             f"{self.sac.residual_scale:g}")
         if self.sac.aliased_chunk_dim is not None:
             problems.append("sac.aliased_chunk_dim is set by the run: use --policy noise --noise-aliasing")
-        if not (np.isfinite(self.noise_bound) and self.noise_bound > 0):
-            problems.append(f"noise_bound={self.noise_bound!r} must be > 0")
-        if not (np.isfinite(self.residual_scale) and self.residual_scale > 0):
-            problems.append(f"residual_scale={self.residual_scale!r} must be > 0")
-        if self.base_execute is not None and self.base_execute < 1:
-            problems.append(f"base_execute={self.base_execute!r} must be >= 1 or None (the base's chunk)")
-        if not 16 <= self.image_size <= 640:
-            problems.append(f"image_size={self.image_size!r} must be in [16, 640]")
         if problems:
             raise ValueError(f"invalid {type(self).__name__}: {'; '.join(problems)}")
 
     def env_settings(self) -> dict[str, Any]:
         """make_env's settings for this run's sim env (the observations the agent sees)."""
         return {"obs_mode": self.obs_mode, "image_size": self.image_size, "wrench": self.wrench}
-
-    def _policy_option_problems(self) -> list[str]:
-        """A base missing or given in vain, another policy kind's flag set (robot_rl.policies.registry)."""
-        kind = kind_of(self.policy)
-        problems = []
-        if "base" in kind.options and self.base is None:
-            problems.append(f"policy={self.policy!r} needs --base (the frozen base policy's folder or file)")
-        if "base" not in kind.options and self.base is not None:
-            on_base = " or ".join(other.name for other in learner_kinds() if "base" in other.options)
-            problems.append(f"--base {self.base} is only used with --policy {on_base}")
-        for other in learner_kinds():
-            problems += [f"--{flag.replace('_', '-')} is a --policy {other.name} option" for flag in other.options
-                         if flag not in kind.options and getattr(self, flag) is True]
-        return problems
 
 
 class RunError(ValueError):

@@ -44,6 +44,18 @@ PHYSICS_STEPS_PER_ENV_STEP = 50
 NOMINAL_TCP_QUAT = np.array([0.0, 1.0, 0.0, 0.0])
 
 
+IMAGE_SIZES = (16, 640)
+"""The observation and render image sides [px] an env takes (smallest, largest)."""
+
+
+def image_size_problem(name: str, value: Any) -> str | None:
+    """What is wrong with an image side `value` given as `name` (None: nothing); the env's rule, which the sim node
+    also applies to its parameters before it starts."""
+    if not isinstance(value, (int, np.integer)) or not IMAGE_SIZES[0] <= value <= IMAGE_SIZES[1]:
+        return f"{name}={value!r} must be an int in [{IMAGE_SIZES[0]}, {IMAGE_SIZES[1]}]"
+    return None
+
+
 def _quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     out = np.empty(4)
     mujoco.mju_mulQuat(out, a, b)
@@ -123,8 +135,9 @@ class RobotEnv(gym.Env):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode={render_mode!r} is not supported; expected None or 'rgb_array'")
         for name, value in (("image_size", image_size), ("render_size", render_size)):
-            if not isinstance(value, (int, np.integer)) or not 16 <= value <= 640:
-                raise ValueError(f"{name}={value!r} must be an int in [16, 640]")
+            problem = image_size_problem(name, value)
+            if problem:
+                raise ValueError(problem)
         if not (np.isfinite(max_translation) and 0 < max_translation <= 0.2):
             raise ValueError(f"max_translation={max_translation!r} must be in (0, 0.2] m per step")
         if not (np.isfinite(max_rotation) and 0 < max_rotation <= 1.0):

@@ -31,16 +31,9 @@ import numpy as np
 from robot_rl.files import atomic_write_text
 from robot_rl.learner_evals import RateWindow
 from robot_rl.ros import qos
-from robot_rl.ros.actor_params import MODES, NODE_NAME, OBS_MODES, PARAMETER_RANGES, PARAMETERS, POLICIES
-from robot_rl.ros.node_util import GuardedSubscriptions, NodeStartupError, TriggerReset, check_ranges, \
-    declare_parameters, publish_refused, relative_name, topic_publisher
-
-
-def _choice(param, name: str, choices: tuple[str, ...]) -> str:
-    value = str(param(name))
-    if value not in choices:
-        raise NodeStartupError(f"{name}={value!r} must be one of {', '.join(repr(c) for c in choices)}")
-    return value
+from robot_rl.ros.actor_params import NODE_NAME, PARAMETERS, check_parameters
+from robot_rl.ros.node_util import GuardedSubscriptions, NodeStartupError, TriggerReset, declare_parameters, \
+    publish_refused, relative_name, topic_publisher
 
 
 LOCKSTEP_POLL_S = 0.002
@@ -57,7 +50,7 @@ class ActorNode:
         self.node = rclpy.create_node(node_name, context=context, cli_args=cli_args)
         self._log = self.node.get_logger()
         self._param = declare_parameters(self.node, PARAMETERS)
-        check_ranges(self.node.get_name(), self._param, PARAMETER_RANGES)
+        check_parameters(self.node.get_name(), self._param)
         self.transitions_out_bytes = self.transitions_out_messages = self.transitions_refused_messages = 0
         self.exit_status = 0
         self._last_stats = 0.0
@@ -88,7 +81,7 @@ class ActorNode:
 
     # ----- set-up ------------------------------------------------------------------------------------------------
     def _configure(self) -> None:
-        """Read and check the parameters against the robot file."""
+        """Read the parameters (checked by check_parameters) and check them against the robot file."""
         from robot_rl.robot_config import RobotConfigError, load_robot_config
         from robot_rl.robot_io import observed_sensors
 
@@ -97,25 +90,20 @@ class ActorNode:
             self.robot = robot = load_robot_config(str(param("robot")))
         except RobotConfigError as error:
             raise NodeStartupError(f"robot: {error}") from None
-        self.mode = _choice(param, "mode", MODES) or robot.mode
-        self.policy_source = _choice(param, "policy", POLICIES)
-        obs_mode = _choice(param, "obs_mode", ("", *OBS_MODES))
+        self.mode = str(param("mode")) or robot.mode
+        self.policy_source = str(param("policy"))
+        obs_mode = str(param("obs_mode"))
         try:
             self.observation_keys, self.required = observed_sensors(robot, obs_mode, param("observation_keys"))
         except ValueError as error:
             raise NodeStartupError(str(error)) from None
         self.action_dim = int(param("action_dim"))
-        if self.action_dim not in (4, 7):
-            raise NodeStartupError(f"action_dim={self.action_dim} must be 4 (dx, dy, dz, gripper) or 7 (with rotations)")
         self.control_dt = float(param("control_period")) or robot.control_period
         self.task = str(param("task"))
         self.stream = bool(param("stream_transitions"))
         self.stats_path = Path(param("stats_path")) if param("stats_path") else None
         self.weights_path = str(param("weights_path"))
         self.eval_out = str(param("eval_out"))
-        if self.eval_out and not (self.weights_path and int(param("episodes"))):
-            raise NodeStartupError(f"eval_out={self.eval_out!r} evaluates a saved policy over a number of episodes: "
-                                   "give weights_path and episodes too")
         reset_service = str(param("reset_service"))
         self.reset_kind = "none" if reset_service == "none" else "service" if reset_service else robot.reset.kind
         self.reset_name = reset_service or robot.reset.service if self.reset_kind == "service" else ""
@@ -535,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the actor node until SIGINT / SIGTERM or until its episodes are done; returns the exit status."""
     from robot_rl.ros.node_util import run_node
 
-    return run_node(ActorNode, list(sys.argv if argv is None else argv), NODE_NAME)
+    return run_node(ActorNode, list(sys.argv if argv is None else argv), NODE_NAME, PARAMETERS, check_parameters)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from robot_rl.ros.node_util import Range
+from collections.abc import Callable
+
+from robot_rl.ros.node_util import NodeStartupError, Range, check_ranges
 
 NODE_NAME = "actor"
 MODES = ("", "lockstep", "realtime")
@@ -73,3 +75,22 @@ PARAMETER_RANGES: dict[str, Range] = {
 """Ranges of the numeric parameters (checked at start-up: one error line, exit status 2). outbox_capacity and
 resend_after are checked by their twin, robot_rl.transport.Outbox; a policy checks chunk_execute and
 inference_steps against itself when it is loaded."""
+
+
+ACTION_DIMS = (4, 7)
+
+
+def check_parameters(node_name: str, values: Callable[[str], object]) -> None:
+    """NodeStartupError for the first parameter value (`values`: name -> value) the actor cannot start with: out of
+    its range (PARAMETER_RANGES), not one of its choices, or eval_out without what it evaluates. Cheap: run_node
+    applies it to the command line's values before anything starts; the node to its declared values."""
+    check_ranges(node_name, values, PARAMETER_RANGES)
+    for name, choices in (("mode", MODES), ("policy", POLICIES), ("obs_mode", ("", *OBS_MODES))):
+        if str(values(name)) not in choices:
+            raise NodeStartupError(f"{name}={str(values(name))!r} must be one of {', '.join(map(repr, choices))}")
+    if int(values("action_dim")) not in ACTION_DIMS:
+        raise NodeStartupError(f"action_dim={int(values('action_dim'))} must be 4 (dx, dy, dz, gripper) or 7 (with "
+                               "rotations)")
+    if values("eval_out") and not (values("weights_path") and int(values("episodes"))):
+        raise NodeStartupError(f"eval_out={str(values('eval_out'))!r} evaluates a saved policy over a number of "
+                               "episodes: give weights_path and episodes too")

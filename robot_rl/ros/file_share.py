@@ -772,7 +772,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the file_share node until SIGINT / SIGTERM; returns the exit status."""
     from robot_rl.ros.node_util import run_node
 
-    return run_node(FileShareNode, list(sys.argv if argv is None else argv), NODE_NAME)
+    return run_node(FileShareNode, list(sys.argv if argv is None else argv), NODE_NAME, PARAMETERS)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 
 from robot_rl.config_io import config_to_json
-from robot_rl.learner_evals import RateWindow, robot_summary
+from robot_rl.learner_evals import AUTO, RateWindow, robot_summary
 from robot_rl.policies.base import PolicyError
 from robot_rl.policies.registry import kind_of, learner_plan
 from robot_rl.ros import qos
@@ -159,6 +159,11 @@ def _train_config(settings):
     learner = dataclasses.replace(base.learner, utd=int(settings["utd"]), batch_size=int(settings["batch_size"]),
                                   seed=int(settings["seed"]))
     sac = dataclasses.replace(base.sac, critic_ensemble_size=int(settings["critics"]))
+    return TrainConfig(**_train_settings(settings), learner=learner, sac=sac)
+
+
+def _train_settings(settings) -> dict:
+    """TrainConfig's own settings (all but its learner and agent configs) from the node's parameters; cheap (no JAX)."""
     demo_path = str(settings["demo_path"])
     final_eval = int(settings["final_eval_episodes"])
     base_path = str(settings["base"])
@@ -168,7 +173,7 @@ def _train_config(settings):
     evals = {"eval_every": eval_every} if eval_every > 0 else {}
     if int(settings["eval_episodes"]) > 0:
         evals["eval_episodes"] = int(settings["eval_episodes"])
-    return TrainConfig(
+    return dict(
         policy=str(settings["policy"]), base=Path(base_path).resolve() if base_path else None,
         residual_scale=float(settings["residual_scale"]), noise_bound=float(settings["noise_bound"]),
         noise_aliasing=bool(settings["noise_aliasing"]), noise_repeat=bool(settings["noise_repeat"]),
@@ -176,7 +181,7 @@ def _train_config(settings):
         demos=int(settings["demos"]), demo_path=Path(demo_path) if demo_path else None,
         steps=int(settings["steps"]) or 1, weights_every=int(settings["weights_every"]),
         checkpoint_every=int(settings["checkpoint_every"]), final_eval_episodes=final_eval if final_eval else None,
-        seed=int(settings["seed"]), learner=learner, sac=sac, **evals)
+        seed=int(settings["seed"]), **evals)
 
 
 # The twin's field -> this node's parameter, where the names differ; what 0 means for a node parameter whose twin
@@ -218,6 +223,34 @@ def check_server_settings(settings) -> None:
         raise _node_problem(f"invalid LearnerServer settings: {'; '.join(problems)}")
 
 
+SCHEDULE_MINIMA = (("eval_every", AUTO), ("eval_episodes", 0), ("progress_every_s", 0.0), ("validation_episodes", 0),
+                   ("final_eval_episodes", 0))
+"""The node's evaluation, progress and final-validation parameters that have no twin, and their least values."""
+
+
+def check_parameters(node_name: str, values) -> None:
+    """NodeStartupError for the first parameter the node cannot start with (`values`: name -> value): a run folder
+    started with other settings, its LearnerServer's settings, its schedule, and a new run's TrainConfig settings
+    (robot_rl.train_rules; a resumed run had them checked when it began, and those of its learner and agent configs
+    are checked when the node builds its TrainConfig, after the JAX import). Cheap: run_node applies it to the
+    command line's values before anything starts; the node to its declared values."""
+    from robot_rl.learner_server import checkpoint_dir
+    from robot_rl.train_rules import setting_problems
+
+    settings = {name: values(name) for name, _, _ in PARAMETERS}
+    run_dir = Path(settings["run_dir"])
+    check_run_settings(run_dir, settings)
+    check_server_settings(settings)
+    problems = [f"{name}={settings[name]!r} must be >= {low}" for name, low in SCHEDULE_MINIMA
+                if not settings[name] >= low]  # NaN too
+    if problems:
+        raise NodeStartupError("; ".join(problems))
+    if not checkpoint_dir(run_dir):
+        problems = setting_problems(_train_settings(settings))
+        if problems:
+            raise _node_problem(f"invalid TrainConfig: {'; '.join(problems)}")
+
+
 def check_run_settings(run_dir: Path, settings) -> None:
     """NodeStartupError if `run_dir` was started with another task / observation mode / image size."""
     try:
@@ -250,8 +283,7 @@ class LearnerNode:
         param = declare_parameters(node, PARAMETERS)
         self.settings = {name: param(name) for name, _, _ in PARAMETERS}
         self.run_dir = Path(self.settings["run_dir"])
-        check_run_settings(self.run_dir, self.settings)
-        check_server_settings(self.settings)
+        check_parameters(node.get_name(), param)
         # A new run checks its settings before it writes anything (a resumed one had them checked when it began, and
         # its respawn does not wait for the import this takes).
         self.cfg = None if checkpoint_dir(self.run_dir) else _checked_train_config(self.settings)
@@ -361,16 +393,10 @@ class LearnerNode:
         self.startup[stage] = time.time()
 
     def _watch_settings(self) -> None:
-        """Evaluation, progress and final-validation settings (NodeStartupError for a value out of range)."""
-        from robot_rl.learner_evals import AUTO, resolve_eval_every
+        """Evaluation, progress and final-validation settings (checked by check_parameters)."""
+        from robot_rl.learner_evals import resolve_eval_every
 
         settings = self.settings
-        problems = [f"{name}={settings[name]!r} must be >= {low}"
-                    for name, low in (("eval_every", AUTO), ("eval_episodes", 0), ("progress_every_s", 0.0),
-                                      ("validation_episodes", 0), ("final_eval_episodes", 0))
-                    if not settings[name] >= low]  # NaN too
-        if problems:
-            raise NodeStartupError("; ".join(problems))
         self.eval_episodes = int(settings["eval_episodes"])
         self.eval_every = resolve_eval_every(int(settings["eval_every"]), self.budget) if self.eval_episodes else 0
         self.progress_every_s = float(settings["progress_every_s"])
@@ -960,7 +986,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the learner node until SIGINT / SIGTERM or the end of its budget; returns the exit status."""
     from robot_rl.ros.node_util import run_node
 
-    status = run_node(LearnerNode, list(sys.argv if argv is None else argv), NODE_NAME)
+    status = run_node(LearnerNode, list(sys.argv if argv is None else argv), NODE_NAME, PARAMETERS, check_parameters)
     if any(thread.name == BUILDER_THREAD and thread.is_alive() for thread in threading.enumerate()):
         # Stopped while the agent was being built: a JAX compile cannot be interrupted, and an interpreter exit with a
         # thread inside XLA aborts the process. Nothing is lost by not waiting (the transition log has it all).

@@ -10,6 +10,9 @@
   (:func:`watch_startup`: a start-up stuck in native code no longer ignores SIGINT and SIGTERM until SIGKILL).
 - :func:`declare_parameters`: a node's parameter table (each node module's ``PARAMETERS``) declared at once; a
   parameter the node does not know, or a value of the wrong type, is a :class:`NodeStartupError` (exit status 2).
+- :func:`check_command_line`: the same checks, and the node's own rules on its values (its ``check_parameters``), on
+  the values the command line gives (``--ros-args -p``, ``--params-file``; robot_rl.ros.ros_args reads them without
+  rclpy): :func:`run_node` runs them first, so a bad parameter is one error line before DDS, JAX or MuJoCo start.
 - :class:`Range` / :func:`check_ranges`: the range checks of parameters that have no in-process twin (a config
   class whose own checks a node reuses by building it from its parameters); out of range is a NodeStartupError too.
 """
@@ -19,11 +22,13 @@ from __future__ import annotations
 import dataclasses
 import faulthandler
 import math
+import re
 import signal
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from robot_rl.interrupts import STOP_SIGNALS, StopFlag, accept_held_stops, install_stop_signals
+from robot_rl.ros import ros_args
 
 
 def relative_name(name: str) -> str:
@@ -138,8 +143,20 @@ class NodeStartupError(RuntimeError):
         self.status = status
 
 
-def run_node(build: Callable[[], object], argv: list[str], name: str) -> int:
+ParameterTable = Sequence[tuple[str, object, str]]
+"""A node's parameters: (name, default, description) each."""
+ParameterCheck = Callable[[str, Callable[[str], object]], None]
+"""A node's own rules on its parameter values: check(node name, values by name) raises NodeStartupError. Pure and
+cheap (no ROS, no JAX): it runs on the command line's values before anything starts, and on the declared values."""
+
+
+def run_node(build: Callable[[], object], argv: list[str], name: str, parameters: ParameterTable | None = None,
+             check: ParameterCheck | None = None) -> int:
     """Run one node object until SIGINT / SIGTERM (or until it says it is finished); returns the exit status.
+
+    With the node's `parameters` (and `check`), the command line's parameter values are checked first
+    (:func:`check_command_line`): a bad one is the node's one error line and exit status 2 before anything else
+    starts (the ROS environment, rclpy, a DDS participant, the node's own heavy imports).
 
     `build()` creates the object after rclpy is initialised (without rclpy's own signal handlers); the object has
     ``node`` (the rclpy node) and ``destroy()``, and optionally: ``work() -> bool`` (called between callbacks; True
@@ -149,6 +166,12 @@ def run_node(build: Callable[[], object], argv: list[str], name: str) -> int:
     A :class:`NodeStartupError` from `build()` (or a parameter given on the command line that the node does not
     declare) is logged as one line and its status returned.
     """
+    if parameters is not None:
+        try:
+            check_command_line(argv, name, parameters, check)
+        except NodeStartupError as error:
+            log_error_line(name, str(error))
+            return error.status
     from robot_rl.ros.env import ensure_ros_environment
 
     # A crash in native code (DDS, OpenCV, MuJoCo) then prints the Python stack of every thread before the process
@@ -212,14 +235,41 @@ def run_node(build: Callable[[], object], argv: list[str], name: str) -> int:
 
 _TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list"}
 
+ROS_PARAMETERS: tuple[tuple[str, object, str], ...] = (
+    ("use_sim_time", False, "rclpy's: the node clock follows /clock"),
+    ("start_type_description_service", True, "rclpy's: the node offers its message type descriptions"),
+)
+"""The parameters rclpy declares on every node itself (rclpy 9.1.2)."""
+
+
+def accepted_value(name: str, default: object, value: object, node_name: str) -> object:
+    """The value a node's parameter `name` (declared with `default`) takes when given `value` (as rclpy reads the
+    command line or a parameters file); NodeStartupError when its type does not match the default's. An integer is
+    accepted for a float parameter, a number for a text parameter (`-p source:=0`, a camera index, or `-p task:=3` is
+    meant as text; ROS parses it as a number)."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    elif isinstance(default, str) and number:
+        value = str(value)
+    if isinstance(default, list):  # rclpy's array types: the elements' type must match too
+        matches = isinstance(value, list) and (not default or {type(item) for item in value} == {type(default[0])})
+    else:
+        matches = type(value) is type(default)
+    if not matches:
+        kind = _TYPE_NAMES.get(type(default), type(default).__name__)
+        raise NodeStartupError(f"parameter {name!r} of node {node_name} must be {kind} (default {default!r}), got "
+                               f"{value!r}")
+    return value
+
 
 def declare_parameters(node, table: Iterable[tuple[str, object, str]]) -> Callable[[str], object]:
     """Declare all of a node's (name, default, description) parameters; returns their values by name.
 
     rclpy ignores a ``-p name:=value`` for a parameter the node never declares, so a typo would pass silently: every
     given parameter must be in `table`, else NodeStartupError names it, the closest known name and the known ones.
-    A value of the wrong type is a NodeStartupError too; an integer is accepted for a float parameter, a number for a
-    text parameter.
+    A value of the wrong type is a NodeStartupError too (:func:`accepted_value`: an integer is accepted for a float
+    parameter, a number for a text parameter). :func:`check_command_line` applies the same rules before rclpy starts.
     """
     from rcl_interfaces.msg import ParameterDescriptor
     from rclpy.exceptions import InvalidParameterTypeException
@@ -229,37 +279,93 @@ def declare_parameters(node, table: Iterable[tuple[str, object, str]]) -> Callab
     overrides = getattr(node, "_parameter_overrides", {})
     for name, default, description in table:
         given = overrides.get(name)
-        if isinstance(default, float) and given is not None and given.type_ == Parameter.Type.INTEGER:
-            overrides[name] = Parameter(name, Parameter.Type.DOUBLE, float(given.value))
-        elif isinstance(default, str) and given is not None and given.type_ in (Parameter.Type.INTEGER,
-                                                                                 Parameter.Type.DOUBLE):
-            # `-p source:=0` (a camera index) or `-p task:=3` is meant as text; ROS parses it as a number
-            overrides[name] = Parameter(name, Parameter.Type.STRING, str(given.value))
+        if given is not None and given.type_ != Parameter.Type.NOT_SET:
+            value = accepted_value(name, default, given.value, node.get_name())
+            if type(value) is not type(given.value):
+                overrides[name] = Parameter(name, value=value)
         try:
             node.declare_parameter(name, default, ParameterDescriptor(description=description))
-        except InvalidParameterTypeException:
-            value = overrides[name].value
-            kind = _TYPE_NAMES.get(type(default), type(default).__name__)
-            raise NodeStartupError(f"parameter {name!r} of node {node.get_name()} must be {kind} (default "
-                                   f"{default!r}), got {value!r}") from None
+        except InvalidParameterTypeException:  # a type accepted_value does not know (a byte array)
+            accepted_value(name, default, object(), node.get_name())
     check_parameter_overrides(node)
     return lambda name: node.get_parameter(name).value
 
 
-def check_parameter_overrides(node) -> None:
-    """NodeStartupError if the node was given a parameter it does not declare (a typo would otherwise be ignored)."""
+def _ignored_override(name: str) -> bool:
+    """A given parameter a node need not declare: rclpy reads QoS overrides when a publisher or subscription is made."""
+    return name.startswith("qos_overrides.")
+
+
+def unknown_parameters_error(unknown: Sequence[str], declared: Sequence[str], node_name: str) -> NodeStartupError:
+    """The error for parameters given to a node that does not declare them: the first, the others, the closest
+    declared name to the first and every declared one."""
     from robot_rl.suggest import closest
 
-    declared = sorted(node.get_parameters_by_prefix(""))
-    unknown = sorted(name for name in getattr(node, "_parameter_overrides", {})
-                     if not node.has_parameter(name) and not name.startswith("qos_overrides."))
+    unknown, declared = sorted(unknown), sorted(declared)
+    name = unknown[0]
+    close = closest(name, declared)
+    hint = f" (did you mean {close!r}?)" if close else ""
+    others = f" (and {', '.join(repr(n) for n in unknown[1:])})" if unknown[1:] else ""
+    return NodeStartupError(f"unknown parameter {name!r}{others} for node {node_name}{hint}; "
+                            f"known: {', '.join(declared)}")
+
+
+def check_parameter_overrides(node) -> None:
+    """NodeStartupError if the node was given a parameter it does not declare (a typo would otherwise be ignored)."""
+    declared = node.get_parameters_by_prefix("")
+    unknown = [name for name in getattr(node, "_parameter_overrides", {})
+               if not node.has_parameter(name) and not _ignored_override(name)]
     if unknown:
-        name = unknown[0]
-        close = closest(name, declared)
-        hint = f" (did you mean {close!r}?)" if close else ""
-        others = f" (and {', '.join(repr(n) for n in unknown[1:])})" if unknown[1:] else ""
-        raise NodeStartupError(f"unknown parameter {name!r}{others} for node {node.get_name()}{hint}; "
-                               f"known: {', '.join(declared)}")
+        raise unknown_parameters_error(unknown, declared, node.get_name())
+
+
+def check_command_line(argv: Sequence[str], name: str, parameters: ParameterTable,
+                       check: ParameterCheck | None = None) -> dict[str, object] | None:
+    """The checks of :func:`declare_parameters` (types, then unknown names) and the node's `check` on the parameter
+    values that `argv` gives the node created as `name` (robot_rl.ros.ros_args reads them as rcl does; no ROS import):
+    NodeStartupError for the first problem, with the same words the node would log once built. Returns the node's
+    values by name (its defaults where none is given), or None where the command line has something this cannot read
+    as rcl does (an unreadable parameters file): rcl reports it when the node starts. A value this cannot tell (a
+    wildcard entry of a parameters file) is left to the node's own checks: `check` runs only when every value is
+    known."""
+    try:
+        given = ros_args.node_command_line(argv, name)
+    except ros_args.ParamsFileError:
+        return None
+    table = [*parameters, *ROS_PARAMETERS]
+    defaults = {parameter: default for parameter, default, _ in table}
+    unsure = set(given.unsure) | {parameter for parameter, value in given.values.items() if value is ros_args.UNSURE}
+    values = dict(defaults)
+    for parameter, default, _ in table:
+        if parameter in given.values and parameter not in unsure:
+            values[parameter] = accepted_value(parameter, default, given.values[parameter], given.name)
+    unknown = [parameter for parameter in given.values
+               if parameter not in defaults and parameter not in unsure and not _ignored_override(parameter)]
+    if unknown:
+        raise unknown_parameters_error(unknown, list(defaults), given.name)
+    if check is not None and not unsure & set(defaults):
+        check(given.name, values.__getitem__)
+    return values
+
+
+def log_error_line(logger_name: str, message: str) -> None:
+    """`message` as rclpy's logger `logger_name` prints an error with the default settings (stderr, or stdout with
+    RCUTILS_LOGGING_USE_STDOUT=1; RCUTILS_CONSOLE_OUTPUT_FORMAT's {severity} {time} {name} {message}; red on a
+    terminal unless RCUTILS_COLORIZED_OUTPUT=0): for a node that stops before rclpy is imported."""
+    import os
+    import sys
+    import time
+
+    stream = sys.stdout if os.environ.get("RCUTILS_LOGGING_USE_STDOUT") == "1" else sys.stderr
+    nanoseconds = time.time_ns()
+    fields = {"severity": "ERROR", "name": logger_name, "message": message,
+              "time": f"{nanoseconds // 10 ** 9}.{nanoseconds % 10 ** 9:09d}", "time_as_nanoseconds": str(nanoseconds)}
+    line = os.environ.get("RCUTILS_CONSOLE_OUTPUT_FORMAT") or "[{severity}] [{time}] [{name}]: {message}"
+    line = re.sub(r"\{(\w+)\}", lambda match: fields.get(match.group(1), ""), line)
+    colour = os.environ.get("RCUTILS_COLORIZED_OUTPUT")
+    if colour == "1" or (colour is None and stream.isatty()):
+        line = f"\033[31m{line}\033[0m"
+    print(line, file=stream, flush=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -331,13 +437,8 @@ def spin_callbacks(executor, host, timeout_sec: float, max_callbacks: int = MAX_
 
 
 def parse_node_arguments(parser, argv: list[str]):
-    """`parser.parse_args` on the non-ROS part of `argv` (everything outside --ros-args), after the ROS bootstrap."""
-    from robot_rl.ros.env import ensure_ros_environment
-
-    ensure_ros_environment()
-    from rclpy.utilities import remove_ros_args
-
-    return parser.parse_args(remove_ros_args(argv)[1:])
+    """`parser.parse_args` on the non-ROS part of `argv` (everything outside --ros-args; no ROS import)."""
+    return parser.parse_args(ros_args.remove_ros_args(argv)[1:])
 
 
 def topic_publisher(node, msg_type, topic: str):

@@ -51,6 +51,21 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
 """The node's ROS parameters (name, default, description)."""
 
 
+def check_parameters(node_name: str, values) -> None:
+    """NodeStartupError for the first parameter value (`values`: name -> value) the node cannot start with (threshold
+    is checked once the classifier, whose own threshold 0 stands for, is loaded). Cheap: run_node applies it to the
+    command line's values before anything starts; the node to its declared values."""
+    if not values("model"):
+        raise NodeStartupError("parameter 'model' is required: the folder `robot-rl train-reward` wrote")
+    if int(values("consecutive")) < 1:
+        raise NodeStartupError(f"parameter 'consecutive' must be >= 1, got {int(values('consecutive'))}")
+    if str(values("reward")) not in REWARD_MODES:
+        raise NodeStartupError(f"parameter 'reward' must be one of {', '.join(REWARD_MODES)}, "
+                               f"got {str(values('reward'))!r}")
+    if not float(values("max_frame_age_s")) > 0:
+        raise NodeStartupError(f"parameter 'max_frame_age_s' must be > 0, got {float(values('max_frame_age_s'))}")
+
+
 class SuccessFilter:
     """Success after `consecutive` frames in a row at or above `threshold` (pure; the node feeds it)."""
 
@@ -82,8 +97,7 @@ class RewardNode:
         self.node = node = rclpy.create_node(node_name, context=context, cli_args=cli_args)
         self._log = node.get_logger()
         param = declare_parameters(node, PARAMETERS)
-        if not param("model"):
-            raise NodeStartupError("parameter 'model' is required: the folder `robot-rl train-reward` wrote")
+        check_parameters(node.get_name(), param)
         try:
             self.classifier = load_reward_classifier(str(param("model")))
             robot = load_robot_config(str(param("robot")))
@@ -95,13 +109,6 @@ class RewardNode:
         self.max_frame_age_s = float(param("max_frame_age_s"))
         if not 0.0 < threshold < 1.0:
             raise NodeStartupError(f"parameter 'threshold' must be in (0, 1) (0: the classifier's), got {threshold}")
-        if consecutive < 1:
-            raise NodeStartupError(f"parameter 'consecutive' must be >= 1, got {consecutive}")
-        if self.reward_mode not in REWARD_MODES:
-            raise NodeStartupError(f"parameter 'reward' must be one of {', '.join(REWARD_MODES)}, "
-                                   f"got {self.reward_mode!r}")
-        if not self.max_frame_age_s > 0:
-            raise NodeStartupError(f"parameter 'max_frame_age_s' must be > 0, got {self.max_frame_age_s}")
         self.filter = SuccessFilter(threshold, consecutive)
 
         self._ImageError = ImageError
@@ -202,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     from robot_rl.ros.node_util import run_node
 
     argv = sys.argv if argv is None else argv
-    return run_node(RewardNode, argv, NODE_NAME)
+    return run_node(RewardNode, argv, NODE_NAME, PARAMETERS, check_parameters)
 
 
 if __name__ == "__main__":
