@@ -267,8 +267,12 @@ def summary() -> dict:
 
 def node_output(output: str, characters: int) -> str:
     """The last `characters` of a node's output without Fast DDS's own log lines: a shared-memory port it could not
-    lock printed dozens of them, which pushed the node's one error line out of the tail a test kept."""
-    return "\n".join(line for line in output.splitlines() if "RTPS_" not in line)[-characters:]
+    lock printed dozens of them, which pushed the node's one error line out of the tail a test kept. A crash dump
+    (faulthandler's "Fatal Python error") is kept whole: its first lines say which thread faulted ("Current thread",
+    or none for a native thread such as Fast DDS's), and the main thread's stack comes last."""
+    text = "\n".join(line for line in output.splitlines() if "RTPS_" not in line)
+    crash = text.find("Fatal Python error")
+    return text[crash:] if crash >= 0 else text[-characters:]
 
 
 def error_lines(output: str) -> list[str]:
