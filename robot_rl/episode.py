@@ -8,7 +8,8 @@ every reset and every command answers at once. Pure: no ROS, no simulator, so it
 with a fake clock.
 
 Phases: ``idle`` -> ``resetting`` (the reset: a service call with a timeout and retries, homing, the human's reset
-key, or none) -> ``starting`` (a sensor frame taken after the reset, then the episode starts at the measured pose)
+key, or none) -> ``starting`` (a sensor frame taken after the reset: where the reply names the reset's frame, that
+one or a later one; then the episode starts at the measured pose)
 -> ``running`` (one step per frame in lock-step, per tick in real time) -> ``idle``. Every reason it waits or holds
 is counted (`waits`, `holds`) and logged once it lasts; a frame that does not come within `frame_timeout_s` gives
 the episode up and resets again.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
+import re
 import time
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
@@ -33,6 +35,28 @@ RESET_RETRY_AFTER_FAILURE_S = 1.0  # a server that answers "failed" is not asked
 TELEOP_TIMEOUT_S = 0.5
 Wait = tuple[str, str]
 """(reason, message): why the runner cannot go on now (the reason is counted, the message logged)."""
+
+
+FRAME_STAMP_MARK = "; frame stamp "
+"""What ends a reset reply's message that names the frame the reset published (see `frame_stamp_text`)."""
+_FRAME_STAMP = re.compile(r"(\d+)\.(\d{9})", re.ASCII)
+
+
+def frame_stamp_text(sec: int, nanosec: int) -> str:
+    """The end of a reset reply's message that names the reset's frame by its header stamp (builtin_interfaces/Time
+    `sec`, `nanosec`): ``'; frame stamp <sec>.<nanosec, 9 digits>'``."""
+    return f"{FRAME_STAMP_MARK}{int(sec)}.{int(nanosec):09d}"
+
+
+def reset_frame_stamp(message: str) -> float | None:
+    """The stamp of the frame a reset published, where its reply's message ends with `frame_stamp_text`, in the
+    float seconds robot_rl.ros.convert.stamp_to_seconds gives that frame's headers (the same value, not a close one);
+    None where the message names none (another robot's reset service)."""
+    _, mark, tail = message.rpartition(FRAME_STAMP_MARK)
+    match = _FRAME_STAMP.fullmatch(tail) if mark else None
+    if match is None:
+        return None
+    return int(match[1]) + int(match[2]) * 1e-9  # as stamp_to_seconds: sec + nanosec * 1e-9
 
 
 class Log(Protocol):
@@ -74,7 +98,8 @@ class ResetService(Protocol):
         """Start a reset; returns a handle to poll."""
 
     def result(self, handle: Any) -> tuple[bool, str] | None:
-        """(success, message) once the call answered, None while it has not."""
+        """(success, message) once the call answered, None while it has not. A message that ends with
+        :func:`frame_stamp_text` names the reset's frame (the sim node's): the episode starts at it or a later one."""
 
     def abandon(self, handle: Any) -> None:
         """Give up a call that did not answer (it will not be polled again)."""
@@ -591,6 +616,10 @@ class EpisodeRunner:
         if attempt > 1:
             self.log.info(f"reset service {service.name} answered attempt {attempt}, "
                           f"{self._reset_waited(now):.1f} s after the reset began")
+        frame = reset_frame_stamp(message)
+        if frame is not None:  # the reply names the reset's frame: an older one (a frame still arriving from before
+            # the reset, such as the sim node's start-up frame when no frame had come before the call) never starts it
+            self._reset_requested_at_stamp = max(self._reset_requested_at_stamp, math.nextafter(frame, -math.inf))
         self._reset_done(now)
 
     def _reset_done(self, now: float) -> None:

@@ -26,7 +26,11 @@ command/target_pose     geometry_msgs/PoseStamped  in   absolute TCP target, fra
 command/gripper         std_msgs/Float64           in   gripper target in [0 closed, 1 open]
 ======================  =========================  ===  ==========================================================
 
-Service ``reset`` (std_srvs/Trigger): resets the episode and publishes the new observation.
+Service ``reset`` (std_srvs/Trigger): resets the episode, publishes the new observation, then answers; the answer's
+message names that frame by its header stamp: it ends with ``'; frame stamp <sec>.<nanosec>'`` (nine digits;
+robot_rl.episode.reset_frame_stamp reads it), so a client takes that frame or a later one as the episode's first. The
+node publishes its start-up frame (after its start-up reset) before it creates its command subscriptions and the
+reset service.
 
 All sensor messages of one control step carry the same header stamp (the node clock after the step);
 ``tcp_pose`` is published last. The task stream is std_msgs (no bytes payload): ``task/reward`` then ``task/success``,
@@ -508,6 +512,33 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
 """The node's ROS parameters (name, default, description); the command line's options give their defaults."""
 
 
+def parameter_table(config: SimNodeConfig) -> list[tuple[str, object, str]]:
+    """PARAMETERS with the defaults of `config` (the command line's options)."""
+    return [(name, getattr(config, name), description) for name, _, description in PARAMETERS]
+
+
+def node_config(values) -> SimNodeConfig:
+    """The node's settings from its parameter values (`values`: name -> value), checked by SimNodeConfig's rules and
+    the env's image_size rule (robot_rl.sim.env.image_size_problem); NodeStartupError for a bad one."""
+    from robot_rl.sim.env import image_size_problem
+
+    try:
+        config = SimNodeConfig(
+            task=str(values("task")), obs_mode=str(values("obs_mode")), image_size=int(values("image_size")),
+            mode=str(values("mode")), seed=int(values("seed")), robot=str(values("robot")))
+    except ValueError as error:
+        raise NodeStartupError(str(error)) from None
+    problem = image_size_problem("image_size", config.image_size)
+    if problem:
+        raise NodeStartupError(problem)
+    return config
+
+
+def check_parameters(node_name: str, values) -> None:
+    """NodeStartupError for a bad parameter value; run_node applies it to the command line's values first."""
+    node_config(values)
+
+
 class SimNode:
     """The ROS 2 side: one rclpy node around a :class:`SimRobot` (see the module doc for topics and modes)."""
 
@@ -522,14 +553,8 @@ class SimNode:
         self._Float32, self._Bool = Float32, Bool
         self.node = rclpy.create_node(node_name, context=context, cli_args=cli_args)
         node = self.node
-        param = declare_parameters(node, [(name, getattr(config, name), description)
-                                          for name, _, description in PARAMETERS])
-        try:
-            config = SimNodeConfig(
-                task=str(param("task")), obs_mode=str(param("obs_mode")), image_size=int(param("image_size")),
-                mode=str(param("mode")), seed=int(param("seed")), robot=str(param("robot")))
-        except ValueError as error:
-            raise NodeStartupError(str(error)) from None
+        param = declare_parameters(node, parameter_table(config))
+        config = node_config(param)
         self.profile = self._profile(config)
         self.config = dataclasses.replace(config, mode=config.mode or self.profile.mode or "realtime")
         self._used_seed: int | None = None
@@ -571,6 +596,15 @@ class SimNode:
         events = qos.qos_profile(qos.EVENTS)
         self._reward_pub = node.create_publisher(Float32, relative_name(qos.TASK_REWARD), events)
         self._success_pub = node.create_publisher(Bool, relative_name(qos.TASK_SUCCESS), events)
+        self._last_stamp = 0.0
+        self._reported_episode_end = False
+
+        self._resets_served = 0
+        self._reset_episode()
+        # The start-up frame goes out before the node offers its inputs (commands, the reset service): a client that
+        # sees the reset service has every stream's start-up message published before the reset's, each stamped
+        # earlier than anything the node publishes later; the reset's reply names its own frame (_on_reset).
+        self._publish(with_task=False)
         commands = qos.qos_profile(qos.COMMANDS)
         from trajectory_msgs.msg import JointTrajectory
 
@@ -587,12 +621,6 @@ class SimNode:
             node.create_subscription(JointTrajectory, profile.joint_trajectory_topic, self._on_joint_trajectory,
                                      commands)
         node.create_service(Trigger, profile.reset_service, self._on_reset)
-        self._last_stamp = 0.0
-        self._reported_episode_end = False
-
-        self._resets_served = 0
-        self._reset_episode()
-        self._publish(with_task=False)
         if realtime:
             node.create_timer(self.robot.control_dt, self._on_timer)
         self._log.info(
@@ -662,15 +690,20 @@ class SimNode:
         self._step_and_publish()
 
     def _on_reset(self, request, response):
+        from robot_rl.episode import frame_stamp_text
+        from robot_rl.ros.convert import stamp_from_seconds
+
         try:
             seed = self._reset_episode(requested=True)
-            self._publish(with_task=False)
+            stamp = stamp_from_seconds(self._publish(with_task=False))
         except Exception as error:  # noqa: BLE001 - a failed reset is reported to the caller, not a crash
             self._log.error(f"reset failed: {error!r}")
             response.success, response.message = False, f"reset failed: {error!r}"
             return response
         response.success = True
-        response.message = f"episode {self.robot.episode} reset" + ("" if seed is None else f" with seed {seed}")
+        # The reply names the frame just published (its header stamp): the first frame of the new episode.
+        response.message = f"episode {self.robot.episode} reset" + ("" if seed is None else f" with seed {seed}") \
+            + frame_stamp_text(stamp.sec, stamp.nanosec)
         return response
 
     # ----- internals -------------------------------------------------------------------------------------------
@@ -729,8 +762,9 @@ class SimNode:
         self._joint_pub.publish(joint_state_to_msg(
             (*profile.arm_joint_names, *profile.finger_joint_names), positions, velocities, stamp=stamp))
 
-    def _publish(self, with_task: bool) -> None:
-        """One step's sensor messages with one stamp; the arm state message (tcp_pose, or joint_states) last."""
+    def _publish(self, with_task: bool) -> float:
+        """One step's sensor messages with one stamp; the arm state message (tcp_pose, or joint_states) last.
+        Returns the stamp."""
         from robot_rl.ros.convert import floats_to_msg, joint_state_to_msg, pose_to_msg, twist_to_msg
 
         robot, stamp = self.robot, self._stamp()
@@ -758,6 +792,7 @@ class SimNode:
             self._tcp_pub.publish(pose_to_msg(position, quat, stamp=stamp, frame_id=base_frame))
         if joints_last:
             self._publish_joints(stamp)
+        return stamp
 
     def destroy(self) -> None:
         try:
@@ -797,7 +832,8 @@ def main(argv: list[str] | None = None) -> int:
                                seed=args.seed, robot=args.robot)
     except ValueError as error:  # as a bad parameter: one line, exit status 2
         parser.exit(2, f"error: {error}\n")
-    return run_node(lambda: SimNode(config, node_name=args.node_name), argv, args.node_name)
+    return run_node(lambda: SimNode(config, node_name=args.node_name), argv, args.node_name, parameter_table(config),
+                    check_parameters)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -183,6 +183,25 @@ def test_a_lost_reset_reply_times_out_and_the_reset_is_called_again():
     assert lines.count("answered attempt 2") == 1
 
 
+def test_a_frame_older_than_the_one_the_reset_reply_names_does_not_start_the_episode():
+    """The sim node's reply names the reset's frame: a frame published before it (its start-up frame, still arriving
+    when the reset was called before any frame had come) is not the episode's first."""
+    from robot_rl.episode import frame_stamp_text, reset_frame_stamp
+
+    runner, robot, clock, _ = make(RunnerConfig(episodes=1))
+    reply = "episode 0 reset" + frame_stamp_text(100, 500_000_000)
+    robot.reset_service.answers = [(True, reply)]
+    robot.mute = True  # the frames come when the test says
+    tick(runner, clock, 3)
+    assert robot.reset_service.calls == 1 and runner.phase == "starting"
+    robot.stamp = 100.25  # the start-up frame: complete, newer than any seen when the reset was called
+    tick(runner, clock, 5)
+    assert runner.phase == "starting" and not robot.sent
+    robot.stamp, robot.mute = reset_frame_stamp(reply), False  # the reset's own frame
+    tick(runner, clock)
+    assert runner.phase == "running" and len(robot.sent) == 1
+
+
 def test_a_failed_reset_is_retried_after_a_pause_and_a_missing_server_is_waited_for():
     runner, robot, clock, lines = make(RunnerConfig(episodes=1))
     robot.reset_service.up = False

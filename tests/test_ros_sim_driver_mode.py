@@ -240,6 +240,7 @@ def _client() -> int:
 
     from robot_rl.ros import qos
     from robot_rl.ros.convert import image_from_msg, stamp_to_seconds
+    from robot_rl.episode import reset_frame_stamp
 
     summary: dict = {}
     nodes = {
@@ -368,10 +369,15 @@ def _client() -> int:
         lockstep_reset = node.create_client(Trigger, f"{LOCKSTEP_NS}/reset")
         spin_until(lambda: lockstep_reset.service_is_ready()
                    and trajectory_pubs[LOCKSTEP_NS].get_subscription_count() >= 1, "the lock-step node")
-        while not received["lockstep_joints"]:  # it published its start before this client matched: reset it
-            future = lockstep_reset.call_async(Trigger.Request())
-            spin_until(future.done, "the lock-step reset")
-            spin_for(0.5)
+        # Its start-up frame may have gone out before this client matched, or may still be in flight: reset it and
+        # wait for the frame the reset names (or a later one), so no reset or start-up frame lands in the idle window.
+        future = lockstep_reset.call_async(Trigger.Request())
+        spin_until(future.done, "the lock-step reset")
+        lock_reset_stamp = reset_frame_stamp(future.result().message)
+        if lock_reset_stamp is None:
+            raise RuntimeError(f"the lock-step reset reply names no frame: {future.result().message!r}")
+        spin_until(lambda: any(stamp_to_seconds(m.header.stamp) >= lock_reset_stamp
+                               for m in received["lockstep_joints"]), "the lock-step reset's frame")
         idle = len(received["lockstep_joints"])
         spin_for(0.5)
         summary["lockstep_idle_messages"] = len(received["lockstep_joints"]) - idle
@@ -389,11 +395,13 @@ def _client() -> int:
 
         # ----- reset service: a new episode from a start pose, away from the commanded goal
         spin_until(reset_client.service_is_ready, "the reset service")
-        before = time.time()
         future = reset_client.call_async(Trigger.Request())
         spin_until(future.done, "the reset response")
         summary["reset"] = {"success": future.result().success, "message": future.result().message}
-        spin_until(lambda: stamp_to_seconds(received["joints"][-1].header.stamp) > before, "joints after reset")
+        reset_stamp = reset_frame_stamp(future.result().message)  # the frame the reset published; later ones follow it
+        if reset_stamp is None:
+            raise RuntimeError(f"the reset reply names no frame: {future.result().message!r}")
+        spin_until(lambda: stamp_to_seconds(received["joints"][-1].header.stamp) >= reset_stamp, "joints after reset")
         summary["after_reset_error"] = float(np.linalg.norm(tcp_from_joints() - goal))
     except Exception as error:  # noqa: BLE001 - reported in the summary
         summary["error"] = repr(error)

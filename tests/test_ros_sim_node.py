@@ -3,7 +3,10 @@
 End to end: the test starts this file as a client script (``python test_ros_sim_node.py client``) in a private network
 namespace (only ``lo``) where the kernel allows it, always with ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST and a
 test-specific ROS_DOMAIN_ID. The client starts the sim node (``python -m robot_rl.sim.node --mode lockstep``, namespaced
-with ``__ns:=/simtest``) in the same namespace, drives it, stops it with SIGTERM and prints a JSON summary.
+with ``__ns:=/simtest``) in the same namespace, drives it, stops it with SIGTERM and prints a JSON summary. It waits
+for frames as the actor does: a frame is complete when every stream carries the tcp_pose's stamp; the episode's first
+one is the frame the reset's reply names (never the node's start-up frame, which may still be arriving), each
+lock-step step's the next complete one.
 """
 
 from __future__ import annotations
@@ -100,6 +103,20 @@ def test_imminent_failure_names_a_target_pressing_beside_the_hole(sim_robot):
         robot.close()
 
 
+def test_the_reset_reply_names_its_frame_by_the_stamp_its_headers_carry():
+    pytest.importorskip("rclpy")
+    from robot_rl.episode import frame_stamp_text, reset_frame_stamp
+    from robot_rl.ros.convert import stamp_from_seconds, stamp_to_seconds
+
+    for seconds in (0.0, 1.5, 1764355584.123456789, 1764355584.000000001, 1764355584.999999999):
+        header = stamp_from_seconds(seconds)  # what the node's messages carry
+        reply = "episode 3 reset with seed 0" + frame_stamp_text(header.sec, header.nanosec)
+        assert reset_frame_stamp(reply) == stamp_to_seconds(header)  # equal, as the frame's own stamp compares
+    for reply in ("episode 0 reset", "", "; frame stamp 12", "; frame stamp 12.5", "; frame stamp -1.000000000",
+                  "; frame stamp 12.000000000 ", "; frame stamp 1e3.000000000"):
+        assert reset_frame_stamp(reply) is None, reply
+
+
 # --------------------------------------------------------------------------------------------- over ROS 2
 
 
@@ -114,6 +131,7 @@ def _client() -> int:
     from std_msgs.msg import Bool, Float32
     from std_srvs.srv import Trigger
 
+    from robot_rl.episode import reset_frame_stamp
     from robot_rl.ros import qos
     from robot_rl.ros.convert import image_from_msg, pose_from_msg, pose_to_msg, stamp_to_seconds
     from robot_rl.sim.env import RobotEnv
@@ -126,9 +144,16 @@ def _client() -> int:
     node = rclpy.create_node("test_sim_client")
     latest: dict[str, object] = {}
     counts = {"reward": 0, "success": 0}
+    tcp_stamps: list[float] = []  # every tcp_pose stamp received, in arrival order
 
     def keep(key):
-        return lambda msg: latest.__setitem__(key, msg)
+        def on_message(msg) -> None:  # the newest reading by stamp, as the actor's SensorCache keeps it
+            held = latest.get(key)
+            if held is None or stamp_to_seconds(msg.header.stamp) >= stamp_to_seconds(held.header.stamp):
+                latest[key] = msg
+            if key == "tcp":
+                tcp_stamps.append(stamp_to_seconds(msg.header.stamp))
+        return on_message
 
     def count(key):
         return lambda msg: counts.__setitem__(key, counts[key] + 1)
@@ -159,10 +184,23 @@ def _client() -> int:
     def stamps() -> dict[str, float]:
         return {k: stamp_to_seconds(m.header.stamp) for k, m in latest.items()}
 
-    def wait_publication(after: float, what: str) -> float:
-        """Wait until every sensor stream has a message stamped after `after`; return the tcp stamp."""
-        spin_until(lambda: len(latest) == 5 and min(stamps().values()) > after, what)
-        return stamps()["tcp"]
+    def frame_stamp() -> float | None:
+        """The actor's rule for a lock-step frame (robot_rl.robot_io.RobotSensors.frame_stamp): the newest frame is
+        complete when every sensor stream carries the tcp_pose's stamp; None while one does not."""
+        held = stamps()
+        if len(held) < 5 or any(stamp != held["tcp"] for stamp in held.values()):
+            return None
+        return held["tcp"]
+
+    def wait_frame(newer_than: float, what: str, *, at_least: float = -float("inf")) -> float:
+        """Wait for a complete frame stamped after `newer_than` and at or after `at_least` (as the actor waits: for
+        the first frame of an episode, not older than the one the reset's reply names; for each lock-step step, newer
+        than the last frame stepped on); return its stamp."""
+        def fresh() -> bool:
+            stamp = frame_stamp()
+            return stamp is not None and stamp > newer_than and stamp >= at_least
+        spin_until(fresh, what)
+        return frame_stamp()
 
     def tcp() -> tuple[np.ndarray, np.ndarray]:
         return pose_from_msg(latest["tcp"])
@@ -170,11 +208,14 @@ def _client() -> int:
     try:
         spin_until(reset_client.service_is_ready, "the reset service")
         spin_until(lambda: target_pub.get_subscription_count() >= 1, "the command subscription")
-        before_reset = time.time()
         future = reset_client.call_async(Trigger.Request())
         spin_until(future.done, "the reset response")
         summary["reset"] = {"success": future.result().success, "message": future.result().message}
-        stamp = wait_publication(before_reset, "the observation after reset")
+        reset_stamp = reset_frame_stamp(future.result().message)  # the frame the reset published
+        if reset_stamp is None:
+            raise AssertionError(f"the reset reply names no frame: {future.result().message!r}")
+        stamp = wait_frame(-float("inf"), "the reset's frame", at_least=reset_stamp)
+        summary["reset_frame_is_the_replys"] = stamp == reset_stamp  # lock-step: nothing newer before a command
 
         images = {k: image_from_msg(latest[k]) for k in ("front", "wrist")}
         summary["image_shapes"] = {k: list(v.shape) for k, v in images.items()}
@@ -193,14 +234,14 @@ def _client() -> int:
         target = start_position + np.array([0.0, 0.0, LIFT_M])
         for step in range(STEPS_UP):
             target_pub.publish(pose_to_msg(target, start_quat, stamp=time.time(), frame_id="base"))
-            stamp = wait_publication(stamp, f"lock-step publication {step}")
+            stamp = wait_frame(stamp, f"lock-step frame {step}")
         lifted, _ = tcp()
         summary["lift"] = (lifted - start_position).tolist()
 
         bad = pose_to_msg(target, start_quat, stamp=time.time(), frame_id="base")
         bad.pose.position.z = float("nan")
         target_pub.publish(bad)
-        stamp = wait_publication(stamp, "the step after a NaN command")
+        stamp = wait_frame(stamp, "the step after a NaN command")
         after_nan, _ = tcp()
         summary["after_nan_alive"] = sim.poll() is None
         summary["after_nan_moved"] = float(np.linalg.norm(after_nan - lifted))
@@ -208,6 +249,10 @@ def _client() -> int:
             np.all(after_nan >= RobotEnv.workspace_low - 0.01) and np.all(after_nan <= RobotEnv.workspace_high + 0.01))
         spin_until(lambda: counts["reward"] >= STEPS_UP + 1 and counts["success"] >= STEPS_UP + 1, "task messages")
         summary["task_counts"] = dict(counts)
+        # lock-step: one frame per command after the reset's, each newer than the one before
+        after_reset = [t for t in tcp_stamps if t > reset_stamp]
+        summary["frames_after_reset"] = len(after_reset)
+        summary["tcp_stamps_increasing"] = all(a < b for a, b in zip(tcp_stamps, tcp_stamps[1:]))
     except Exception as error:  # noqa: BLE001 - reported in the summary
         summary["error"] = repr(error)
     finally:
@@ -234,6 +279,7 @@ def test_sim_node_lockstep_end_to_end():
     context = (summary, stderr[-3000:])
     assert "error" not in summary, context
     assert summary["reset"]["success"], context
+    assert summary["reset_frame_is_the_replys"], context
     assert summary["image_shapes"] == {"front": [IMAGE_SIZE, IMAGE_SIZE, 3], "wrist": [IMAGE_SIZE, IMAGE_SIZE, 3]}
     assert min(summary["image_means"].values()) > 0, context
     assert summary["image_frames"] == {"front": "front_camera", "wrist": "wrist_camera"}
@@ -247,6 +293,7 @@ def test_sim_node_lockstep_end_to_end():
     assert abs(dz - LIFT_M) < 0.006 and abs(dx) < 0.005 and abs(dy) < 0.005, context
     assert summary["after_nan_alive"] and summary["after_nan_in_workspace"], context
     assert summary["after_nan_moved"] < 0.006, context  # the last target was held
+    assert summary["frames_after_reset"] == STEPS_UP + 1 and summary["tcp_stamps_increasing"], context
     assert "rejected target pose command" in stderr, stderr[-3000:]
     assert summary["sim_exit_code"] == 0, context
     assert returncode == 0, stderr[-3000:]
