@@ -20,10 +20,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def run_script(body: str, *, signum: int | None = None, after_s: float = 0.0, after_line: str | None = None,
-               timeout: float = 30.0, env: dict | None = None, wrap=None) -> tuple[int, str, float]:
+               timeout: float = 120.0, env: dict | None = None, wrap=None) -> tuple[int, str, float]:
     """Run `body` (dedented) with the repo's Python; optionally send `signum` `after_s` after the start, or after the
     script wrote `after_line` to stderr (a loaded machine can take seconds to import). Returns (exit status, stderr,
-    seconds from the signal, or from the start, to the exit)."""
+    seconds from the signal, or from the start, to the exit). `timeout` is a failure detector only (a script whose
+    stop did not end it runs for ever): a start-up of ROS and JAX on two cores at load 17 took most of 30 s."""
     argv = [sys.executable, "-c", textwrap.dedent(body)]
     process = subprocess.Popen(wrap(argv) if wrap else argv, cwd=REPO, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True, env=env)

@@ -185,6 +185,11 @@ class ActorNode:
 
         robot, arm, gripper = self.robot, self.robot.arm, self.robot.gripper
         subscribe = self.subscriptions.subscribe
+        # The sim's object state first: it carries no stamp, it is published before each frame's stamped streams,
+        # and callbacks ready at once run in creation order, so a frame completed by tcp_pose finds its own.
+        if "object_state" in self.required:
+            subscribe(Float32MultiArray, relative_name(qos.SIM_OBJECT_STATE), self._on_object_state,
+                      qos.qos_profile(qos.SENSORS), "object_state")
         for sensor in self.required:
             if sensor.startswith("camera/"):
                 camera = robot.camera(sensor[len("camera/"):])
@@ -200,9 +205,6 @@ class ActorNode:
         if self.link.kinematics is not None or gripper.state == "joint_states":
             subscribe(JointState, arm.joint_states_topic, self._on_joint_states, qos.sensor_qos(arm.qos),
                             "joint_states")
-        if "object_state" in self.required:
-            subscribe(Float32MultiArray, relative_name(qos.SIM_OBJECT_STATE), self._on_object_state,
-                            qos.qos_profile(qos.SENSORS), "object_state")
         events = qos.qos_profile(qos.EVENTS)
         for message_type, topic, callback, profile, what in (
                 (Float32, qos.TASK_REWARD, lambda m: self.inputs.reward(m.data), events, "task/reward"),

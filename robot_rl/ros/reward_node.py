@@ -129,11 +129,16 @@ class RewardNode:
                 raise NodeStartupError(f"classifier {param('model')} was trained on frames cut another way than the "
                                        f"robot file's cameras give now: {problems[0]}")
             self.cameras[key] = {"topic": camera.topic, "type": camera.type, "image": None, "received": -math.inf,
-                                 "transform": ImageTransform.from_camera(camera, shape[0])}
-            msg_type = CompressedImage if camera.type == "CompressedImage" else Image
-            node.create_subscription(msg_type, relative_name(camera.topic),
-                                     lambda msg, k=key: self._on_image(k, msg), qos.sensor_qos(camera.qos))
+                                 "transform": ImageTransform.from_camera(camera, shape[0]),
+                                 "qos": qos.sensor_qos(camera.qos)}
         self.trigger = next(iter(self.cameras))
+        # The trigger camera's subscription last: callbacks ready at once run in creation order, so the other
+        # cameras' frames of the same moment are in before the trigger's frame is classified with them.
+        for key in [*list(self.cameras)[1:], self.trigger]:
+            camera = self.cameras[key]
+            msg_type = CompressedImage if camera["type"] == "CompressedImage" else Image
+            node.create_subscription(msg_type, relative_name(camera["topic"]),
+                                     lambda msg, k=key: self._on_image(k, msg), camera["qos"])
         # compile now, not at the first frame
         self.classifier.predict({key: np.zeros(shape, np.uint8) for key, shape in self.classifier.shapes.items()})
         node.create_subscription(UInt32, relative_name(qos.ACTOR_EPISODE), self._on_episode,
