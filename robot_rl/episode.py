@@ -365,6 +365,7 @@ class EpisodeRunner:
         self._last_stepped_stamp = -math.inf
         self._commanded_since_frame = False
         self._human_wait: tuple[float, float] | None = None  # (frame stamp, clock start) of a wait for the human
+        self._human_answers_frames = False  # the teleop node has answered a frame (it stamps its twist per frame)
         self._episode_started = 0.0
         self._episode_steps: list[tuple] = []
 
@@ -437,16 +438,20 @@ class EpisodeRunner:
 
     def _awaiting_human(self, stamp: float) -> bool:
         """Lock-step with an engaged human: the world waits for us, and the human (the scripted teleop node, which
-        stamps its twist with the frame it answers) is part of it; wait up to TELEOP_TIMEOUT_S for their command for
-        this frame rather than act on the previous one."""
+        stamps its twist with the frame it answers) is part of it; wait for their command for this frame rather than
+        act on the previous one. A device that has answered a frame is waited for as the world is (up to
+        `frame_timeout_s`: a busy machine delays its answer, it does not end it); one that has not yet (a device
+        that does not stamp per frame) for TELEOP_TIMEOUT_S, then the runner acts on its newest command."""
         if not self.inputs.engaged or self.inputs.twist_stamp >= stamp:
+            self._human_answers_frames |= self.inputs.engaged
             self._human_wait = None
             return False
         now = self.clock()
         if self._human_wait is None or self._human_wait[0] != stamp:
             self._human_wait = (stamp, now)
-        if now - self._human_wait[1] >= TELEOP_TIMEOUT_S:
-            return False  # a device that does not stamp per frame: act on its newest command
+        limit = max(TELEOP_TIMEOUT_S, self.config.frame_timeout_s) if self._human_answers_frames else TELEOP_TIMEOUT_S
+        if now - self._human_wait[1] >= limit:
+            return False  # act on the device's newest command
         self._wait("the human's command for this frame", "for the teleop node's command answering this frame")
         return True
 

@@ -269,6 +269,23 @@ def test_lockstep_waits_for_the_human_s_command_for_the_frame_then_acts_on_the_n
     assert len(robot.sent) > sent
 
 
+def test_lockstep_waits_as_long_as_the_world_for_a_human_who_answers_each_frame():
+    """A scripted human on a busy machine: its answer to a frame comes later than TELEOP_TIMEOUT_S, and the step still
+    carries it, not the previous frame's command."""
+    runner, robot, clock, _ = make(RunnerConfig(episodes=1, frame_timeout_s=3.0), steps=20)
+    robot.frame()
+    tick(runner, clock, 3)
+    runner.inputs.teleop_engaged(True)
+    runner.inputs.teleop_twist(np.zeros(3), np.zeros(3), stamp=robot.stamp)  # it answers the frame it sees
+    tick(runner, clock, 3)
+    sent = len(robot.sent)
+    tick(runner, clock, 20, dt=0.1)  # 2 s: four times TELEOP_TIMEOUT_S without its answer to the new frame
+    assert len(robot.sent) == sent and runner.waiting_for == "the human's command for this frame"
+    runner.inputs.teleop_twist(np.array([0.0, 0.1, 0.0]), np.zeros(3), stamp=robot.stamp)
+    tick(runner, clock, 1)
+    assert len(robot.sent) == sent + 1 and robot.sent[-1].target_position[1] > robot.sent[-2].target_position[1]
+
+
 @dataclasses.dataclass
 class LaggingGate:
     weights_version: int = 1
