@@ -39,8 +39,9 @@ if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
 
 # `make test` runs two pytest-xdist workers (-n 2 --dist loadfile): each test file goes to one worker, whole (its
 # module fixtures are made once), and the files that start ROS 2 nodes (or a launch, or the private-network hosts)
-# count as one file: they run on one worker, one at a time, as they were written to (fixed domain ids; Fast DDS's
-# shared-memory transport crosses network namespaces), while the other worker takes the files that only compute.
+# count as one file: they run on one worker, one at a time (each graph has its own network, IPC and /dev/shm
+# namespaces and a domain id from tests/ros_harness.allocate_domain_id, but real-time nodes need the core), while the
+# other worker takes the files that only compute.
 # They come first, so that long stream starts at once and the short files fill in beside it.
 _ROS_FILE = re.compile(r"rclpy|ROS_DOMAIN_ID|domain_id|ros_harness|robot_rl\.ros|LaunchRun|unshare")
 _TESTS = Path(__file__).resolve().parent
