@@ -256,6 +256,20 @@ class RobotEnv(gym.Env):
         or the task names none."""
         return None
 
+    def action_target(self, action, position: np.ndarray, quat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The controller target (position [m], quaternion wxyz) a finite `action` (in [-1, 1]) sends the hand to from
+        the target (`position`, `quat`), within the workspace and rotation limits (what a step with it sets)."""
+        action = np.clip(np.asarray(action, dtype=np.float64).reshape(-1), -1.0, 1.0)
+        position = np.clip(np.asarray(position, dtype=np.float64) + action[:3] * self.max_translation,
+                           self.workspace_low, self.workspace_high)
+        quat = np.array(quat, dtype=np.float64)
+        if self.control_rotation and action[3:6].any():
+            turned = _quat_mul(_quat_from_rotvec(action[3:6] * self.max_rotation), quat)
+            relative = _rotvec_from_quat(_quat_mul(turned, _quat_conj(NOMINAL_TCP_QUAT)))
+            quat = _quat_mul(_quat_from_rotvec(np.clip(relative, self.rotation_low, self.rotation_high)),
+                             NOMINAL_TCP_QUAT)
+        return position, quat
+
     def target_of(self, action) -> np.ndarray:
         """The TCP target position (3,) [m] that `action` (in [-1, 1]) sends the hand to from the current target."""
         step = np.clip(np.nan_to_num(np.asarray(action, dtype=np.float64).reshape(-1)[:3]), -1.0, 1.0)
@@ -395,14 +409,9 @@ class RobotEnv(gym.Env):
                 logger.warning("non-finite action %s rejected; holding the current target", action)
                 self._warned_bad_action = True
             return False
-        action = np.clip(action, -1.0, 1.0)
-        position = self.target_of(action)
-        if self.control_rotation:
-            self.set_target_pose(position, _quat_mul(_quat_from_rotvec(action[3:6] * self.max_rotation),
-                                                     self._target_quat))
-        else:
-            self._target_position = position
-        self._set_gripper(float(action[-1]))
+        self._target_position, self._target_quat = self.action_target(action, self._target_position,
+                                                                       self._target_quat)
+        self._set_gripper(float(np.clip(action[-1], -1.0, 1.0)))
         return True
 
     def _set_gripper(self, command: float) -> None:

@@ -14,10 +14,13 @@ Perturbation types and their parameters (ranges are [low, high], drawn uniformly
 - `colour`: `geoms` (names; `objects` = the geoms of every free body, the manipulated objects), `shift` (max change
   of each RGB channel, 0-1).
 - `object`: `bodies` (names; `objects` = every free body), `size_scale`, `mass_scale`, `friction_scale`.
-- `action_latency`: `steps` (control steps each command arrives late; the first ones hold).
-- `sensor_delay`: `steps` (control steps every observation is old).
-- `frame_drops`: `probability` (per step and camera: the camera repeats its previous frame).
-- `control_rate_jitter`: `fraction` (each control period lasts (1 + u) x nominal, u in [-fraction, fraction]).
+- `action_latency`: `steps` (control steps each command arrives late: the target executed at step t is the one
+  commanded at t - steps, each command's step taken from the previous command; the first ones hold).
+- `sensor_delay`: `steps` (control steps every observation is old: the one of t - steps, stamped when captured).
+- `frame_drops`: `probability` (per step and camera: the camera repeats its previous frame, with that frame's
+  stamp, as a driver that missed a frame leaves its last one).
+- `control_rate_jitter`: `fraction` (each control period lasts (1 + u) x nominal, u in [-fraction, fraction]; the
+  commands and targets are the nominal ones, the frames' stamps follow the sim's clock).
 - `proprio_noise`: `position_m`, `quaternion`, `velocity`, `gripper_m` (per-step Gaussian std on `state`).
 """
 
@@ -172,9 +175,11 @@ class PerturbedEnv(gym.Wrapper):
         self.drawn: dict[str, Any] = {}
         """What the last reset drew, per perturbation (for the record and for tests)."""
         self._rng = np.random.default_rng(0)
-        self._pending_actions: collections.deque = collections.deque()
+        self._pending_actions: collections.deque = collections.deque()  # commanded (position, quat, gripper)
+        self._commanded: tuple[np.ndarray, np.ndarray] | None = None
         self._observations: collections.deque = collections.deque()
-        self._last_frames: dict[str, np.ndarray] = {}
+        self._last_frames: dict[str, tuple[np.ndarray, float]] = {}  # camera key -> (frame, sim time of capture)
+        self._captured: dict[str, float] = {}  # the last observation's keys -> sim time of capture
 
     # ----- names -> model ids, checked once -------------------------------------------------------------------------
     def _resolve(self, p: Perturbation) -> dict[str, np.ndarray]:
@@ -222,6 +227,7 @@ class PerturbedEnv(gym.Wrapper):
         mujoco.mj_setConst(self._model, self.env.unwrapped.data)
         obs, info = self.env.reset(seed=seed, options=options)
         self._pending_actions.clear()
+        self._commanded = self.env.unwrapped.target_pose() if self._latency else None
         self._observations.clear()
         self._last_frames = {}
         return self._observe(obs), info
@@ -229,38 +235,71 @@ class PerturbedEnv(gym.Wrapper):
     def step(self, action):
         action = np.asarray(action, np.float32)
         if self._latency:
-            self._pending_actions.append(action)
-            if len(self._pending_actions) > self._latency:
-                action = self._pending_actions.popleft()
-            else:  # nothing has arrived yet: hold the target and the gripper
-                action = np.zeros_like(action)
-                action[-1] = self.env.unwrapped.gripper_command
+            action = self._delayed(action)
         if self._jitter:
             scale = 1.0 + self._rng.uniform(-self._jitter, self._jitter)
             self.env.unwrapped.physics_steps_per_env_step = max(1, round(PHYSICS_STEPS_PER_ENV_STEP * scale))
         obs, reward, terminated, truncated, info = self.env.step(action)
         return self._observe(obs), reward, terminated, truncated, info
 
+    def commanded_target_pose(self) -> tuple[np.ndarray, np.ndarray]:
+        """The controller target the actions so far lead to (position [m], quaternion wxyz): the env's own target, or
+        with action latency the target of the newest command still on its way. An action's step is taken from it,
+        as a real arm's driver takes each absolute target whenever it arrives."""
+        if self._commanded is None:
+            return self.env.unwrapped.target_pose()
+        return self._commanded[0].copy(), self._commanded[1].copy()
+
     # ----- helpers -------------------------------------------------------------------------------------------------
+    def _delayed(self, action: np.ndarray) -> np.ndarray:
+        """The action to execute now under action latency: the absolute target (and gripper) commanded `steps`
+        control steps ago, or a hold of the target and the gripper while nothing has arrived yet."""
+        base = self.env.unwrapped
+        if np.isfinite(action).all():
+            self._commanded = base.action_target(action, *self._commanded)
+            self._pending_actions.append((*self._commanded, float(np.clip(action[-1], -1.0, 1.0))))
+        else:  # the env rejects it when it arrives, as it would have at once
+            self._pending_actions.append(action)
+        hold = np.zeros_like(action)
+        if len(self._pending_actions) <= self._latency:
+            hold[-1] = base.gripper_command
+            return hold
+        arrived = self._pending_actions.popleft()
+        if not isinstance(arrived, tuple):
+            return arrived
+        position, quat, gripper = arrived
+        base.set_target_pose(position, quat)  # the step below keeps it: no motion, only the gripper
+        hold[-1] = gripper
+        return hold
+
     def _restore_nominal(self) -> None:
         for name, value in self._nominal.items():
             getattr(self._model, name)[:] = value
         self._model.vis.headlight.ambient[:] = self._nominal_headlight[0]
         self._model.vis.headlight.diffuse[:] = self._nominal_headlight[1]
 
+    def sensor_ages(self) -> dict[str, float]:
+        """How old each key of the last observation is [s of sim time]: 0 when fresh, a control period per step of
+        sensor delay, and a repeated (dropped) camera frame as old as the frame it repeats."""
+        now = self.env.unwrapped.data.time
+        return {key: now - captured for key, captured in self._captured.items()}
+
     def _observe(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         obs = dict(obs)
+        now = self.env.unwrapped.data.time
+        captured = dict.fromkeys(obs, now)
         for key in [k for k in obs if k.startswith("images/")]:
             if self._drops and key in self._last_frames and self._rng.random() < self._drops:
-                obs[key] = self._last_frames[key]
-            self._last_frames[key] = obs[key]
+                obs[key], captured[key] = self._last_frames[key]
+            self._last_frames[key] = obs[key], captured[key]
         if self._noise is not None and "state" in obs:
             obs["state"] = _noisy_state(obs["state"], self._noise, self._rng)
         if self._delay:
-            self._observations.append(obs)
+            self._observations.append((obs, captured))
             while len(self._observations) > self._delay + 1:
                 self._observations.popleft()
-            return self._observations[0]
+            obs, captured = self._observations[0]
+        self._captured = captured
         return obs
 
 
@@ -346,5 +385,6 @@ def _noisy_state(state: np.ndarray, noise: Mapping[str, float], rng: np.random.G
                       (slice(7, 13), noise.get("velocity", 0.0)), (slice(13, 14), noise.get("gripper_m", 0.0))):
         if std:
             state[part] += rng.normal(0.0, std, state[part].shape).astype(np.float32)
-    state[3:7] /= max(float(np.linalg.norm(state[3:7])), 1e-9)
+    if noise.get("quaternion", 0.0):
+        state[3:7] /= max(float(np.linalg.norm(state[3:7])), 1e-9)
     return state

@@ -54,6 +54,30 @@ class ExecutedCommand:
         return "reset" if self.terminated or self.truncated else None
 
 
+def commanded_target_pose(env: gym.Env) -> tuple[np.ndarray, np.ndarray]:
+    """The target a command's step is taken from: where the commands so far lead. A wrapper that delays commands
+    (robot_rl.sim.perturb.PerturbedEnv under action latency) knows it; otherwise it is the env's controller target."""
+    layer = env
+    while isinstance(layer, gym.Wrapper):
+        own = getattr(type(layer), "commanded_target_pose", None)
+        if own is not None:
+            return own(layer)
+        layer = layer.env
+    return env.unwrapped.target_pose()
+
+
+def sensor_ages(env: gym.Env) -> dict[str, float]:
+    """How old each key of the env's last observation is [s]: what a wrapper that delays or drops sensor readings
+    (robot_rl.sim.perturb.PerturbedEnv) says, else nothing is old."""
+    layer = env
+    while isinstance(layer, gym.Wrapper):
+        own = getattr(type(layer), "sensor_ages", None)
+        if own is not None:
+            return own(layer)
+        layer = layer.env
+    return {}
+
+
 class SimRobotAdapter:
     """A robot_rl sim env behind the robot's interface: safe absolute commands in; observation, reward, success out."""
 
@@ -78,7 +102,7 @@ class SimRobotAdapter:
 
     def execute(self, command: SafeCommand) -> ExecutedCommand:
         """One control step towards `command`'s target; a held command holds the env's target and gripper."""
-        position, quat = self.env.unwrapped.target_pose()
+        position, quat = commanded_target_pose(self.env)
         observation, reward, terminated, truncated, info = self.env.step(
             sim_env_action(self.env, command, position, quat))
         return ExecutedCommand(observation, float(reward), bool(info.get("success", False)), bool(terminated),
@@ -119,8 +143,9 @@ class SimLink:
         self.episode_success = False
         self._observation: dict[str, np.ndarray] | None = None
 
-    def _next_frame(self, observation: dict[str, np.ndarray]) -> None:
-        self.stamp = 0.0 if self.stamp is None else self.stamp + self.control_dt
+    def _next_frame(self, observation: dict[str, np.ndarray], period: float | None = None) -> None:
+        """The next frame, `period` (default: the control period) after the last on the link's clock."""
+        self.stamp = 0.0 if self.stamp is None else self.stamp + (self.control_dt if period is None else period)
         self._observation = observation
 
     # ResetService
@@ -155,7 +180,23 @@ class SimLink:
         return self._observation, ()
 
     def sensor_stamps(self) -> dict[str, float]:
-        return {} if self._observation is None else dict.fromkeys(self._observation, self.stamp)
+        """When each key of the observation and each sensor behind it was read, on the link's clock: the frame's
+        stamp, less the age a delayed or repeated reading has (a sensor is as old as its oldest key)."""
+        if self._observation is None:
+            return {}
+        from robot_rl.sensors import sensors_for
+
+        ages = sensor_ages(self.adapter.env)
+        stamps: dict[str, float] = {}
+        for key in self._observation:
+            stamp = self.stamp - ages.get(key, 0.0)
+            try:
+                sensors = sensors_for([key])
+            except ValueError:  # a reading with no sensor of its own (the wrench)
+                sensors = ()
+            for name in (key, *sensors):
+                stamps[name] = min(stamp, stamps.get(name, stamp))
+        return stamps
 
     def tcp_pose(self) -> tuple[np.ndarray, np.ndarray] | None:
         return None if self.start is None else (self.start.tcp_position, self.start.tcp_quat)
@@ -175,11 +216,13 @@ class SimLink:
     def send(self, command: SafeCommand, stamp: float | None) -> None:
         """Execute the command for one control step; its reward and success (and "reset" when the env ended the
         episode) go to the runner's inputs with the next frame."""
+        data = self.adapter.env.unwrapped.data
+        started = data.time
         executed = self.adapter.execute(command)
         self.episode_steps += 1
         self.episode_reward += executed.reward
         self.episode_success = self.episode_success or executed.success
-        self._next_frame(executed.observation)
+        self._next_frame(executed.observation, data.time - started)  # the step's own period (rate jitter)
         self.inputs.reward(executed.reward)
         self.inputs.success(executed.success)
         if executed.episode_key is not None:

@@ -1041,20 +1041,45 @@ def _read_json(path: Path) -> dict | None:
         return None
 
 
+def tiny_diffusion_base(folder: Path) -> Path:
+    """A small diffusion policy for PickCube's state observation, fitted to nothing: a base for a noise head."""
+    import numpy as np
+
+    from robot_rl.loop import make_env
+    from robot_rl.policies.config import DiffusionConfig
+    from robot_rl.policies.diffusion import DiffusionPolicy
+    from robot_rl.policies.normalizer import Normalizer
+    from robot_rl.types import ObservationSpec
+
+    env = make_env("PickCube-v0", obs_mode="state")
+    spec = ObservationSpec.from_space(env.observation_space)
+    env.close()
+    rng = np.random.default_rng(0)
+    data = {key: rng.normal(size=(50, int(np.prod(spec[key].shape)))) for key in spec.vector_keys}
+    data["action"] = rng.uniform(-1, 1, (50, 4))
+    tiny = DiffusionConfig(obs_horizon=2, prediction_horizon=8, action_horizon=4, down_dims=(16, 32), groups=4,
+                           step_embedding_dim=16, state_features=16, train_timesteps=20, inference_steps=5)
+    return DiffusionPolicy.create(tiny, spec, 4, Normalizer().fit(data), seed=0).save(folder)
+
+
 @pytest.fixture(scope="module")
 def sim_train_run(tmp_path_factory):
+    """One sim_train launch, the richest kind: a noise head with aliasing (policy:=noise noise_aliasing:=true) on a
+    diffusion base, evaluated during the run and validated at its end. Returns (run folder, status, output, base)."""
     _wheels_or_skip()
     folder = tmp_path_factory.mktemp("sim_train")
-    run = LaunchRun("sim_train.yaml", {"steps": 60, "demos": 2, "eval_episodes": 1, "run_dir": folder / "run"},
+    base = tiny_diffusion_base(folder / "base")
+    run = LaunchRun("sim_train.yaml", {"steps": 60, "demos": 2, "eval_episodes": 1, "policy": "noise",
+                                       "noise_aliasing": "true", "base": base, "run_dir": folder / "run"},
                     log=folder / "launch.log")
     status = run.wait(timeout=300)
-    return folder / "run", status, run.output()
+    return folder / "run", status, run.output(), base
 
 
 def test_sim_train_trains_evaluates_and_ends(sim_train_run):
     from robot_rl.policy_file import read_policy_file
 
-    run_dir, status, out = sim_train_run
+    run_dir, status, out, _ = sim_train_run
     assert status == 0, out[-4000:]
     result = json.loads((run_dir / "result.json").read_text())
     assert result["received"] >= 60 and result["updates"] > 0 and result["final_eval_episodes"] == 1, result
@@ -1115,44 +1140,23 @@ def test_sim_train_trains_evaluates_and_ends(sim_train_run):
         assert f"[launch] {node} exited with code 0" in launcher, out[-4000:]
 
 
-def test_sim_train_trains_a_noise_aliasing_head_on_a_diffusion_base(tmp_path):
+def test_sim_train_trains_a_noise_aliasing_head_on_a_diffusion_base(sim_train_run):
     """policy:=noise noise_aliasing:=true over ROS: the actor holds the (torch) base and the (JAX) head, its
     transitions carry the robot's action, the head's noise, the chunk step and the aliases, the learner accepts every
     one (none rejected) and trains, and its policy file is the noise head naming the base."""
-    _wheels_or_skip()
-    import numpy as np
-
-    from robot_rl.loop import make_env
-    from robot_rl.policies.config import DiffusionConfig
-    from robot_rl.policies.diffusion import DiffusionPolicy
-    from robot_rl.policies.normalizer import Normalizer
     from robot_rl.policy_file import read_policy_file
-    from robot_rl.types import ObservationSpec
 
-    env = make_env("PickCube-v0", obs_mode="state")
-    spec = ObservationSpec.from_space(env.observation_space)
-    env.close()
-    rng = np.random.default_rng(0)
-    data = {key: rng.normal(size=(50, int(np.prod(spec[key].shape)))) for key in spec.vector_keys}
-    data["action"] = rng.uniform(-1, 1, (50, 4))
-    tiny = DiffusionConfig(obs_horizon=2, prediction_horizon=8, action_horizon=4, down_dims=(16, 32), groups=4,
-                           step_embedding_dim=16, state_features=16, train_timesteps=20, inference_steps=5)
-    base = DiffusionPolicy.create(tiny, spec, 4, Normalizer().fit(data), seed=0).save(tmp_path / "base")
-    run = LaunchRun("sim_train.yaml", {"steps": 40, "demos": 2, "eval_episodes": 0, "policy": "noise",
-                                       "noise_aliasing": "true", "base": base, "run_dir": tmp_path / "run"},
-                    log=tmp_path / "launch.log")
-    status = run.wait(timeout=300)
-    out = run.output()
+    run_dir, status, out, base = sim_train_run
     assert status == 0, out[-4000:]
-    learner = json.loads((tmp_path / "run" / "learner_status.json").read_text())
-    assert learner["received"] >= 40 and learner["rejected"] == 0 and learner["steps"] > 0, learner
-    weights = read_policy_file(tmp_path / "run" / "policy.msgpack")
+    learner = json.loads((run_dir / "learner_status.json").read_text())
+    assert learner["received"] >= 60 and learner["rejected"] == 0 and learner["steps"] > 0, learner
+    weights = read_policy_file(run_dir / "policy.msgpack")
     assert weights.policy_kind == "noise" and weights.policy_config["base"] == str(base.resolve())
     assert weights.policy_config["sac"]["aliased_chunk_dim"] == 4 * 4, weights.policy_config
 
 
 def test_sim_eval_runs_the_trained_policy(sim_train_run, tmp_path):
-    run_dir, status, out = sim_train_run
+    run_dir, status, out, _ = sim_train_run
     assert status == 0, f"the sim_train launch this test evaluates failed:\n{out[-4000:]}"
     run = LaunchRun("sim_eval.yaml", {"weights": run_dir / "policy.msgpack", "episodes": 1},
                     log=tmp_path / "launch.log")
