@@ -3,11 +3,12 @@ robot and the deployment gate, and what the policy side tells the episode loop (
 
 The policy comes from a file (``weights_path``: a SAC policy.msgpack, a policy folder, or a run folder holding one;
 the actor acts at once and never waits for a learner) or from the learner's weights messages. On a real robot a
-saved policy, or the frozen base a learner's head names, needs a passing validation record for the robot file
-(robot_rl.validate) unless ``allow_unvalidated`` (then it is logged at start-up and every episode). The learner is
-away when nothing of it arrived for the robot file's ``learner_lost.after_s``: the actor acts on with the last weights
-(``act``) or holds the policy's commands (``hold``). ``max_weight_lag`` (lock-step) waits, at most ``weight_wait_s``
-per step, for weights that saw all but that many of this actor's transitions.
+saved policy, or the frozen base a learner's head names, needs a passing validation record of the robot file's suite
+(robot_rl.validate; the record that admits it is logged at start-up) unless ``allow_unvalidated`` (then it is logged
+at start-up and every episode). The learner is away when nothing of it arrived for the robot file's
+``learner_lost.after_s``: the actor acts on with the last weights (``act``) or holds the policy's commands
+(``hold``). ``max_weight_lag`` (lock-step) waits, at most ``weight_wait_s`` per step, for weights that saw all but
+that many of this actor's transitions.
 """
 
 from __future__ import annotations
@@ -175,12 +176,15 @@ class PolicySlot:
         if self.robot.sim:
             return None
         from robot_rl.policy_file import PolicyFileError
-        from robot_rl.validate import deployment_problem
+        from robot_rl.validate import deployment_decision, record_line
 
         try:
-            problem = deployment_problem(policy, self.robot.path or self.robot.name, self.settings.task)
-        except (PolicyError, PolicyFileError, OSError) as error:
+            problem, record = deployment_decision(policy, self.robot.path or self.robot.name, self.settings.task)
+        except (PolicyError, PolicyFileError, OSError, ValueError) as error:
             return str(error)
+        if record is not None:
+            self.log.info(f"policy {policy} validated for robot file {self.robot.path or self.robot.name}: "
+                          f"{record_line(record)}")
         if problem and self.settings.allow_unvalidated:
             self.unvalidated = problem
             self.log.error(f"UNVALIDATED POLICY ON A REAL ROBOT ({self.robot.name}), allow_unvalidated is set: "

@@ -20,7 +20,13 @@ Schema (see ``robots/*.yaml`` for documented examples; lengths [m], angles [rad]
     home: {position: [x, y, z], quat: [w, x, y, z], gripper: open | closed | -1..1}
     cameras: {<name>: {topic, type: Image | CompressedImage, qos: reliable | best_effort,
                        fit: crop | resize, roi: [x, y, width, height] | null,
-                       width, height, encoding, rate_hz}}     # width .. rate_hz: what the driver is expected to send
+                       width, height, encoding, rate_hz,      # width .. rate_hz: what the driver is expected to send
+                       sim_camera: front | wrist,             # the sim camera validation renders it from (default:
+                                                              # the one of the same name; other names: none)
+                       sim_mount: {position: [x, y, z], quat: [w, x, y, z]}}}
+                                    # sim_mount: its pose in the sim camera's parent body (front: the world, wrist:
+                                    # the hand; MuJoCo camera axes: looks along -z, y up) where the real mount
+                                    # differs; an omitted part keeps the sim camera's
     arm: {state: tcp_pose | joint_states, tcp_pose_topic, joint_states_topic, joint_names: [...],
           model: MJCF/URDF path (relative to the robot file), twist: topic | derived, twist_topic,
           qos: reliable | best_effort}
@@ -30,6 +36,10 @@ Schema (see ``robots/*.yaml`` for documented examples; lengths [m], angles [rad]
     reset: {kind: service | move_home | human, service, timeout_s, home_tolerance}
     learner_lost: {action: act | hold, after_s}   # the learner away (nothing of it for after_s): the policy
                                                  # keeps acting with its last weights, or its commands are held
+    validation: {suite, min_success, max_drop, min_episodes}   # the suite a policy must PASS (robot-rl validate)
+                                    # before the actor runs it on this robot: a shipped suite's name (default) or a
+                                    # YAML file relative to the robot file; the thresholds may only tighten the
+                                    # suite's (a higher min_success or min_episodes, a lower max_drop)
 
 Topic names without a leading ``/`` resolve in the actor's namespace (one robot per namespace).
 """
@@ -58,12 +68,31 @@ def _robots_dir() -> Path:
 ROBOTS_DIR = _robots_dir()
 """Shipped robot files (``load_robot_config("sim_panda")`` reads ``robots/sim_panda.yaml``)."""
 
+SIM_CAMERAS = ("front", "wrist")
+"""The sim mirror's cameras (robot_rl.sim.env.CAMERA_NAMES, kept here so this module needs no MuJoCo)."""
 GRIPPER_WORDS = {"open": -1.0, "closed": 1.0}  # the action convention: -1 fully open, +1 fully closed
 NOMINAL_QUAT = (0.0, 1.0, 0.0, 0.0)  # wxyz: TCP pointing down
 
 
 class RobotConfigError(ValueError):
     """A robot file cannot be used; the message names the file and the key."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SimMount:
+    """A camera's pose on the sim mirror, where the real mount differs from its sim camera's."""
+
+    position: tuple[float, float, float] | None = None
+    """Position [m] in the sim camera's parent body frame (front: the world, wrist: the hand); None: the sim
+    camera's own."""
+    quat: tuple[float, float, float, float] | None = None
+    """Orientation wxyz in that frame, MuJoCo camera axes (the camera looks along its -z axis, y up); normalised on
+    load; None: the sim camera's own."""
+
+    def __post_init__(self) -> None:
+        norm = math.sqrt(sum(q * q for q in self.quat)) if self.quat is not None else 0.0
+        if norm > 0:
+            object.__setattr__(self, "quat", tuple(q / norm for q in self.quat))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +118,12 @@ class CameraConfig:
     """Encoding the driver is expected to send (Image: rgb8 / bgr8 / ...; CompressedImage: jpeg / png; '': any)."""
     rate_hz: float = 0.0
     """Frame rate the driver is expected to send (checked by doctor; 0: any)."""
+    sim_camera: str = ""
+    """The sim mirror's camera (front | wrist) validation renders this camera from, at width x height; '': the
+    sim camera of the same name, if there is one."""
+    sim_mount: SimMount | None = None
+    """This camera's pose on the sim mirror when the real mount differs from its sim camera's (None: the sim
+    camera's pose)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,6 +223,20 @@ class LearnerLostConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class ValidationConfig:
+    """The validation a policy needs before the actor runs it on this robot (the deployment gate)."""
+
+    suite: str = "default"
+    """Suite: a shipped suite's name (sim/suites/<name>.yaml) or a suite YAML file (relative to the robot file)."""
+    min_success: float | None = None
+    """Success rate every condition must reach: the suite's, or higher (None: the suite's)."""
+    max_drop: float | None = None
+    """Largest success-rate loss against nominal a condition may have: the suite's, or lower (None: the suite's)."""
+    min_episodes: int | None = None
+    """Fewest episodes per condition a passing verdict may rest on: the suite's, or more (None: the suite's)."""
+
+
+@dataclasses.dataclass(frozen=True)
 class RobotConfig:
     """A robot as the actor sees it: rate, limits, sensors, commands and reset (one YAML robot file)."""
 
@@ -243,6 +292,8 @@ class RobotConfig:
     """Episode reset."""
     learner_lost: LearnerLostConfig = LearnerLostConfig()
     """What the actor does while the learner is away."""
+    validation: ValidationConfig = ValidationConfig()
+    """The suite (and thresholds) a policy must pass before the actor runs it on this robot."""
     path: str = ""
     """The file this was loaded from ('' if built in code)."""
 
@@ -269,6 +320,12 @@ class RobotConfig:
                 return camera
         raise KeyError(f"robot {self.name!r} has no camera {name!r} (cameras: {list(self.camera_names)})")
 
+    def sim_camera(self, name: str) -> str | None:
+        """The sim camera validation renders camera `name` from (its sim_camera, else the sim camera of the same
+        name), or None."""
+        mapped = self.camera(name).sim_camera or name
+        return mapped if mapped in SIM_CAMERAS else None
+
     def model_path(self) -> Path | None:
         """The arm model's path (relative paths resolve next to the robot file), or None."""
         if not self.arm.model:
@@ -277,6 +334,11 @@ class RobotConfig:
         if not model.is_absolute() and self.path:
             model = Path(self.path).resolve().parent / model
         return model
+
+    def suite_location(self) -> str | Path:
+        """The robot's validation suite as robot_rl.validate.load_suite takes it: a shipped suite's name, or a file
+        (a relative path resolves next to the robot file)."""
+        return suite_location(self.validation, self.path)
 
     def safety_config(self, *, action_dim: int, required_sensors: tuple[str, ...] = ()):
         """The `SafetyConfig` of this robot for a policy with `action_dim` actions."""
@@ -307,7 +369,7 @@ _GROUPS = {
     "home": {"position": "home_position", "quat": "home_quat", "gripper": "home_gripper"},
 }
 _SECTIONS = {"arm": ArmConfig, "gripper": GripperConfig, "command": CommandConfig, "reset": ResetConfig,
-             "learner_lost": LearnerLostConfig}
+             "learner_lost": LearnerLostConfig, "validation": ValidationConfig}
 _TOP_LEVEL = ("name", "description", "sim", "control_rate_hz", "mode", "max_episode_steps", "max_sensor_age_s", "cameras",
               *_GROUPS, *_SECTIONS)
 
@@ -327,9 +389,50 @@ def resolve_robot_path(path_or_name: str | Path) -> Path:
 
 def load_robot_config(path_or_name: str | Path) -> RobotConfig:
     """Read and validate a robot file; any problem is a RobotConfigError naming the file and the key."""
+    path = resolve_robot_path(path_or_name)
+    data = _read_robot_file(path)
+    try:
+        robot = robot_config_from_dict(data, path=str(path))
+    except RobotConfigError as error:
+        message = str(error)
+        raise RobotConfigError(message if message.startswith(str(path)) else f"{path}: {message}") from None
+    problem = _validation_problem(robot.validation, robot.path)
+    if problem:
+        raise RobotConfigError(f"{path}: {problem}")
+    return robot
+
+
+def load_validation_config(path_or_name: str | Path) -> tuple[ValidationConfig, str | Path]:
+    """A robot file's `validation` section and its suite as robot_rl.validate.load_suite takes it, checked without
+    the rest of the file (what the deployment gate needs); RobotConfigError names the file and the key."""
+    path = resolve_robot_path(path_or_name)
+    data = _read_robot_file(path)
+    body = data.get("validation") if isinstance(data, Mapping) else None
+    try:
+        validation = ValidationConfig() if body is None else _section(ValidationConfig, body, "validation")
+    except RobotConfigError as error:
+        raise RobotConfigError(f"{path}: {error}") from None
+    problem = next(iter(_check_validation(validation)), None) or _validation_problem(validation, str(path))
+    if problem:
+        raise RobotConfigError(f"{path}: {problem}")
+    return validation, suite_location(validation, str(path))
+
+
+def suite_location(validation: ValidationConfig, robot_path: str) -> str | Path:
+    """The suite of a `validation` section as robot_rl.validate.load_suite takes it: a shipped suite's name, or a
+    file (a relative path resolves next to the robot file at `robot_path`)."""
+    if not Path(validation.suite).suffix:
+        return validation.suite
+    path = Path(validation.suite).expanduser()
+    if not path.is_absolute() and robot_path:
+        path = Path(robot_path).resolve().parent / path
+    return path
+
+
+def _read_robot_file(path: Path) -> Any:
+    """A robot file's YAML; RobotConfigError names the file (and line) when it cannot be read or parsed."""
     import yaml
 
-    path = resolve_robot_path(path_or_name)
     try:
         text = path.read_text()
     except OSError as error:
@@ -342,11 +445,27 @@ def load_robot_config(path_or_name: str | Path) -> RobotConfig:
         where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
         problem = getattr(error, "problem", None) or str(error).splitlines()[0]
         raise RobotConfigError(f"{path}{where}: YAML syntax error: {problem}") from None
+    return data
+
+
+def _validation_problem(validation: ValidationConfig, robot_path: str) -> str | None:
+    """Why a robot file's `validation` section cannot be used (its suite unreadable, a threshold looser than the
+    suite's), or None."""
+    if validation == ValidationConfig():
+        return None
+    from robot_rl.validate import looser, suite_thresholds
+
     try:
-        return robot_config_from_dict(data, path=str(path))
-    except RobotConfigError as error:
-        message = str(error)
-        raise RobotConfigError(message if message.startswith(str(path)) else f"{path}: {message}") from None
+        thresholds = suite_thresholds(suite_location(validation, robot_path))
+    except ValueError as error:
+        return f"validation.suite: {error}"
+    for key, reference in thresholds.items():
+        value = getattr(validation, key)
+        if value is not None and looser(key, value, reference):
+            way = "lower" if key == "max_drop" else "higher"
+            return (f"validation.{key}: {value:g} is looser than suite {validation.suite}'s {reference:g} (the "
+                    f"robot file may only tighten the suite's thresholds: a {way} {key})")
+    return None
 
 
 def _check_duplicate_keys(node, path: Path) -> None:
@@ -487,6 +606,8 @@ def _convert(value: Any, hint: Any, key: str) -> Any:
         if not isinstance(value, bool):
             raise RobotConfigError(f"{key}: must be true or false, got {value!r}")
         return value
+    if dataclasses.is_dataclass(hint):
+        return _section(hint, value, key)
     if hint is str:
         if not isinstance(value, str):
             raise RobotConfigError(f"{key}: must be a string, got {_kind(value)} {value!r}")
@@ -539,6 +660,7 @@ def _check_robot(robot: RobotConfig) -> list[str]:
             problems.append(f"cameras.{name}: width, height and rate_hz must be >= 0")
     if len(set(names)) != len(names):
         problems.append("cameras: duplicate camera names")
+    problems += _check_sim_cameras(robot)
     arm, gripper, command, reset = robot.arm, robot.gripper, robot.command, robot.reset
     needs_model = arm.state == "joint_states" or command.interface == "joint_trajectory"
     if needs_model and not arm.model:
@@ -569,6 +691,45 @@ def _check_robot(robot: RobotConfig) -> list[str]:
         problems.append("reset: timeout_s and home_tolerance must be > 0")
     if not (math.isfinite(robot.learner_lost.after_s) and robot.learner_lost.after_s > 0):
         problems.append(f"learner_lost.after_s: {robot.learner_lost.after_s!r} must be > 0")
+    problems += _check_validation(robot.validation)
     if robot.mode == "lockstep" and reset.kind == "move_home":
         problems.append("mode: lockstep steps once per frame of the sim node; reset.kind move_home needs realtime")
+    return problems
+
+
+def _check_validation(validation: ValidationConfig) -> list[str]:
+    """Range checks of the `validation` section; returns problems as 'key: what is wrong'."""
+    problems = []
+    if not validation.suite:
+        problems.append("validation.suite: must not be empty (a shipped suite's name or a suite YAML file)")
+    for key in ("min_success", "max_drop"):
+        value = getattr(validation, key)
+        if value is not None and not 0 <= value <= 1:
+            problems.append(f"validation.{key}: {value} must be in [0, 1]")
+    if validation.min_episodes is not None and validation.min_episodes < 1:
+        problems.append(f"validation.min_episodes: {validation.min_episodes} must be >= 1")
+    return problems
+
+
+def _check_sim_cameras(robot: RobotConfig) -> list[str]:
+    """The cameras' sim mappings: known sim cameras, usable mounts, one pose per sim camera."""
+    problems, poses = [], {}
+    for name, camera in robot.cameras:
+        key, mount = f"cameras.{name}", camera.sim_mount
+        if camera.sim_camera and camera.sim_camera not in SIM_CAMERAS:
+            problems.append(f"{key}.sim_camera: {camera.sim_camera!r} is not a camera of the sim mirror (it has "
+                            f"{', '.join(SIM_CAMERAS)})")
+            continue
+        if mount is not None and mount.position is None and mount.quat is None:
+            problems.append(f"{key}.sim_mount: give position [x, y, z], quat [w, x, y, z] or both")
+        if mount is not None and mount.quat is not None and not any(mount.quat):
+            problems.append(f"{key}.sim_mount.quat: [0, 0, 0, 0] is not a rotation (w, x, y, z, non-zero)")
+        sim = camera.sim_camera or name
+        if sim not in SIM_CAMERAS:
+            if mount is not None:
+                problems.append(f"{key}.sim_mount: camera {name} has no sim camera to mount: add sim_camera "
+                                f"({' or '.join(SIM_CAMERAS)})")
+        elif poses.setdefault(sim, (name, mount))[1] != mount:
+            problems.append(f"{key}.sim_mount: cameras {poses[sim][0]} and {name} both render from sim camera {sim} "
+                            "with different sim_mount (one sim camera has one pose)")
     return problems

@@ -114,6 +114,12 @@ class TrainConfig:
     """Scale of the residual correction in action units ([-1, 1] per dim) with --policy residual."""
     base_execute: int | None = None
     """Actions of each base chunk executed before the base plans again (None: its whole chunk)."""
+    randomize: str | None = None
+    """Domain randomisation: each training episode runs under one condition of this validation suite (a shipped
+    suite's name such as `default`, or a YAML file: camera pose, lighting and colours, object physics, latency,
+    sensor delay and drops, rate jitter, proprioceptive noise), drawn with its values from the episode's seed; the
+    demos and evaluations stay nominal. Train with the suite a robot validates with, and the gate tests what the
+    policy has seen."""
     intervene: bool = False
     """Let the simulated human (the scripted expert) take over when the policy is stuck or leaving the workspace."""
     human: SimulatedHumanConfig = SimulatedHumanConfig()
@@ -155,6 +161,16 @@ class TrainConfig:
     def env_settings(self) -> dict[str, Any]:
         """make_env's settings for this run's sim env (the observations the agent sees)."""
         return {"obs_mode": self.obs_mode, "image_size": self.image_size, "wrench": self.wrench}
+
+
+def randomized_env(env, suite: str):
+    """`env` under the conditions of validation suite `suite` (name or file), one drawn per episode; ValueError (one
+    line) for a suite that cannot be read or names what the task's model lacks."""
+    from robot_rl.sim.perturb import RandomizedEnv
+    from robot_rl.validate import load_suite
+
+    loaded = load_suite(suite)
+    return RandomizedEnv(env, loaded.conditions, loaded.seed)
 
 
 class RunError(ValueError):
@@ -443,6 +459,8 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
     env = make_env(cfg.task, **cfg.env_settings())
     try:
         kind = policy_kind(cfg, env.observation_space, env.action_space.shape[0])
+        if cfg.randomize:
+            env = randomized_env(env, cfg.randomize)
     except BaseException:
         env.close()
         raise
@@ -628,7 +646,8 @@ def _train(cfg: TrainConfig, run_dir: Path, resuming: bool, config_changed: bool
         recent_interventions = (recent_interventions + [intervention_rate])[-20:]
         state["episodes_log"].append({"env_step": env_step, "success": success, "return": link.episode_reward,
                                       "length": length, "intervention_rate": intervention_rate,
-                                      **({"takeovers": dict(human.rule.episode_takeovers)} if human else {})})
+                                      **({"takeovers": dict(human.rule.episode_takeovers)} if human else {}),
+                                      **({"condition": env.active.condition.name} if cfg.randomize else {})})
         updates_per_s = update_rate.read(learner.updates, time.perf_counter())
         state["metrics"].append(
             {"env_step": env_step, "updates": learner.updates, "updates_per_s": updates_per_s, **update_info})

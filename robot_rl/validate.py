@@ -2,7 +2,9 @@
 
 `robot-rl validate --policy P --robot R --task T` runs the policy (any kind) through the same actor, safety layer
 and sim adapter as in-process training, under each condition of a suite (sim/suites/<name>.yaml, or a YAML file:
-perturbations are described in robot_rl.sim.perturb), every condition on the same held-out episode seeds. Per
+perturbations are described in robot_rl.sim.perturb), every condition on the same held-out episode seeds. A policy
+that reads images sees through the robot file's cameras, each rendered from the sim camera it maps to and cut and
+fitted as on the robot (robot_rl.sim.robot_cameras); the record says what each was rendered from. Per
 condition: success rate with a 95 % Wilson interval, episode length, safety holds and the failure modes seen. It
 writes report.md (a table, a bar chart of success per condition against nominal, a grid video of failures),
 results.json, and a validation record next to the policy (policy and robot file hashes, suite, results, verdict
@@ -15,6 +17,7 @@ condition, episode seed), so results do not depend on the number of workers.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
 import json
 import os
@@ -22,7 +25,6 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +41,7 @@ RECORD_FORMAT = "robot_rl.validation"
 RECORD_VERSION = 1
 BLOCK_EPISODES = 10  # episodes per worker task
 FILM_SIZE = 128
+THRESHOLD_KEYS = ("min_success", "max_drop", "min_episodes")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,12 +53,14 @@ class ValidateConfig:
     policy: Path
     """Policy to validate: a policy folder, a policy.msgpack, or a run folder holding one."""
     robot: str = "sim_panda"
-    """Robot file (path, or a shipped robot's name) the record is for: its limits drive the safety layer in the sim
-    and its hash goes in the record."""
+    """Robot file (path, or a shipped robot's name) the record is for: its limits drive the safety layer in the sim,
+    a pixel policy sees through its cameras (each rendered from its sim camera: cameras.<name>.sim_camera) and its
+    hash goes in the record."""
     task: str | None = None
     """Sim task (default: the task of the run folder holding the policy)."""
-    suite: str = "default"
-    """Suite: a shipped suite's name (sim/suites/) or a YAML file."""
+    suite: str | None = None
+    """Suite: a shipped suite's name (sim/suites/) or a YAML file (default: the robot file's `validation.suite`, judged
+    with its thresholds: the suite the deployment gate asks for)."""
     episodes: int | None = None
     """Episodes per condition (default: the suite's)."""
     seed: int | None = None
@@ -102,33 +107,101 @@ class Suite:
     def nominal(self) -> Condition:
         return self.conditions[0]
 
+    @property
+    def thresholds(self) -> dict[str, Any]:
+        """min_success, max_drop and min_episodes (what a record stores as the thresholds of its verdict)."""
+        return {key: getattr(self, key) for key in THRESHOLD_KEYS}
+
+    @property
+    def label(self) -> str:
+        """The suite's file name (default.yaml), as the gate's messages name it."""
+        return Path(self.path).name if self.path else f"{self.name}.yaml"
+
+
+def looser(key: str, value: float, reference: float) -> bool:
+    """Whether threshold `key` at `value` asks less than at `reference` (a lower min_success or min_episodes, a higher
+    max_drop)."""
+    return value > reference if key == "max_drop" else value < reference
+
+
+def required_suite(validation, location: str | Path) -> Suite:
+    """The suite a policy must pass to drive a robot: the suite at `location` with the thresholds its robot file's
+    `validation` section (a robot_rl.robot_config.ValidationConfig) tightens."""
+    suite = load_suite(location)
+    tighter = {}
+    for key in THRESHOLD_KEYS:
+        value = getattr(validation, key)
+        if value is not None and looser(key, getattr(suite, key), value):
+            tighter[key] = value
+    return dataclasses.replace(suite, **tighter)
+
+
+def _suites_dir() -> Path:
+    """The shipped suites' folder (found without importing robot_rl.sim, which loads MuJoCo)."""
+    import importlib.util
+
+    return Path(importlib.util.find_spec("robot_rl.sim").submodule_search_locations[0]) / "suites"
+
+
+def _read_suite(name_or_path: str | Path) -> tuple[Mapping[str, Any], str, str]:
+    """A suite file's YAML mapping, its text and where it was read; ValueError names what is wrong."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        shipped = _suites_dir() / f"{name_or_path}.yaml"
+        if not shipped.is_file():
+            names = sorted(p.stem for p in _suites_dir().glob("*.yaml"))
+            raise ValueError(f"no suite {str(name_or_path)!r}: give a YAML file or one of {', '.join(names)}")
+        path = shipped
+    try:
+        text, where = path.read_text(), str(path)
+    except OSError as error:
+        raise ValueError(f"suite file {path}: {error.strerror or error}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ValueError(f"suite file {where} is not valid YAML: {str(error).splitlines()[0]}") from None
+    if not isinstance(data, Mapping):
+        raise ValueError(f"suite file {where}: expected a mapping with `name` and `conditions`")
+    unknown = sorted(set(data) - {"name", "description", "episodes", "seed", "thresholds", "conditions"})
+    if unknown:
+        raise ValueError(f"suite file {where}: unknown keys {', '.join(unknown)}")
+    return data, text, where
+
+
+def _suite_thresholds(data: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The checked `thresholds` of a suite file's mapping, defaults filled in; ValueError names what is wrong."""
+    thresholds = data.get("thresholds") or {}
+    unknown = sorted(set(thresholds) - set(THRESHOLD_KEYS)) if isinstance(thresholds, Mapping) else ["?"]
+    if unknown:
+        raise ValueError(f"suite file {where}: thresholds take {', '.join(THRESHOLD_KEYS)}")
+    values = {k: thresholds.get(k, default) for k, default in (("min_success", 0.8), ("max_drop", 0.2))}
+    for key, value in values.items():
+        if not (isinstance(value, (int, float)) and 0 <= value <= 1):
+            raise ValueError(f"suite file {where}: thresholds.{key}={value!r} must be in [0, 1]")
+    min_episodes = thresholds.get("min_episodes", 20)
+    if not (isinstance(min_episodes, int) and min_episodes >= 1):
+        raise ValueError(f"suite file {where}: thresholds.min_episodes={min_episodes!r} must be an integer >= 1")
+    return {"min_success": float(values["min_success"]), "max_drop": float(values["max_drop"]),
+            "min_episodes": min_episodes}
+
+
+def suite_thresholds(name_or_path: str | Path) -> dict[str, Any]:
+    """A suite's thresholds (min_success, max_drop, min_episodes), read without its conditions (no MuJoCo)."""
+    data, _, where = _read_suite(name_or_path)
+    return _suite_thresholds(data, where)
+
 
 def load_suite(name_or_path: str | Path) -> Suite:
     """A shipped suite by name or a suite YAML file; ConditionError (a ValueError) names what is wrong."""
     from robot_rl.sim.perturb import Condition, ConditionError
 
-    path = Path(name_or_path)
-    if not path.suffix:
-        shipped = resources.files("robot_rl.sim") / "suites" / f"{name_or_path}.yaml"
-        if not shipped.is_file():
-            names = sorted(p.name[:-5] for p in (resources.files("robot_rl.sim") / "suites").iterdir()
-                           if p.name.endswith(".yaml"))
-            raise ConditionError(f"no suite {name_or_path!r}: give a YAML file or one of {', '.join(names)}")
-        text, where = shipped.read_text(), str(shipped)
-    else:
-        try:
-            text, where = path.read_text(), str(path)
-        except OSError as error:
-            raise ConditionError(f"suite file {path}: {error.strerror or error}") from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise ConditionError(f"suite file {where} is not valid YAML: {str(error).splitlines()[0]}") from None
-    if not isinstance(data, Mapping):
-        raise ConditionError(f"suite file {where}: expected a mapping with `name` and `conditions`")
-    unknown = sorted(set(data) - {"name", "description", "episodes", "seed", "thresholds", "conditions"})
-    if unknown:
-        raise ConditionError(f"suite file {where}: unknown keys {', '.join(unknown)}")
+        data, text, where = _read_suite(name_or_path)
+        thresholds = _suite_thresholds(data, where)
+    except ConditionError:
+        raise
+    except ValueError as error:
+        raise ConditionError(str(error)) from None
     items = data.get("conditions")
     if not isinstance(items, list) or not items:
         raise ConditionError(f"suite file {where}: `conditions` must be a non-empty list (the first is nominal)")
@@ -140,23 +213,11 @@ def load_suite(name_or_path: str | Path) -> Suite:
     if conditions[0].perturbations:
         raise ConditionError(f"suite file {where}: the first condition ({names[0]}) is the nominal one: it takes no "
                              "perturbations")
-    thresholds = data.get("thresholds") or {}
-    known = ("min_success", "max_drop", "min_episodes")
-    unknown = sorted(set(thresholds) - set(known)) if isinstance(thresholds, Mapping) else ["?"]
-    if unknown:
-        raise ConditionError(f"suite file {where}: thresholds take {', '.join(known)}")
-    values = {k: thresholds.get(k, default) for k, default in (("min_success", 0.8), ("max_drop", 0.2))}
-    for key, value in values.items():
-        if not (isinstance(value, (int, float)) and 0 <= value <= 1):
-            raise ConditionError(f"suite file {where}: thresholds.{key}={value!r} must be in [0, 1]")
-    min_episodes = thresholds.get("min_episodes", 20)
-    if not (isinstance(min_episodes, int) and min_episodes >= 1):
-        raise ConditionError(f"suite file {where}: thresholds.min_episodes={min_episodes!r} must be an integer >= 1")
     episodes, seed = data.get("episodes", 50), data.get("seed", 0)
     if not (isinstance(episodes, int) and episodes >= 1 and isinstance(seed, int) and seed >= 0):
         raise ConditionError(f"suite file {where}: episodes={episodes!r} must be >= 1 and seed={seed!r} >= 0")
-    return Suite(str(data.get("name") or Path(where).stem), conditions, episodes, seed, float(values["min_success"]),
-                 float(values["max_drop"]), min_episodes, where, hashlib.sha256(text.encode()).hexdigest())
+    return Suite(str(data.get("name") or Path(where).stem), conditions, episodes, seed, thresholds["min_success"],
+                 thresholds["max_drop"], thresholds["min_episodes"], where, hashlib.sha256(text.encode()).hexdigest())
 
 
 # ----- hashes and the record --------------------------------------------------------------------------------------
@@ -216,36 +277,108 @@ def read_records(policy: str | Path) -> list[dict[str, Any]]:
     return [r for r in data.get("records", []) if isinstance(r, Mapping)]
 
 
+def record_time(record: Mapping[str, Any]) -> float:
+    """When a record was made (its validated_at, seconds since the epoch; -inf when it does not say)."""
+    try:
+        return datetime.datetime.fromisoformat(str(record.get("validated_at"))).timestamp()
+    except ValueError:
+        return float("-inf")
+
+
+def newest_record(records: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The newest of `records` (by validated_at, then by place in the file: records are kept in time order)."""
+    return max(enumerate(records), key=lambda item: (record_time(item[1]), item[0]))[1]
+
+
 def write_record(policy: str | Path, record: Mapping[str, Any]) -> Path:
-    """Add `record` to the policy's records (replacing one for the same robot file and suite); atomic."""
+    """Add `record` to the policy's records (replacing one for the same robot file and suite), in time order; atomic."""
     path = record_path(policy)
     kept = [r for r in read_records(policy)
             if (r.get("robot_sha256"), r.get("suite_sha256")) != (record["robot_sha256"], record["suite_sha256"])]
-    data = {"format": RECORD_FORMAT, "version": RECORD_VERSION, "records": kept + [dict(record)]}
+    records = sorted(kept + [dict(record)], key=record_time)  # stable: records of the same time keep their order
+    data = {"format": RECORD_FORMAT, "version": RECORD_VERSION, "records": records}
     return atomic_write_text(path, json.dumps(data, indent=2))
 
 
-def deployment_problem(policy: str | Path, robot: str | Path, task: str | None = None) -> str | None:
-    """The deployment gate: why the policy at `policy` may not drive the real robot of robot file `robot` (no passing
-    validation record for this policy's bytes and this robot file's bytes), or None when it may."""
-    from robot_rl.robot_config import resolve_robot_path
+def record_label(record: Mapping[str, Any]) -> str:
+    """The suite file a record was judged with (lenient.yaml), as the gate's messages name it."""
+    path = record.get("suite_path")
+    return Path(str(path)).name if path else f"{record.get('suite', '?')}.yaml"
+
+
+def record_line(record: Mapping[str, Any]) -> str:
+    """One line on a record: suite, date, verdict and successes per condition."""
+    conditions = ", ".join(f"{c.get('condition')} {c.get('successes')}/{c.get('episodes')}"
+                           for c in record.get("conditions") or [] if isinstance(c, Mapping))
+    return (f"suite {record.get('suite', '?')} ({record_label(record)}), validated {record.get('validated_at', '?')}, "
+            f"{str(record.get('verdict', '?')).upper()}: {conditions or 'no per-condition results'}")
+
+
+def _looser_than(judged: Any, required: Mapping[str, Any]) -> str:
+    """What of the `judged` thresholds (a record's) asks less than `required` ('' when none does)."""
+    if not isinstance(judged, Mapping):
+        return "the record holds no thresholds"
+    loose = [f"{key} {judged.get(key)} where the robot file asks {required[key]}" for key in THRESHOLD_KEYS
+             if not isinstance(judged.get(key), (int, float)) or looser(key, judged[key], required[key])]
+    return ", ".join(loose)
+
+
+def _other_suites(records: Sequence[Mapping[str, Any]], suite: Suite) -> str:
+    """The newest record of each other suite in `records`, as 'lenient.yaml (PASS), ...'."""
+    by_suite: dict[Any, list[Mapping[str, Any]]] = {}
+    for record in records:
+        by_suite.setdefault(record.get("suite_sha256"), []).append(record)
+    named = []
+    for group in by_suite.values():
+        record = newest_record(group)
+        label = record_label(record)
+        label = f"another version of {label}" if label == suite.label else label
+        named.append(f"{label} ({str(record.get('verdict', '?')).upper()})")
+    return ", ".join(named)
+
+
+def deployment_decision(policy: str | Path, robot: str | Path,
+                        task: str | None = None) -> tuple[str | None, dict[str, Any] | None]:
+    """The deployment gate: (why the policy at `policy` may not drive the real robot of robot file `robot`, or None;
+    the record that admits it, or None). Only records for this policy's bytes, this robot file's bytes and the robot
+    file's suite count; the newest of them decides, and a PASS admits only if judged with the robot file's
+    thresholds or tighter ones."""
+    from robot_rl.robot_config import load_validation_config, resolve_robot_path
 
     located = policy_location(policy)
     robot_path = resolve_robot_path(robot)
+    suite = required_suite(*load_validation_config(robot_path))
     robot_sha, policy_sha = file_digest(robot_path), policy_digest(located)
     command = f"robot-rl validate --policy {located} --robot {robot_path}" + (f" --task {task}" if task else "")
     anyway = "or set allow_unvalidated:=true to run it anyway (logged)"
     records = [r for r in read_records(located) if r.get("robot_sha256") == robot_sha]
     current = [r for r in records if r.get("policy_sha256") == policy_sha]
-    if any(r.get("verdict") == "pass" for r in current):
-        return None
+    judged = [r for r in current if r.get("suite_sha256") == suite.sha256]
+    others = _other_suites([r for r in current if r.get("suite_sha256") != suite.sha256], suite)
+    requires = f"robot file {robot_path.name} requires {suite.label}"
+    if judged:
+        record = newest_record(judged)
+        loose = _looser_than(record.get("thresholds"), suite.thresholds)
+        if record.get("verdict") == "pass" and not loose:
+            return None, dict(record)
+        if record.get("verdict") == "pass":
+            return (f"policy {located} passed {suite.label} for robot file {robot_path} with thresholds looser than "
+                    f"the robot file's ({loose}): validate it again ({command}), {anyway}"), None
+        reasons = "; ".join(record.get("verdict_reasons") or ["failed"])
+        also = f"; not counted: {others}, as {requires}" if others else ""
+        return (f"policy {located} failed its validation with {suite.label} for robot file {robot_path} ({reasons}; "
+                f"report {record.get('report')}{also}): retrain it and validate again ({command}), {anyway}"), None
     if current:
-        reasons = "; ".join(current[-1].get("verdict_reasons") or ["failed"])
-        return (f"policy {located} failed its validation for robot file {robot_path} ({reasons}; report "
-                f"{current[-1].get('report')}): retrain it and validate again ({command}), {anyway}")
+        return f"policy {located} was validated with {others}; {requires}: {command}, {anyway}", None
     what = "changed since it was validated" if records else "has no validation record"
     return (f"policy {located} {what} for robot file {robot_path}: validate it in the sim mirror first ({command}), "
-            f"{anyway}")
+            f"{anyway}"), None
+
+
+def deployment_problem(policy: str | Path, robot: str | Path, task: str | None = None) -> str | None:
+    """Why the policy at `policy` may not drive the real robot of robot file `robot`, or None when it may (the
+    deployment gate: `deployment_decision` without the admitting record)."""
+    return deployment_decision(policy, robot, task)[0]
 
 
 # ----- running episodes ---------------------------------------------------------------------------------------------
@@ -306,24 +439,28 @@ def run_block(block: Block) -> dict[str, Any]:
     """Run one block of episodes; returns per-episode results (and frames of the filmed ones)."""
     from robot_rl.actor import Actor
     from robot_rl.episode import run_episodes
-    from robot_rl.loop import make_env
     from robot_rl.robot_config import load_robot_config
     from robot_rl.safety import Safety
-    from robot_rl.sim.evaluate import EVAL_SEED_OFFSET, env_settings_for
+    from robot_rl.sensors import sensors_for
+    from robot_rl.sim.evaluate import EVAL_SEED_OFFSET
     from robot_rl.sim.perturb import PerturbedEnv
     from robot_rl.sim.robot_adapter import sim_runner
+    from robot_rl.sim.robot_cameras import validation_env
 
     _worker_setup()
     policy = _cached_policy(block.policy, block.device)
-    env = PerturbedEnv(make_env(block.task, **env_settings_for(policy.observation_spec)), block.condition,
-                       block.suite_seed)
+    robot = load_robot_config(block.robot)  # the policy's images come through its cameras
+    env = PerturbedEnv(validation_env(block.task, policy.observation_spec, robot), block.condition, block.suite_seed)
     try:
-        robot = load_robot_config(block.robot)
         indices = range(block.first, block.first + block.count)
         watch = _EpisodeWatch(env, block.film, indices, [EVAL_SEED_OFFSET + block.suite_seed + i for i in indices])
+        # The sensors the policy reads are watched as on the robot: a delayed or repeated reading older than the
+        # robot file's limit holds the command.
+        required = sensors_for(k for k in policy.observation_spec.keys
+                               if k in ("state", "object_state") or k.startswith("images/"))
         runner = sim_runner(watch.link, Actor(policy, deterministic=True),
-                            safety=Safety(robot.safety_config(action_dim=policy.action_dim)), source="validate",
-                            on_episode_end=watch.ended)
+                            safety=Safety(robot.safety_config(action_dim=policy.action_dim, required_sensors=required)),
+                            source="validate", on_episode_end=watch.ended)
         run_episodes(runner, block.count)
         return {"condition": block.condition.name, "first": block.first, "episodes": watch.episodes,
                 "frames": {i: {k: np.stack(v) for k, v in f.items()} for i, f in watch.frames.items() if f},
@@ -440,16 +577,16 @@ def validate(cfg: ValidateConfig, *, on_block: Callable[[int, int], None] | None
     from robot_rl.robot_config import load_robot_config, resolve_robot_path
     from robot_rl.sim.evaluate import task_of_run
 
-    suite = load_suite(cfg.suite)
     located = policy_location(cfg.policy)
     robot_path = resolve_robot_path(cfg.robot)
     robot = load_robot_config(robot_path)
+    suite = _suite_for(cfg.suite, robot)
     task = cfg.task or task_of_run(located)
     if task is None:
         raise ValueError(f"no --task given and no run config.json next to {located} to take it from")
     episodes = cfg.episodes or suite.episodes
     seed = suite.seed if cfg.seed is None else cfg.seed
-    _check_policy(located, task, cfg.device, suite)
+    _check_policy(located, task, cfg.device, suite, robot)
     out = cfg.out or located.parent / "validation" / f"{suite.name}-{robot.name}"
     from robot_rl.interrupts import first_missing
 
@@ -463,9 +600,21 @@ def validate(cfg: ValidateConfig, *, on_block: Callable[[int, int], None] | None
         raise
 
 
+def _suite_for(name_or_path: str | None, robot) -> Suite:
+    """The suite to validate with: the robot file's (with its thresholds) unless another one is named."""
+    required = required_suite(robot.validation, robot.suite_location())
+    if name_or_path is None:
+        return required
+    suite = load_suite(name_or_path)
+    return required if suite.sha256 == required.sha256 else suite
+
+
 def _validate(cfg: ValidateConfig, suite: Suite, located: Path, robot, robot_path: Path, task: str, episodes: int,
               seed: int, out: Path, on_block) -> dict[str, Any]:
     """`validate` once its inputs are checked and `out` exists."""
+    from robot_rl.sim.robot_cameras import camera_sources
+
+    cameras = camera_sources(robot, _cached_policy(located, cfg.device).observation_spec)
     blocks = [Block(str(located), str(robot_path), task, condition, seed, first,
                     min(BLOCK_EPISODES, episodes - first), cfg.device)
               for condition in suite.conditions for first in range(0, episodes, BLOCK_EPISODES)]
@@ -492,40 +641,42 @@ def _validate(cfg: ValidateConfig, suite: Suite, located: Path, robot, robot_pat
     seconds = time.perf_counter() - started
     summary = {
         "policy": str(located), "policy_sha256": policy_digest(located), "robot": str(robot_path),
-        "robot_name": robot.name, "robot_sha256": file_digest(robot_path), "task": task, "suite": suite.name,
+        "robot_name": robot.name, "robot_sha256": file_digest(robot_path), "cameras": cameras, "task": task,
+        "suite": suite.name,
         "suite_path": suite.path, "suite_sha256": suite.sha256, "episodes_per_condition": episodes,
         "seed": seed, "workers": workers, "seconds": round(seconds, 1),
-        "thresholds": {"min_success": suite.min_success, "max_drop": suite.max_drop,
-                       "min_episodes": suite.min_episodes},
+        "thresholds": suite.thresholds,
         "verdict": "pass" if passed else "fail", "verdict_reasons": reasons,
         "conditions": results, "video": str(video) if video else None,
-        "validated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "validated_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     (out / "results.json").write_text(json.dumps(summary, indent=2))
     summary["report"] = str(write_report(out, summary))
     record = {k: summary[k] for k in ("policy_sha256", "robot", "robot_name", "robot_sha256", "task", "suite",
-                                      "suite_sha256", "seed", "episodes_per_condition", "thresholds", "verdict",
-                                      "verdict_reasons", "validated_at")}
+                                      "suite_path", "suite_sha256", "seed", "episodes_per_condition", "thresholds",
+                                      "verdict", "verdict_reasons", "validated_at")}
     record["report"] = summary["report"]
+    record["cameras"] = cameras  # what each camera the policy reads was rendered from
     record["conditions"] = [{k: r[k] for k in ("condition", "episodes", "successes", "success_rate", "success_ci95",
                                                "mean_length", "safety_holds", "failure_modes")} for r in results]
     summary["record"] = str(write_record(located, record))
     return summary
 
 
-def _check_policy(located: Path, task: str, device: str, suite: Suite) -> None:
-    """ValueError before any episode if the policy cannot run on `task` or a condition names what the task lacks."""
-    from robot_rl.loop import make_env
+def _check_policy(located: Path, task: str, device: str, suite: Suite, robot) -> None:
+    """ValueError before any episode if the policy cannot run on `task`, reads a camera the robot file lacks or the
+    sim cannot render, or a condition names what the task lacks."""
     from robot_rl.policies.base import PolicyError
     from robot_rl.sim.evaluate import _check_observations, env_settings_for
     from robot_rl.sim.perturb import PerturbedEnv
+    from robot_rl.sim.robot_cameras import validation_env
 
     try:
         policy = _cached_policy(located, device)  # workers=1 runs its episodes with this one
     except PolicyError as error:
         raise ValueError(str(error)) from None
     settings = env_settings_for(policy.observation_spec)
-    env = make_env(task, **settings)
+    env = validation_env(task, policy.observation_spec, robot)
     try:
         _check_observations(env, policy.observation_spec, policy.action_dim, located, task, settings["obs_mode"],
                             settings["image_size"])
@@ -641,6 +792,8 @@ def write_report(out: Path, summary: Mapping[str, Any]) -> Path:
         f"(sha256 {summary['robot_sha256'][:16]}...), suite `{summary['suite_path']}`, seed {summary['seed']}, "
         f"{summary['workers']} workers, {summary['seconds']:.0f} s.",
         "",
+        _cameras_line(summary.get("cameras") or {}),
+        "",
         "![success per condition](success.png)",
         "",
         "| condition | success | 95 % CI | mean length | safety holds | failure modes |",
@@ -659,6 +812,14 @@ def write_report(out: Path, summary: Mapping[str, Any]) -> Path:
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _cameras_line(cameras: Mapping[str, str]) -> str:
+    """The report's line on what each camera the policy reads was rendered from in the sim mirror."""
+    if not cameras:
+        return "Cameras: none (the policy reads no images)."
+    views = "; ".join(f"`{name}` from sim camera {source}" for name, source in cameras.items())
+    return f"Cameras (the robot file's, rendered in the sim mirror): {views}."
 
 
 def format_table(summary: Mapping[str, Any]) -> str:
@@ -699,5 +860,20 @@ def run_validate(cfg: ValidateConfig) -> dict[str, Any]:
                                                        if summary["verdict_reasons"] else ""))
     print(f"report: {summary['report']}; record: {summary['record']} ({summary['seconds']:.0f} s, "
           f"{summary['workers']} workers)")
+    note = _gate_note(cfg.robot, summary["suite_sha256"])
+    if note:
+        print(note)
     return summary
+
+
+def _gate_note(robot_name: str, suite_sha256: str) -> str | None:
+    """A line when a real robot's file asks the gate for another suite than the one just run (None otherwise)."""
+    from robot_rl.robot_config import load_robot_config
+
+    robot = load_robot_config(robot_name)
+    required = required_suite(robot.validation, robot.suite_location())
+    if robot.sim or required.sha256 == suite_sha256:
+        return None
+    return (f"note: robot file {Path(robot.path).name} requires {required.label}: this record does not let the policy "
+            "run on it (robot-rl validate without --suite runs that suite)")
 

@@ -83,6 +83,7 @@ TYPES: dict[str, tuple[str, ...]] = {
     "proprio_noise": ("position_m", "quaternion", "velocity", "gripper_m"),
 }
 _NAMES = ("cameras", "geoms", "bodies")
+_SINGULAR = {"cameras": "camera", "geoms": "geom", "bodies": "body"}
 _RANGES = ("brightness", "size_scale", "mass_scale", "friction_scale")
 _STEPS = ("steps",)
 
@@ -196,7 +197,7 @@ class PerturbedEnv(gym.Wrapper):
                 index = mujoco.mj_name2id(model, obj, name)
                 if index < 0:
                     known = [mujoco.mj_id2name(model, obj, i) for i in range(count)]
-                    raise ConditionError(f"condition {self.condition.name!r}: {p.type} names {kind[:-1]} {name!r}, "
+                    raise ConditionError(f"condition {self.condition.name!r}: {p.type} names {_SINGULAR[kind]} {name!r}, "
                                          f"which this task's model lacks (it has: {', '.join(filter(None, known))})")
                 found.append(index)
             return np.array(found, int)
@@ -388,3 +389,35 @@ def _noisy_state(state: np.ndarray, noise: Mapping[str, float], rng: np.random.G
     if noise.get("quaternion", 0.0):
         state[3:7] /= max(float(np.linalg.norm(state[3:7])), 1e-9)
     return state
+
+
+class RandomizedEnv(gym.Wrapper):
+    """Domain randomisation for training: each episode runs under one condition of a suite (nominal included), drawn
+    with its values from the episode's seed, so a run and its resume see the same episodes."""
+
+    def __init__(self, env: gym.Env, conditions: Sequence[Condition], suite_seed: int = 0):
+        super().__init__(env)
+        if not conditions:
+            raise ConditionError("randomisation needs at least one condition")
+        self.conditions = tuple(conditions)
+        self.suite_seed = int(suite_seed)
+        self._envs = [PerturbedEnv(env, condition, suite_seed) for condition in self.conditions]
+        self.active = self._envs[0]
+        """The condition's env of the episode under way."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        draw = np.random.default_rng(np.random.SeedSequence([self.suite_seed, 0 if seed is None else int(seed)]))
+        self.active = self._envs[int(draw.integers(len(self._envs)))]
+        obs, info = self.active.reset(seed=seed, options=options)
+        return obs, {**info, "condition": self.active.condition.name}
+
+    def step(self, action):
+        return self.active.step(action)
+
+    def commanded_target_pose(self) -> tuple[np.ndarray, np.ndarray]:
+        """The active condition's commanded target (see PerturbedEnv.commanded_target_pose)."""
+        return self.active.commanded_target_pose()
+
+    def sensor_ages(self) -> dict[str, float]:
+        """The active condition's sensor ages (see PerturbedEnv.sensor_ages)."""
+        return self.active.sensor_ages()

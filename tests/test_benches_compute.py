@@ -1,7 +1,8 @@
-"""The benches that only compute (bc, learner, learning, policies, reward_classifier, safety, sim, validate) run with
-``--smoke`` and print their figures (tests/bench_smoke.py); the ROS benches run in tests/test_benches.py, which also
-fails for a bench with no smoke test. One at a time, longest first, in the background from the first test's start:
-this file runs beside the ROS files, which need the other core. Output folders go to pytest's temporary folders."""
+"""The benches that only compute (bc, learner, learning, policies, randomize, reward_classifier, safety, sim,
+validate) run with ``--smoke`` and print their figures (tests/bench_smoke.py); the ROS benches run in
+tests/test_benches.py, which also fails for a bench with no smoke test. One at a time, longest first, in the
+background from the first test's start: this file runs beside the ROS files, which need the other core. Output folders
+go to pytest's temporary folders."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from bench_smoke import Benches, check_smoke_run, fraction, positive, start_smoke_runs
 
 JOBS = 1
-LONGEST_FIRST = ("bc", "policies", "reward_classifier", "validate", "learning", "learner")
+LONGEST_FIRST = ("randomize", "bc", "policies", "reward_classifier", "validate", "learning", "learner")
 
 
 def check_bc(r: dict, tmp: Path) -> None:
@@ -55,6 +56,17 @@ def check_policies(r: dict, tmp: Path) -> None:
     assert positive(r["one_step_speedup_p50"]), r
 
 
+def check_randomize(r: dict, tmp: Path) -> None:
+    assert r["seeds"] == [0] and r["steps"] == 20 and r["obs_mode"] == "state", r
+    for mode in ("nominal", "randomized"):
+        run = r[mode]["runs"]["0"]
+        assert fraction(run["nominal_success"]) and run["verdict"] in ("pass", "fail"), run
+        assert len(run["validation"]) == 8 and all(map(fraction, run["validation"].values())), run
+        assert r[mode]["passes"] in (0, 1), r[mode]
+    assert r["nominal"]["runs"]["0"]["conditions_trained"] == ["nominal"], r["nominal"]
+    assert math.isfinite(r["nominal_success_difference"]), r
+
+
 def check_reward_classifier(r: dict, tmp: Path) -> None:
     assert r["train"]["episodes"] == 4 and r["test"]["episodes"] == 4 and r["test"]["frames"] > 0, r
     assert r["train"]["success_frames"] > 0, r["train"]
@@ -91,6 +103,7 @@ BENCHES: Benches = {
     "learner": (lambda tmp: [], check_learner, None),
     "learning": (lambda tmp: ["--out", str(tmp / "learning")], check_learning, None),
     "policies": (lambda tmp: [], check_policies, None),
+    "randomize": (lambda tmp: [], check_randomize, None),
     "reward_classifier": (lambda tmp: ["--out", str(tmp / "reward")], check_reward_classifier, None),
     "safety": (lambda tmp: [], check_safety, None),
     "sim": (lambda tmp: [], check_sim, None),

@@ -8,7 +8,9 @@ against the same commands without the perturbation:
 - frame drops: a dropped frame repeats the camera's last frame with that frame's stamp; proprioception stays fresh;
 - control-rate jitter: each period lasts 80-120 % of nominal, the frames' stamps follow it, and the commanded targets
   are the nominal ones;
-- proprioceptive noise: only the state reading changes, by about the asked standard deviation.
+- proprioceptive noise: only the state reading changes, by about the asked standard deviation;
+
+and training's randomisation (`robot-rl train --randomize SUITE`) draws one condition per episode from its seed.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import pytest  # noqa: E402
 
 from robot_rl.loop import make_env  # noqa: E402
 from robot_rl.safety import SafeCommand, Safety  # noqa: E402
-from robot_rl.sim.perturb import Condition, PerturbedEnv  # noqa: E402
+from robot_rl.sim.perturb import Condition, PerturbedEnv, RandomizedEnv  # noqa: E402
 from robot_rl.sim.robot_adapter import SimLink, SimRobotAdapter  # noqa: E402
 
 SEED = 5
@@ -191,3 +193,30 @@ def test_a_reading_older_than_the_robots_limit_holds_the_command(pixel_env, pixe
         reasons.append(safety.hold_reasons(link.now(), link.sensor_stamps()))
     assert reasons[0] == ()  # one period old: within the limit (two periods is the limit itself)
     assert all(set(r) == {"stale:tcp_pose", "stale:camera/front"} for r in reasons[2:]), reasons  # three periods
+
+
+def test_randomisation_draws_one_condition_per_episode_from_its_seed():
+    conditions = [condition(), Condition.from_dict({"name": "late", "perturbations": [
+        {"type": "action_latency", "steps": 1}]}, "test"), Condition.from_dict({"name": "dark", "perturbations": [
+            {"type": "lighting", "brightness": [0.5, 0.5]}]}, "test")]
+    env = make_env("PickCube-v0", obs_mode="state")
+    try:
+        randomized = RandomizedEnv(env, conditions, suite_seed=1)
+        drawn = [randomized.reset(seed=seed)[1]["condition"] for seed in range(30)]
+        again = RandomizedEnv(env, conditions, suite_seed=1)
+        assert [again.reset(seed=seed)[1]["condition"] for seed in range(30)] == drawn  # a resume sees the same
+        assert set(drawn) == {"property", "late", "dark"}
+        seed = drawn.index("late")  # the latency episode: a command arrives one step late, through the adapter
+        sequence = commands(env, np.random.default_rng(0), 4)
+        link = SimLink(SimRobotAdapter(randomized), [seed])
+        start = link.call()
+        link.send(sequence[0], None)
+        np.testing.assert_allclose(env.unwrapped.target_pose()[0], start.tcp_position, atol=1e-9)
+        # the next episode restores the nominal model (the dark episode's lighting is gone when nominal is drawn)
+        nominal_light = env.unwrapped.model.light_diffuse.copy()
+        randomized.reset(seed=drawn.index("dark"))
+        assert env.unwrapped.model.light_diffuse.sum() == pytest.approx(0.5 * nominal_light.sum())
+        randomized.reset(seed=drawn.index("property"))
+        np.testing.assert_array_equal(env.unwrapped.model.light_diffuse, nominal_light)
+    finally:
+        env.close()

@@ -93,6 +93,10 @@ def _base() -> dict:
     (lambda d: d.update(learner_lost={"after_s": 0}), "learner_lost.after_s: 0.0 must be > 0"),
     (lambda d: (d["arm"].update(state="joint_states", model="models/nope.urdf")), "arm.model: .*nope.urdf does not "
                                                                                   "exist"),
+    (lambda d: d.update(validation={"suit": "default"}), "validation.suit: unknown key"),
+    (lambda d: d.update(validation={"suite": "nope.yaml"}), "validation.suite: suite file .*nope.yaml: No such file"),
+    (lambda d: d.update(validation={"min_success": 1.5}), "validation.min_success: 1.5 must be in [0, 1]"),
+    (lambda d: d.update(validation={"min_episodes": 2.5}), "validation.min_episodes: must be an integer"),
 ])
 def test_errors_name_the_file_and_the_key(tmp_path, change, key):
     data = _base()
@@ -104,6 +108,27 @@ def test_errors_name_the_file_and_the_key(tmp_path, change, key):
     assert message.startswith(f"{path}: "), message
     assert re.search(key, message) if ".*" in key else key in message, message
     assert "\n" not in message
+
+
+@pytest.mark.parametrize("key, value, suites", [("min_success", 0.5, 0.8), ("max_drop", 0.3, 0.2),
+                                                ("min_episodes", 10, 20)])
+def test_a_robot_file_may_tighten_its_suites_thresholds_but_not_loosen_them(tmp_path, key, value, suites):
+    from robot_rl.robot_config import load_validation_config
+
+    path = _write(tmp_path, "name: arm\nvalidation:\n  suite: default\n" + f"  {key}: {value}\n")
+    for load in (load_robot_config, load_validation_config):  # the robot file, and what the deployment gate reads
+        with pytest.raises(RobotConfigError) as error:
+            load(path)
+        message = str(error.value)
+        assert message.startswith(f"{path}: validation.{key}: {value:g} is looser than suite default's {suites:g}")
+        assert "\n" not in message
+    path.write_text("name: arm\nvalidation: {min_success: 0.9, max_drop: 0.1, min_episodes: 30}\n")
+    robot = load_robot_config(path)
+    assert (robot.validation.min_success, robot.validation.max_drop, robot.validation.min_episodes) == (0.9, 0.1, 30)
+    assert robot.suite_location() == "default" and robot_config_from_dict(robot.to_json(), path=robot.path) == robot
+    (tmp_path / "lenient.yaml").write_text("thresholds: {min_success: 0.0}\nconditions:\n- {name: nominal}\n")
+    path.write_text("name: arm\nvalidation: {suite: lenient.yaml, min_success: 0.1}\n")  # relative to the file
+    assert load_robot_config(path).suite_location() == tmp_path / "lenient.yaml"
 
 
 def test_yaml_syntax_error_names_file_line_and_column(tmp_path):

@@ -75,13 +75,10 @@ def gated_starts(work: Path) -> dict[str, list[str]]:
     from test_ros_actor_fuzz import untrained_pixel_agent
 
     from robot_rl.policy_file import weights_message, write_policy_file
-    from robot_rl.robot_config import resolve_robot_path
-    from robot_rl.validate import file_digest, policy_digest, write_record
 
     agent = untrained_pixel_agent()
     validated = write_policy_file(work / "validated" / "policy.msgpack", weights_message(agent, version=1))
-    write_record(validated, {"policy_sha256": policy_digest(validated), "suite_sha256": "s", "verdict": "pass",
-                             "robot_sha256": file_digest(resolve_robot_path("franka_fr3"))})
+    write_passing_record(validated)
     unvalidated = write_policy_file(work / "unvalidated" / "policy.msgpack", weights_message(agent, version=2))
     head = validated_head_on_a_folder_base(work)
     actor = [sys.executable, "-m", "robot_rl.ros.actor_node", "--ros-args", "-p", "obs_mode:=pixels",
@@ -99,9 +96,7 @@ def validated_head_on_a_folder_base(work: Path) -> Path:
     from robot_rl.policies.normalizer import Normalizer
     from robot_rl.policies.residual import FrozenBase, ResidualPolicy, residual_observation_spec
     from robot_rl.policy_file import write_policy_file
-    from robot_rl.robot_config import resolve_robot_path
     from robot_rl.ros.learner_node import robot_task_spaces
-    from robot_rl.validate import file_digest, policy_digest, write_record
 
     spec, action_dim = robot_task_spaces("franka_fr3", "pixels", 64)
     tiny = DiffusionConfig(obs_horizon=2, prediction_horizon=8, action_horizon=4, down_dims=(16, 32), groups=4,
@@ -116,9 +111,22 @@ def validated_head_on_a_folder_base(work: Path) -> Path:
                            SACConfig(actor_hidden_dims=(16,), critic_hidden_dims=(16,), actor_zero_init_last=True))
     path = write_policy_file(work / "head" / "policy.msgpack", ResidualPolicy(
         FrozenBase(diffusion, path=str(base.resolve())), head, 0.1).weights_message(version=1))
-    write_record(path, {"policy_sha256": policy_digest(path), "suite_sha256": "s", "verdict": "pass",
-                        "robot_sha256": file_digest(resolve_robot_path("franka_fr3"))})
+    write_passing_record(path)
     return path
+
+
+def write_passing_record(policy: Path) -> None:
+    """A passing record of franka_fr3's suite (the default one) for the policy, as `robot-rl validate` writes it."""
+    from robot_rl.robot_config import resolve_robot_path
+    from robot_rl.validate import file_digest, load_suite, policy_digest, write_record
+
+    suite = load_suite("default")
+    write_record(policy, {"policy_sha256": policy_digest(policy), "suite": suite.name, "suite_path": suite.path,
+                          "suite_sha256": suite.sha256, "thresholds": suite.thresholds, "verdict": "pass",
+                          "validated_at": "2025-03-01T09:00:00+00:00",
+                          "conditions": [{"condition": c.name, "successes": 50, "episodes": 50}
+                                         for c in suite.conditions],
+                          "robot_sha256": file_digest(resolve_robot_path("franka_fr3"))})
 
 
 def client() -> dict:
@@ -344,6 +352,9 @@ def test_a_real_robot_runs_a_validated_policy_and_an_unvalidated_one_only_when_a
     for started in (validated, summary["gated"]["validated_head"]):  # a head on a folder base: its record covers both
         assert "actor up" in started["output"] and started["exit"] == 0, started["output"]
         assert "[ERROR]" not in started["output"], started["output"]
+        # the record that let it run, at start-up: suite, date, verdict and successes per condition
+        assert "suite default (default.yaml), validated 2025-03-01T09:00:00+00:00, PASS: nominal 50/50, " \
+               "camera_pose 50/50, " in started["output"], started["output"]
     assert "actor up" in allowed["output"] and allowed["exit"] == 0, allowed["output"]
     loud = [line for line in error_lines(allowed["output"]) if "UNVALIDATED POLICY ON A REAL ROBOT (franka_fr3)" in line]
     assert len(loud) == 1 and "has no validation record" in loud[0], allowed["output"]

@@ -48,14 +48,6 @@ def test_updates_per_second_is_the_learners_speed_since_the_last_reading():
     assert rate.read(400, now=17.0) == 0.0  # no updates in the last second: 0, not 300 / 7 s
 
 
-def test_a_run_without_demos_says_it_starts_with_a_warm_up(tmp_path, capsys):
-    train(TrainConfig(demos=0, steps=5, eval_every=5, eval_episodes=1, video=False, run_dir=tmp_path / "run"))
-    out = capsys.readouterr().out
-    assert ("warm-up: uniformly random actions and no updates for the next 1024 env steps (no demos; "
-            "--learner.warmup-transitions sets it)") in out
-    assert checkpoint_state(tmp_path / "run")["updates"] == 0
-
-
 def test_config_json_round_trip():
     cfg = TrainConfig(task="PegInsert-v0", obs_mode="pixels", run_dir=Path("x/y"), steps=7)
     assert config_from_json(TrainConfig, json.loads(json.dumps(config_to_json(cfg)))) == cfg
@@ -518,3 +510,26 @@ def test_demos_killed_while_recording_are_recorded_again_not_used_partially(tmp_
     monkeypatch.setattr(robot_rl.loop, "record_episodes", record_episodes)
     assert record_demos(cfg, tmp_path / "run").num_episodes == 3
     assert not (tmp_path / "run" / "demos.partial.zarr").exists()
+
+
+def test_a_randomised_run_without_demos_warms_up_under_the_suites_conditions(tmp_path, capsys):
+    suite = tmp_path / "suite.yaml"
+    suite.write_text("name: train_suite\nconditions:\n  - name: nominal\n"
+                     "  - name: late\n    perturbations: [{type: action_latency, steps: 1}]\n"
+                     "  - name: dark\n    perturbations: [{type: lighting, brightness: [0.5, 0.5]}]\n")
+    run_dir = tmp_path / "run"
+    train(TrainConfig(demos=0, steps=100, eval_every=100, eval_episodes=1, video=False, randomize=str(suite),
+                      run_dir=run_dir))
+    out = capsys.readouterr().out
+    assert ("warm-up: uniformly random actions and no updates for the next 1024 env steps (no demos; "
+            "--learner.warmup-transitions sets it)") in out
+    assert checkpoint_state(run_dir)["updates"] == 0
+    episodes = checkpoint_state(run_dir)["extra"]["episodes_log"]
+    assert len(episodes) == 2 and {e["condition"] for e in episodes} <= {"nominal", "late", "dark"}, episodes
+    assert json.loads((run_dir / "config.json").read_text())["randomize"] == str(suite)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nconditions:\n  - name: nominal\n"
+                   "  - name: mug\n    perturbations: [{type: object, bodies: [mug], mass_scale: [1, 2]}]\n")
+    with pytest.raises(ValueError, match="names body 'mug', which this task's model lacks"):
+        train(TrainConfig(demos=0, steps=5, eval_episodes=1, video=False, randomize=str(bad),
+                          run_dir=tmp_path / "bad_run"))

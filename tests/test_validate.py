@@ -1,6 +1,7 @@
-"""Validation in the sim mirror: each perturbation changes what it claims (and nothing compounds across episodes),
-suites load or fail with one clear line, intervals and verdicts on known counts, a validation run reproduces with
-any number of workers and writes its report and record."""
+"""Validation in the sim mirror: each perturbation changes what it claims (and nothing compounds across episodes; the
+per-step ones are checked as properties in tests/test_perturbations.py), suites load or fail with one clear line,
+intervals and verdicts on known counts, a validation run reproduces with any number of workers and writes its report
+and record."""
 
 from __future__ import annotations
 
@@ -89,34 +90,6 @@ def test_object_mass_and_size_change_the_physics_without_compounding():
         env.close()
 
 
-def test_action_latency_executes_each_command_one_step_late():
-    env = make_env("PickCube-v0", obs_mode="state")
-    try:
-        wrapped, _ = perturbed(env, {"type": "action_latency", "steps": 1})
-        start = wrapped.unwrapped.target_pose()[0]
-        up = np.array([0, 0, 1, -1], np.float32)
-        wrapped.step(up)
-        np.testing.assert_allclose(wrapped.unwrapped.target_pose()[0], start)  # nothing arrived yet: held
-        wrapped.step(np.zeros(4, np.float32))
-        np.testing.assert_allclose(wrapped.unwrapped.target_pose()[0], start + [0, 0, 0.03], atol=1e-9)
-    finally:
-        env.close()
-
-
-def test_sensor_delay_returns_the_previous_observation_and_frame_drops_repeat_frames(pixel_env):
-    actions = [np.array([0.5, 0.2, -0.3, -1], np.float32)] * 3
-    nominal = [pixel_env.reset(seed=3)[0]] + [pixel_env.step(a)[0] for a in actions]
-    wrapped, first = perturbed(pixel_env, {"type": "sensor_delay", "steps": 1})
-    delayed = [first] + [wrapped.step(a)[0] for a in actions]
-    np.testing.assert_array_equal(delayed[0]["state"], nominal[0]["state"])
-    for t in range(1, 4):
-        np.testing.assert_array_equal(delayed[t]["state"], nominal[t - 1]["state"])
-    wrapped, first = perturbed(pixel_env, {"type": "frame_drops", "probability": 0.99})
-    after = wrapped.step(actions[0])[0]
-    np.testing.assert_array_equal(after["images/front"], first["images/front"])  # the camera repeated its frame
-    assert not np.array_equal(after["state"], first["state"])  # proprioception is fresh
-
-
 def test_control_rate_jitter_varies_the_control_period_and_proprio_noise_stays_a_pose():
     env = make_env("PickCube-v0", obs_mode="state")
     try:
@@ -168,7 +141,7 @@ def test_bad_perturbations_are_named_in_one_line(item, words):
 def test_a_name_the_model_lacks_is_refused_with_the_names_it_has():
     env = make_env("PickCube-v0", obs_mode="state")
     try:
-        with pytest.raises(ConditionError, match="names bodie 'mug', which this task's model lacks .*cube"):
+        with pytest.raises(ConditionError, match="names body 'mug', which this task's model lacks .*cube"):
             PerturbedEnv(env, condition({"type": "object", "bodies": ["mug"], "mass_scale": [1, 2]}))
     finally:
         env.close()
@@ -307,11 +280,13 @@ def test_the_deployment_gate_refuses_and_accepts_as_specified(tiny_policy, tmp_p
     assert "has no validation record for robot file" in problem and str(franka) in problem
     assert f"robot-rl validate --policy {policy / 'policy.msgpack'} --robot {franka} --task PickCube-v0" in problem
     assert "allow_unvalidated:=true" in problem and "\n" not in problem
-    record = {"policy_sha256": policy_digest(policy), "robot_sha256": file_digest(franka), "suite_sha256": "s",
+    default = load_suite("default")
+    record = {"policy_sha256": policy_digest(policy), "robot_sha256": file_digest(franka), "suite": default.name,
+              "suite_path": default.path, "suite_sha256": default.sha256, "thresholds": default.thresholds,
               "verdict": "fail", "verdict_reasons": ["lighting_colour: success 30% < 80%"], "report": "r.md"}
     write_record(policy, record)
     problem = deployment_problem(policy, "franka_fr3")
-    assert "failed its validation" in problem and "lighting_colour: success 30% < 80%" in problem
+    assert "failed its validation with default.yaml" in problem and "lighting_colour: success 30% < 80%" in problem
     write_record(policy, {**record, "verdict": "pass", "verdict_reasons": []})  # re-validated: replaces the record
     assert deployment_problem(policy, "franka_fr3") is None
     assert "no validation record" in deployment_problem(policy, "ur5e_ros2_control")  # a record is per robot file
@@ -322,6 +297,144 @@ def test_the_deployment_gate_refuses_and_accepts_as_specified(tiny_policy, tmp_p
     data[-1] ^= 1  # the policy changed since
     (policy / "policy.msgpack").write_bytes(bytes(data))
     assert "changed since it was validated" in deployment_problem(policy, "franka_fr3")
+
+
+LENIENT = ("name: lenient\nepisodes: 1\nthresholds: {min_success: 0.0, max_drop: 1.0, min_episodes: 1}\n"
+           "conditions:\n- {name: nominal}\n")
+
+
+def gate_case(tiny_policy, tmp_path, validation: str = "") -> tuple[Path, Path]:
+    """A copy of the tiny policy without records, and a real robot's file written from scratch (its `validation:`
+    section as given) with a lenient one-condition suite beside it."""
+    import shutil
+
+    policy = tmp_path / "run"
+    shutil.copytree(tiny_policy, policy)
+    record_path(policy).unlink(missing_ok=True)
+    folder = tmp_path / "robots"
+    folder.mkdir()
+    (folder / "lenient.yaml").write_text(LENIENT)
+    robot = folder / "arm.yaml"
+    robot.write_text("name: arm\ncontrol_rate_hz: 10\n" + (f"validation: {validation}\n" if validation else ""))
+    return policy, robot
+
+
+def fabricated(policy, robot, suite: Suite, verdict: str, when: str, **changes) -> dict:
+    """A record as `robot-rl validate` writes it, without running an episode."""
+    from robot_rl.validate import file_digest
+
+    return {"policy_sha256": policy_digest(policy), "robot": str(robot), "robot_sha256": file_digest(robot),
+            "suite": suite.name, "suite_path": suite.path, "suite_sha256": suite.sha256,
+            "thresholds": suite.thresholds, "verdict": verdict, "validated_at": when, "report": "report.md",
+            "verdict_reasons": [] if verdict == "pass" else ["camera_pose: success 40% < 80%"],
+            "conditions": [{"condition": c.name, "successes": 19 - i, "episodes": 20}
+                           for i, c in enumerate(suite.conditions)], **changes}
+
+
+def write_records(policy, records) -> None:
+    """The policy's record file as given (in this order), as an older tool or a merged copy may leave it."""
+    from robot_rl.validate import RECORD_FORMAT
+
+    record_path(policy).write_text(json.dumps({"format": RECORD_FORMAT, "version": 1, "records": records}))
+
+
+EARLY, LATE = "2025-03-01T09:00:00+00:00", "2025-03-02T09:00:00+00:00"
+
+
+def test_a_pass_of_another_suite_does_not_open_the_gate_of_a_robot_file_that_requires_default(tiny_policy, tmp_path):
+    from robot_rl.validate import deployment_problem
+
+    policy, robot = gate_case(tiny_policy, tmp_path)  # no validation section: the default suite
+    lenient, default = load_suite(robot.parent / "lenient.yaml"), load_suite("default")
+    write_record(policy, fabricated(policy, robot, lenient, "pass", LATE))
+    problem = deployment_problem(policy, robot, "PickCube-v0")
+    located = policy / "policy.msgpack"
+    assert problem.startswith(f"policy {located} was validated with lenient.yaml (PASS); robot file arm.yaml "
+                              f"requires default.yaml: robot-rl validate --policy {located} --robot {robot} "
+                              "--task PickCube-v0, or set allow_unvalidated:=true"), problem
+    write_record(policy, fabricated(policy, robot, default, "fail", EARLY))  # the default suite failed it
+    problem = deployment_problem(policy, robot)
+    assert "failed its validation with default.yaml" in problem and "camera_pose: success 40% < 80%" in problem
+    assert "not counted: lenient.yaml (PASS), as robot file arm.yaml requires default.yaml" in problem
+    assert "\n" not in problem
+
+
+def test_the_newest_record_of_the_required_suite_decides(tiny_policy, tmp_path):
+    from robot_rl.actor import ActorSession
+    from robot_rl.actor_policy import PolicySettings, PolicySlot
+    from robot_rl.robot_config import load_robot_config
+    from robot_rl.safety import Safety, SafetyConfig
+    from robot_rl.validate import deployment_decision, deployment_problem
+
+    policy, robot = gate_case(tiny_policy, tmp_path, "{suite: default}")
+    default = load_suite("default")
+    passed, failed = (fabricated(policy, robot, default, verdict, when)
+                      for verdict, when in (("pass", EARLY), ("fail", LATE)))
+    write_records(policy, [passed, failed])  # a later FAIL revokes an earlier PASS
+    assert "failed its validation with default.yaml" in deployment_problem(policy, robot)
+    write_records(policy, [failed, passed])  # in any order in the file: the dates decide
+    assert "failed its validation" in deployment_problem(policy, robot)
+    passed_later, failed_earlier = {**passed, "validated_at": LATE}, {**failed, "validated_at": EARLY}
+    write_records(policy, [passed_later, failed_earlier])
+    assert deployment_decision(policy, robot) == (None, passed_later)  # a later PASS after a FAIL admits
+
+    # what `robot-rl validate` writes: each new record replaces the one of the same robot file and suite
+    record_path(policy).unlink()
+    write_record(policy, passed)
+    write_record(policy, failed)
+    assert [r["verdict"] for r in read_records(policy)] == ["fail"] and deployment_problem(policy, robot)
+    write_record(policy, passed_later)
+    assert deployment_problem(policy, robot) is None
+    lenient = load_suite(robot.parent / "lenient.yaml")
+    write_record(policy, fabricated(policy, robot, lenient, "fail", EARLY))  # kept in time order
+    assert [r["validated_at"] for r in read_records(policy)] == [EARLY, LATE]
+
+    # the actor logs the record that admitted the policy at start-up
+    class Lines(list):
+        def info(self, message):
+            self.append(message)
+
+        warning = error = info
+
+    lines = Lines()
+    slot = PolicySlot(ActorSession(Safety(SafetyConfig(action_dim=4)), "test"), load_robot_config(robot),
+                      PolicySettings(task="PickCube-v0"), log=lines)
+    assert slot.deployment_problem(str(policy)) is None
+    conditions = ", ".join(f"{c.name} {19 - i}/20" for i, c in enumerate(default.conditions))
+    assert lines == [f"policy {policy} validated for robot file {robot}: suite default (default.yaml), validated "
+                     f"{LATE}, PASS: {conditions}"]
+    assert conditions.startswith("nominal 19/20, camera_pose 18/20, ")
+
+
+def test_a_pass_judged_looser_than_the_robot_file_asks_does_not_admit(tiny_policy, tmp_path):
+    from robot_rl.validate import deployment_decision
+
+    policy, robot = gate_case(tiny_policy, tmp_path, "{min_success: 0.9, min_episodes: 30}")
+    default = load_suite("default")
+    write_record(policy, fabricated(policy, robot, default, "pass", EARLY))  # judged at the suite's 0.8 and 20
+    problem, record = deployment_decision(policy, robot)
+    assert record is None and "passed default.yaml for robot file" in problem and "\n" not in problem
+    assert "min_success 0.8 where the robot file asks 0.9, min_episodes 20 where the robot file asks 30" in problem
+    tight = fabricated(policy, robot, default, "pass", LATE,
+                       thresholds={"min_success": 0.95, "max_drop": 0.2, "min_episodes": 30})
+    write_record(policy, tight)
+    assert deployment_decision(policy, robot) == (None, tight)
+
+
+def test_a_robot_file_may_name_a_suite_next_to_it(tiny_policy, tmp_path, monkeypatch):
+    from robot_rl.robot_config import load_validation_config
+    from robot_rl.validate import deployment_decision, deployment_problem, required_suite
+
+    policy, robot = gate_case(tiny_policy, tmp_path, "{suite: lenient.yaml}")
+    monkeypatch.chdir(policy)  # relative to the robot file, not to the working folder
+    lenient = load_suite(robot.parent / "lenient.yaml")
+    assert required_suite(*load_validation_config(robot)).sha256 == lenient.sha256
+    write_record(policy, fabricated(policy, robot, load_suite("default"), "pass", LATE))
+    assert "was validated with default.yaml (PASS); robot file arm.yaml requires lenient.yaml" in \
+        deployment_problem(policy, robot)
+    record = fabricated(policy, robot, lenient, "pass", EARLY)
+    write_record(policy, record)
+    assert deployment_decision(policy, robot) == (None, record)
 
 
 def test_the_cli_names_a_missing_policy_in_one_line(tmp_path):

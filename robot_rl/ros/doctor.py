@@ -4,8 +4,9 @@ Listens for a few seconds to every stream the robot file names (each camera, the
 any, the gripper) and prints one row per stream: seen or not, the message type (and the type the publishers offer),
 encoding and size, rate, stamp delay (receive time - header stamp, p50) and whether the robot file's QoS matches the
 publishers'. Then the current TCP pose against the workspace box, the gripper reading against [0, max_opening], the
-command topics' subscribers (none: the controller is not running) and the reset service. Ends with
-``first thing to fix: ...`` when a check fails.
+command topics' subscribers (none: the controller is not running) and the reset service, and per camera the sim
+camera `robot-rl validate` renders it from (a camera without one is a warning naming what to add: the doctor checks
+the live drivers, not the sim mirror). Ends with ``first thing to fix: ...`` when a check fails.
 
 Run::
 
@@ -39,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from robot_rl.robot_config import RobotConfig, RobotConfigError, load_robot_config
+from robot_rl.robot_config import SIM_CAMERAS, RobotConfig, RobotConfigError, load_robot_config
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 TIMING_MODES = ("fail", "warn")
@@ -258,6 +259,8 @@ class Report:
                 "warnings": [f"{row.label}: {problem.text}" for row, problem in self.warnings()],
                 "streams": [row.to_json() for row in self.streams],
                 "checks": [row.to_json() for row in self.checks],
+                "sim_cameras": {name: {"sim_camera": sim, "text": text}
+                                for name, sim, text in sim_camera_notes(self.robot)},
                 "first_thing_to_fix": self.first_thing_to_fix()}
 
 
@@ -536,10 +539,31 @@ def render(report: Report, console=None) -> None:
             console.print(f"{kind} {escape(row.label)}: {escape(problem.text)}", highlight=False)
         for note in row.notes if row in report.streams else ():
             console.print(f"note     {escape(row.label)}: {escape(note)}", highlight=False)
+    for _, sim, text in sim_camera_notes(robot):
+        kind = "sim     " if sim else "[yellow]warning[/yellow] "
+        console.print(f"{kind} {escape(text)}", highlight=False)
     verdict = report.first_thing_to_fix()
     warned = len(report.warnings())
     passed = "all checks passed" + (f" ({warned} timing warning(s) above: --timing warn)" if warned else "")
     console.print(f"first thing to fix: {escape(verdict)}" if verdict else passed, highlight=False)
+
+
+def sim_camera_notes(robot: RobotConfig) -> list[tuple[str, str | None, str]]:
+    """(camera, its sim camera or None, one line) per camera of the robot file: what `robot-rl validate` renders it
+    from, or what to add so that validation can look through it."""
+    notes = []
+    for name, camera in robot.cameras:
+        sim = robot.sim_camera(name)
+        if sim is None:
+            notes.append((name, None, f"camera {name}: no sim camera, so robot-rl validate cannot look through it: "
+                                      f"add \"sim_camera: {SIM_CAMERAS[0]}\" (the mirror has {', '.join(SIM_CAMERAS)}) "
+                                      f"under cameras.{name}"))
+            continue
+        size = f"{camera.width}x{camera.height}" if camera.width and camera.height else "the policy's image size"
+        mount = ", at its sim_mount" if camera.sim_mount is not None else ""
+        notes.append((name, sim, f"camera {name}: validation renders it from sim camera {sim}{mount} at {size}, "
+                                 f"{camera.fit}"))
+    return notes
 
 
 def _check_summary(row: Row) -> str:
