@@ -61,6 +61,10 @@ class Record:
     dataset, one past the largest stored seed when appending; a seed that would repeat stored episodes is refused."""
     only_successes: bool = False
     """Keep only successful episodes (tries up to 3x --episodes)."""
+    randomize: str | None = None
+    """With --source sim: record each episode under one condition of this validation suite (a shipped suite's name
+    such as `default`, or a YAML file), drawn with its values from the episode's seed, as `train --randomize` does:
+    demos a `train-bc` policy learns the suite's conditions from. The dataset's attributes name the suite."""
 
     def __post_init__(self) -> None:
         problems = [f"{name}={getattr(self, name)!r} must be >= {low}"
@@ -70,6 +74,8 @@ class Record:
             problems.append(f"image_size={self.image_size!r} must be in [16, 640]")
         if self.wrench and self.source == "ros":
             problems.append("--wrench is for --source sim (a robot file names no force/torque topic yet)")
+        if self.randomize and self.source == "ros":
+            problems.append("--randomize is for --source sim (a robot's world is as it is)")
         if problems:
             raise ValueError(f"invalid record options: {'; '.join(problems)}")
 
@@ -348,7 +354,12 @@ def run_record(cfg: Record) -> None:
     results = []
     writer, held_before = None, 0
     try:
-        writer = writer_for_env(env, cfg.out, cfg.task, attrs={"policy": cfg.policy, "noise": cfg.noise})
+        if cfg.randomize:
+            from robot_rl.train import randomized_env
+
+            env = randomized_env(env, cfg.randomize)
+        writer = writer_for_env(env, cfg.out, cfg.task, attrs={"policy": cfg.policy, "noise": cfg.noise,
+                                                              **({"randomize": cfg.randomize} if cfg.randomize else {})})
         held_before = writer.num_episodes
         seed = first_seed(writer, cfg.seed, max_attempts_for(cfg.episodes, cfg.only_successes))
         expert = make_expert(env, noise=cfg.noise, seed=seed)

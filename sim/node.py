@@ -60,7 +60,8 @@ Driver mode (parameter ``robot``, a robot file path or a shipped name such as ``
 and accepts what that file describes, as a real robot's drivers would, so the actor, ``doctor`` and the launch files
 can be tested against a "foreign" robot without one (``robots/sim_panda_driver.yaml``: ros2_control / RealSense style).
 
-- cameras: each ``cameras.<name>`` (``front`` or ``wrist``: the sim's cameras) is rendered at its ``width`` x
+- cameras: each ``cameras.<name>`` is rendered from its sim camera (``sim_camera``, by default the sim camera of the
+  same name: ``front`` or ``wrist``; at its ``sim_mount`` when given) at its ``width`` x
   ``height`` (non-square; 0: ``image_size``) and published on its ``topic`` as a sensor_msgs/Image in its
   ``encoding`` (rgb8, bgr8, rgba8, bgra8, mono8, mono16) or a CompressedImage (``encoding`` jpeg or png), with the
   reliability named by its ``qos`` (best_effort: like SensorDataQoS, a reliable subscriber does not match), frame
@@ -96,6 +97,7 @@ import dataclasses
 import math
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -332,6 +334,8 @@ class CameraStream:
     frame_id: str = ""
     rendered: bool = True
     """False: the env observation's square image (native topics), True: rendered at width x height."""
+    mount: Any = None
+    """The robot file's sim_mount of the camera (robot_rl.robot_config.SimMount), or None: the sim camera's pose."""
 
 
 @dataclass(frozen=True)
@@ -394,9 +398,10 @@ class DriverProfile:
         cameras = []
         for name, camera in robot.cameras if "pixels" in obs_mode else ():
             where = f"cameras.{name}"
-            if name not in CAMERA_FRAMES:
-                fail(f"{where}: the sim renders cameras {' and '.join(CAMERA_FRAMES)}; name the robot file's "
-                     "cameras after them")
+            sim_camera = robot.sim_camera(name)
+            if sim_camera is None:
+                fail(f"{where}: no sim camera: add \"sim_camera: front\" (the sim renders "
+                     f"{' and '.join(CAMERA_FRAMES)}) under {where}")
             if camera.type == "Image":
                 encoding = camera.encoding or "rgb8"
                 if encoding not in RAW_ENCODINGS:
@@ -411,8 +416,8 @@ class DriverProfile:
             width, height = (camera.width, camera.height) if camera.width else (image_size, image_size)
             if not (16 <= width <= 4096 and 16 <= height <= 4096):
                 fail(f"{where}: {width}x{height} must be within 16..4096 pixels per side")
-            cameras.append(CameraStream(name, camera.topic, camera.type, encoding, width, height, camera.qos,
-                                        camera.rate_hz, f"{name}_camera"))
+            cameras.append(CameraStream(sim_camera, camera.topic, camera.type, encoding, width, height, camera.qos,
+                                        camera.rate_hz, f"{name}_camera", mount=camera.sim_mount))
         arm, gripper, command = robot.arm, robot.gripper, robot.command
         joint_names = tuple(arm.joint_names) or cls.arm_joint_names  # none given (a TCP pose arm): the sim's own
         if len(joint_names) != SIM_ARM_JOINTS:
@@ -568,6 +573,9 @@ class SimNode:
             self.robot = SimRobot(self.config.task, env_obs_mode, self.config.image_size)
         except ValueError as error:
             raise NodeStartupError(str(error)) from None
+        from robot_rl.sim.robot_cameras import mount_cameras
+
+        mount_cameras(self.robot.base, profile.cameras)  # the robot file's camera mounts, as validation renders them
         sensors = qos.qos_profile(qos.SENSORS)
         self._image_pubs = []  # (stream, publisher) published with every control step
         realtime = self.config.mode == "realtime"

@@ -116,6 +116,18 @@ def test_eval_help():
         assert "(default" not in options[name], name  # tyro adds the default once
 
 
+def test_record_randomized_demos_under_a_suites_conditions(tmp_path, capsys):
+    suite = tmp_path / "suite.yaml"
+    suite.write_text("name: demo_suite\nconditions:\n  - name: nominal\n"
+                     "  - name: late\n    perturbations: [{type: action_latency, steps: 1}]\n")
+    out = tmp_path / "demos.zarr"
+    code, stdout, stderr = run_cli(["record", "--episodes", "2", "--obs-mode", "state", "--randomize", suite,
+                                    "--out", out], capsys)
+    assert code == 0, stderr
+    dataset = EpisodeDataset(out)
+    assert dataset.attrs["randomize"] == str(suite) and dataset.num_episodes == 2
+
+
 @pytest.mark.parametrize("args, message", [
     (["train", "--steps", "0"], "steps=0 must be >= 1"),
     (["train", "--eval-every", "0"], "eval_every=0 must be >= 1"),
@@ -209,6 +221,8 @@ def test_record_uses_trains_image_size_and_continues_the_seeds_when_appending(tm
     (["--noise", "-0.1"], "noise=-0.1 must be >= 0"),
     (["--seed", "-3"], "seed=-3 must be >= 0"),
     (["--obs-mode", "depth"], "--obs-mode"),
+    (["--randomize", "nosuchsuite"], "no suite 'nosuchsuite'"),
+    (["--randomize", "default", "--source", "ros"], "--randomize is for --source sim"),
 ])
 def test_record_refuses_bad_numbers_in_one_line_and_makes_nothing(tmp_path, capsys, args, message):
     code, stdout, stderr = run_cli(["record", *args, "--out", tmp_path / "demos.zarr"], capsys)

@@ -73,6 +73,16 @@ def test_driver_file_describes_a_foreign_driver_with_the_sim_limits(driver_robot
     assert {k: getattr(driver_robot, k) for k in limits} == {k: getattr(native, k) for k in limits}
 
 
+def test_a_lab_camera_is_rendered_from_its_sim_camera_at_its_mount(driver_robot):
+    mount = {"position": [1.0, 0.0, 0.6], "quat": [0.7, 0.0, 0.7, 0.0]}
+    robot = _robot_with(driver_robot, cameras={"cam_high": {"topic": "cam_high/image_raw", "width": 320,
+                                                            "height": 240, "sim_camera": "front", "sim_mount": mount}})
+    (stream,) = DriverProfile.from_robot(robot, obs_mode="pixels").cameras
+    assert (stream.sim_camera, stream.topic, stream.width, stream.frame_id) == ("front", "cam_high/image_raw", 320,
+                                                                                "cam_high_camera")
+    assert list(stream.mount.position) == mount["position"]
+
+
 def test_obs_mode_state_serves_no_cameras(driver_robot):
     assert DriverProfile.from_robot(driver_robot, obs_mode="state").cameras == ()
 
@@ -479,7 +489,7 @@ def test_an_unusable_robot_file_is_one_line_and_exit_status_2(tmp_path, driver_r
     foreign.write_text(open(DRIVER_FILE).read().replace("  front:\n", "  top:\n")
                        .replace("model: models/sim_panda.xml", f"model: {model}"))
     cases = {"missing": (str(tmp_path / "nowhere.yaml"), "nowhere.yaml: cannot read it"),
-             "foreign_camera": (str(foreign), f"{foreign}: cameras.top: the sim renders cameras front and wrist")}
+             "foreign_camera": (str(foreign), f'{foreign}: cameras.top: no sim camera: add "sim_camera: front"')}
     env = ros_environment(domain_id=allocate_domain_id())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH", "")) if p)
     processes = {name: subprocess.Popen(
