@@ -54,28 +54,29 @@ class ExecutedCommand:
         return "reset" if self.terminated or self.truncated else None
 
 
+def _outermost(env: gym.Env, method: str) -> Callable[[], Any] | None:
+    """The bound `method` of the outermost wrapper of `env` that defines it (a perturbation wrapper), or None."""
+    layer = env
+    while isinstance(layer, gym.Wrapper):
+        own = getattr(type(layer), method, None)
+        if own is not None:
+            return own.__get__(layer)
+        layer = layer.env
+    return None
+
+
 def commanded_target_pose(env: gym.Env) -> tuple[np.ndarray, np.ndarray]:
     """The target a command's step is taken from: where the commands so far lead. A wrapper that delays commands
     (robot_rl.sim.perturb.PerturbedEnv under action latency) knows it; otherwise it is the env's controller target."""
-    layer = env
-    while isinstance(layer, gym.Wrapper):
-        own = getattr(type(layer), "commanded_target_pose", None)
-        if own is not None:
-            return own(layer)
-        layer = layer.env
-    return env.unwrapped.target_pose()
+    own = _outermost(env, "commanded_target_pose")
+    return own() if own is not None else env.unwrapped.target_pose()
 
 
 def sensor_ages(env: gym.Env) -> dict[str, float]:
     """How old each key of the env's last observation is [s]: what a wrapper that delays or drops sensor readings
     (robot_rl.sim.perturb.PerturbedEnv) says, else nothing is old."""
-    layer = env
-    while isinstance(layer, gym.Wrapper):
-        own = getattr(type(layer), "sensor_ages", None)
-        if own is not None:
-            return own(layer)
-        layer = layer.env
-    return {}
+    own = _outermost(env, "sensor_ages")
+    return own() if own is not None else {}
 
 
 class SimRobotAdapter:
