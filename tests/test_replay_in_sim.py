@@ -3,7 +3,6 @@
 import json
 import math
 
-import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -14,6 +13,7 @@ from robot_rl.replay_in_sim import (
     run_replay_in_sim)
 from robot_rl.sim.controller import OSCGains
 from robot_rl.sim.expert import make_expert
+from robot_rl.sim.perturb import Condition, PerturbedEnv
 from robot_rl.types import ArraySpec
 
 TASK = "PickCube-v0"
@@ -23,27 +23,12 @@ SOFT_GAINS = OSCGains(position_stiffness=0.25 * OSCGains.position_stiffness,
                       orientation_stiffness=0.25 * OSCGains.orientation_stiffness)
 
 
-class OneStepLate(gym.Wrapper):
-    """Executes each action one control step late (a robot with a control period of latency); the first step holds."""
-
-    def reset(self, **kwargs):
-        self._pending = None
-        return self.env.reset(**kwargs)
-
-    def step(self, action):
-        late = self._pending
-        if late is None:
-            late = np.zeros_like(action)
-            late[-1] = self.env.unwrapped.gripper_command
-        self._pending = action
-        return self.env.step(late)
-
-
 def record(path, *, late: bool = False, control_rotation: bool = False, **env_kwargs):
     """A state-only dataset of the noisy scripted expert, seeds 0.. (what `robot-rl record` writes)."""
     env = make_env(TASK, obs_mode="state", max_episode_steps=STEPS, control_rotation=control_rotation, **env_kwargs)
-    if late:
-        env = OneStepLate(env)
+    if late:  # each command executes one control step late (a robot with a control period of latency)
+        env = PerturbedEnv(env, Condition.from_dict({"name": "late", "perturbations": [
+            {"type": "action_latency", "steps": 1}]}, "test"))
     with writer_for_env(env, path, TASK) as writer:
         record_episodes(env, make_expert(env, noise=0.1, seed=0), writer, EPISODES, seed=0)
     env.close()
