@@ -15,10 +15,12 @@ from robot_rl.sim.tasks import PegInsertEnv, PickCubeEnv
 class ScriptedExpert:
     """Base expert: turns a desired target position (and gripper command) into a valid action in [-1, 1]."""
 
-    def __init__(self, env: RobotEnv, noise: float = 0.0, seed: int | None = None):
+    def __init__(self, env: RobotEnv, noise: float = 0.0, seed: int | None = None, wrapped=None):
         if not np.isfinite(noise) or noise < 0:
             raise ValueError(f"noise={noise!r} must be a finite, non-negative action std")
         self.env = env
+        self.wrapped = env if wrapped is None else wrapped
+        """The env as the robot runs it (a perturbation wrapper may hold commands back: see `target`)."""
         self.noise = float(noise)
         self._seed = seed
         self.rng = np.random.default_rng(seed)
@@ -31,7 +33,7 @@ class ScriptedExpert:
         """Action for the env's current state (`obs` is accepted for API symmetry and not used)."""
         goal_target, gripper, yaw = self._plan()
         env = self.env
-        target_position, target_quat = env.target_pose()
+        target_position, target_quat = self.target()
         translation = np.clip((goal_target - target_position) / env.max_translation, -1.0, 1.0)
         parts = [translation]
         if env.control_rotation:
@@ -41,6 +43,13 @@ class ScriptedExpert:
         if self.noise > 0:
             action = action + self.rng.normal(0.0, self.noise, size=action.shape)
         return np.clip(action, -1.0, 1.0).astype(np.float32)
+
+    def target(self) -> tuple[np.ndarray, np.ndarray]:
+        """The target the expert's next step starts from: its last command's (under action latency the controller's
+        own target still lags it), as a policy's step starts from its last command on a robot."""
+        from robot_rl.sim.robot_adapter import commanded_target_pose
+
+        return commanded_target_pose(self.wrapped)
 
     def _rotation_action(self, target_quat: np.ndarray, yaw: float) -> np.ndarray:
         """Rotate the target towards the nominal orientation turned by `yaw` about world z."""
@@ -100,6 +109,8 @@ class PegInsertExpert(ScriptedExpert):
         env: PegInsertEnv = self.env
         tip = env.peg_tip()
         hole = env.hole_top()
+        # Corrections of the tip's observed error start from the controller's target, which the tip follows; the
+        # moves still on their way (action latency) are in the last command, which `act` steps from.
         target = env.target_pose()[0]
         lateral = hole[:2] - tip[:2]
         lateral_error = float(np.linalg.norm(lateral))
@@ -125,7 +136,7 @@ def make_expert(env, noise: float = 0.0, seed: int | None = None) -> ScriptedExp
     """Scripted expert for a robot_rl sim env (wrapped or not); `noise` is the std of Gaussian action noise."""
     base = env.unwrapped
     if isinstance(base, PickCubeEnv):
-        return PickCubeExpert(base, noise=noise, seed=seed)
+        return PickCubeExpert(base, noise=noise, seed=seed, wrapped=env)
     if isinstance(base, PegInsertEnv):
-        return PegInsertExpert(base, noise=noise, seed=seed)
+        return PegInsertExpert(base, noise=noise, seed=seed, wrapped=env)
     raise TypeError(f"no scripted expert for {type(base).__name__}; expected PickCubeEnv or PegInsertEnv")
