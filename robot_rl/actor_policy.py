@@ -57,6 +57,16 @@ class PolicySettings:
     """The fields that are actor node parameters of the same name."""
 
 
+def observation_mismatch(policy_keys, actor_keys, robot_file: str, learner: bool) -> str:
+    """One line: the policy (the learner's, or a saved one) reads observation keys this actor does not build from
+    its robot file, both key lists, and the fix."""
+    whose = "the learner's policy" if learner else "the policy"
+    fix = (f"start the learner with robot:={robot_file} (or the same obs_mode / cameras)" if learner else
+           "act with a policy trained on this robot file's observations (or the same obs_mode / cameras)")
+    return (f"{whose} reads {list(policy_keys)}; this actor builds {list(actor_keys)} from robot file {robot_file}: "
+            f"{fix}")
+
+
 class PolicySlot:
     """The actor's policy and what it says about acting: a `robot_rl.episode.Gate`."""
 
@@ -115,16 +125,16 @@ class PolicySlot:
                       f"{policy.obs_horizon}, chunks of {policy.chunk_length}, executing {actor.execute} per chunk"
                       + (" in a worker thread" if actor.planner is not None else ""))
 
-    def check_spec(self, spec, action_dim: int) -> str | None:
-        """Why a policy with this observation spec and action size cannot run on this actor, or None."""
+    def check_spec(self, spec, action_dim: int, origin: str = "learner") -> str | None:
+        """Why a policy (from `origin`: learner, or a file) with this observation spec and action size cannot run on
+        this actor, or None."""
         keys = self.settings.observation_keys
         missing = [k for k in spec.keys if k not in keys]
         if "wrench" in missing:
             return ("the policy reads the wrist force/torque reading (observation key wrench), which no robot file "
                     "gives over ROS yet: it runs in the sim mirror only (robot-rl eval, validate)")
         if missing:
-            return (f"the policy needs observation keys {missing} this actor does not build (it builds {list(keys)}: "
-                    "set obs_mode)")
+            return observation_mismatch(spec.keys, keys, self.robot.path or self.robot.name, origin == "learner")
         if int(action_dim) != self.settings.action_dim:
             return f"the policy has {action_dim} actions, the actor action_dim={self.settings.action_dim}"
         for key in spec.image_keys:
@@ -144,7 +154,7 @@ class PolicySlot:
         from robot_rl.policies.chunking import ChunkPlanner
 
         settings = self.settings
-        problem = self.check_spec(policy.observation_spec, policy.action_dim)
+        problem = self.check_spec(policy.observation_spec, policy.action_dim, origin="file")
         if problem:
             return problem
         execute = settings.chunk_execute or policy.chunk_length
@@ -213,12 +223,12 @@ class PolicySlot:
             if session.actor is None:
                 spec = robot_observation_spec(weights)  # checked before building (a head on a base loads its base)
                 if spec is not None:
-                    problem = self.check_spec(spec, weights.action_dim)
+                    problem = self.check_spec(spec, weights.action_dim, origin)
                     if problem:
                         return problem
                 actor = actor_from_weights(weights, seed=settings.seed, deterministic=settings.deterministic)
                 spec = actor.policy.observation_spec  # what the robot gives (a residual head adds its base action)
-                problem = self.check_spec(spec, actor.policy.action_dim)
+                problem = self.check_spec(spec, actor.policy.action_dim, origin)
                 if problem:
                     return problem
                 # Compile the policy now: a first call inside an episode would stall the actor for its compile time

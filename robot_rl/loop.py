@@ -44,6 +44,17 @@ def sim_task_episode_steps(task: str) -> int:
         return 0
 
 
+def sim_run_steps(robot, task: str) -> int:
+    """The sim task's episode length when a run on robot file `robot` runs `task` in the sim mirror (a `sim: true`
+    file and a registered sim task), else 0: a real robot's file decides, whatever its task is named."""
+    return sim_task_episode_steps(task) if robot.sim else 0
+
+
+def run_episode_steps(robot, task: str) -> int:
+    """A run's episode length: the sim task's in the sim mirror (`sim_run_steps`), else the robot file's."""
+    return sim_run_steps(robot, task) or robot.max_episode_steps
+
+
 @dataclasses.dataclass
 class EpisodeResult:
     """What one episode produced."""

@@ -86,6 +86,33 @@ def untrained_state_agent():
     return SACAgent.create(0, spec, action_dim, TrainConfig().sac)
 
 
+THIRD_PARTY_CAMERAS = {"scene": "front", "hand": "wrist"}
+"""A third-party driver's camera names (none of them the sim's) -> the sim camera a stand-in renders each from."""
+
+
+def third_party_robot_file(path, *, sim: bool, max_episode_steps: int = 80, size=(640, 480)):
+    """A robot file at `path` like a third-party driver's: sim_panda_driver's arm, gripper, commands and reset, two
+    bgr8 best-effort cameras named `scene` and `hand` (not the sim's names), `max_episode_steps` (not a sim task's).
+    `sim: true` is the copy the sim node serves as a stand-in for the drivers; `sim: false` the robot's own."""
+    from pathlib import Path
+
+    import yaml
+
+    from robot_rl.robot_config import load_robot_config
+
+    source = Path(load_robot_config("sim_panda_driver").path)
+    data = yaml.safe_load(source.read_text())
+    data.update(name="third_party_arm", sim=bool(sim), max_episode_steps=int(max_episode_steps))
+    data["arm"]["model"] = str((source.parent / data["arm"]["model"]).resolve())
+    width, height = size
+    data["cameras"] = {name: {"topic": f"{name}/color/image_raw", "type": "Image", "qos": "best_effort",
+                              "fit": "crop", "width": width, "height": height, "encoding": "bgr8", "rate_hz": 10,
+                              "sim_camera": sim_camera} for name, sim_camera in THIRD_PARTY_CAMERAS.items()}
+    path = Path(path)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
 class StandInSensors:
     """What a lock-step sim publishes for an actor with state observations (tcp pose and twist, gripper, object
     state, then the step's reward and success), without a sim: publishers under `node`'s namespace."""

@@ -83,12 +83,42 @@ def test_weights_for_other_observations_or_actions_are_refused(agent):
     assert "the policy has 4 actions, the actor action_dim=7" in slot.use_weights(weights(agent, 1), "learner")
     slot, *_ = make()
     slot.settings = dataclasses.replace(slot.settings, observation_keys=("state",))
-    assert "needs observation keys ['object_state']" in slot.use_weights(weights(agent, 1), "learner")
+    assert slot.use_weights(weights(agent, 1), "learner") == (
+        f"the learner's policy reads ['object_state', 'state']; this actor builds ['state'] from robot file "
+        f"{slot.robot.path}: start the learner with robot:={slot.robot.path} (or the same obs_mode / cameras)")
     assert slot.session.actor is None
     from robot_rl.types import ObservationSpec
 
     wrench = ObservationSpec.from_shapes({"state": ((14,), "float32"), "wrench": ((6,), "float32")})
     assert "wrist force/torque reading (observation key wrench)" in slot.check_spec(wrench, 4)
+
+
+def test_a_learner_trained_for_another_robot_file_is_one_line_naming_both_key_lists_and_the_fix(tmp_path):
+    """A learner that built its policy for the sim's cameras, and an actor on a robot file whose cameras are named
+    otherwise: the refusal names what each side has and how to make them agree."""
+    from ros_harness import third_party_robot_file
+
+    from robot_rl.actor_policy import observation_mismatch
+    from robot_rl.robot_io import observed_sensors
+    from robot_rl.types import ObservationSpec
+
+    robot = load_robot_config(third_party_robot_file(tmp_path / "arm.yaml", sim=False))
+    keys, _ = observed_sensors(robot, "pixels", ())
+    session = ActorSession(Safety(SafetyConfig(action_dim=4)), "test")
+    slot = PolicySlot(session, robot, PolicySettings(observation_keys=keys), log=Lines())
+    image = ((64, 64, 3), "uint8")
+    sim_spec = ObservationSpec.from_shapes({"state": ((14,), "float32"), "images/front": image,
+                                            "images/wrist": image})
+    line = (f"the learner's policy reads ['images/front', 'images/wrist', 'state']; this actor builds ['state', "
+            f"'images/scene', 'images/hand'] from robot file {robot.path}: start the learner with robot:={robot.path} "
+            "(or the same obs_mode / cameras)")
+    assert slot.check_spec(sim_spec, 4) == line and "\n" not in line
+    assert slot.check_spec(sim_spec, 4, origin="file") == observation_mismatch(
+        sim_spec.keys, keys, robot.path, learner=False)
+    assert "act with a policy trained on this robot file's observations" in slot.check_spec(sim_spec, 4, "file")
+    robot_spec = ObservationSpec.from_shapes({"state": ((14,), "float32"), "images/scene": image,
+                                              "images/hand": image})
+    assert slot.check_spec(robot_spec, 4) is None
 
 
 def test_a_silent_learner_is_away_after_the_robot_file_s_time_and_hold_holds(agent, tmp_path):

@@ -820,14 +820,14 @@ def test_the_network_argument_sets_every_processs_network_mode(tmp_path, monkeyp
     _wheels_or_skip()
     for name in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "FASTDDS_DEFAULT_PROFILES_FILE", "ROBOT_RL_NETWORK"):
         monkeypatch.delenv(name, raising=False)
-    path = _write(tmp_path, [{"arg": {"name": "network", "default": "$(env ROBOT_RL_NETWORK local)"}},
+    path = _write(tmp_path, [{"arg": {"name": "network", "default": "auto"}},
                              {"executable": {"cmd": "true", "name": "x"}}])
     local = Launcher(load_launch_file(path)).base_env
     assert local["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "LOCALHOST" and local["FASTDDS_DEFAULT_PROFILES_FILE"]
     lan = Launcher(load_launch_file(path, {"network": "lan"})).base_env
     assert lan["ROBOT_RL_NETWORK"] == "lan" and lan["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SUBNET"
     assert is_lan_profile(lan["FASTDDS_DEFAULT_PROFILES_FILE"])
-    monkeypatch.setenv("ROBOT_RL_NETWORK", "lan")  # the variable is the argument's default
+    monkeypatch.setenv("ROBOT_RL_NETWORK", "lan")  # auto: the variable decides
     assert Launcher(load_launch_file(path)).base_env["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SUBNET"
     with pytest.raises(LaunchError, match="ROBOT_RL_NETWORK='wan' is not a network mode"):
         Launcher(load_launch_file(path, {"network": "wan"}))
@@ -939,6 +939,25 @@ def test_robot_train_checks_the_drivers_before_the_nodes_start():
                                 "--timing", "fail")
     skipped = load_launch_file(LAUNCH_DIR / "robot_train.yaml", {**ROBOT_DRIVERS, "doctor": "false"}).processes
     assert "doctor" not in [p.name for p in skipped]
+
+
+@pytest.mark.parametrize("name", ["robot_train.yaml", "robot_run.yaml"])
+def test_robot_launches_give_the_nodes_no_sim_task_by_default(name):
+    """On a robot the robot file decides the observations and the episode length: `task` is a name only, empty
+    unless given, and no demos unless given; only the scripted human (a sim stand-in) gets a sim task."""
+    train = name == "robot_train.yaml"
+    base = {k: v for k, v in ROBOT_DRIVERS.items() if k != "demo_path"} if train else ROBOT_RUN
+    takers = ("learner", "actor") if train else ("actor",)
+    default = {p.name: p for p in load_launch_file(LAUNCH_DIR / name, {**base, "device": "scripted"}).processes}
+    for node in takers:
+        assert "task:=''" in default[node].argv, default[node].argv
+    assert "task:=PickCube-v0" in default["human"].argv, default["human"].argv
+    if train:
+        assert "demo_path:=''" in default["learner"].argv and "demos:=0" in default["learner"].argv
+    given = {p.name: p for p in load_launch_file(LAUNCH_DIR / name, {
+        **base, "device": "scripted", "task": "pick", "scripted_task": "PegInsert-v0"}).processes}
+    assert all("task:=pick" in given[node].argv for node in takers)
+    assert "task:=PegInsert-v0" in given["human"].argv, given["human"].argv
 
 
 def test_robot_train_driver_commands_are_split_like_a_shell():
@@ -1344,22 +1363,29 @@ def test_robot_run_acts_with_a_saved_policy_on_stand_in_drivers(tmp_path):
     assert actor["outbox"] == 0 and actor["dropped"] == 0, actor  # nothing kept for a learner that isn't there
 
 
-def test_robot_train_with_stand_in_drivers(recorded_demos, tmp_path):
-    """robot_train.yaml with the sim node (real time, cameras) as the camera driver, an idle process as the arm driver
-    (the sim node drives the arm too) and the scripted human: the doctor passes the drivers, then the actor commands
-    the robot and the learner acknowledges its transitions; SIGINT stops everything cleanly."""
-    demos, status, out = recorded_demos
-    assert status == 0, f"the teleop_record launch that records this test's demos failed:\n{out[-4000:]}"
+def test_robot_train_with_stand_in_drivers(tmp_path):
+    """robot_train.yaml with its defaults (no task, no demos) on a robot file like a third-party driver's: cameras
+    `scene` and `hand` (640x480 bgr8, best-effort), 80-step episodes (tests/ros_harness.third_party_robot_file). The
+    sim node (real time) serving a `sim: true` copy of that file stands in for the camera driver, an idle process for
+    the arm driver (the sim node drives the arm too), and there is no teleop device, so every command is the
+    policy's. The doctor passes the drivers; the learner builds its policy for the robot file's keys, whatever the
+    task, so the actor takes its weights and commands the robot; the learner acknowledges the transitions; episodes
+    have the robot file's length, not a sim task's; SIGINT stops everything cleanly."""
+    _wheels_or_skip()
+    from ros_harness import third_party_robot_file
+
+    robot = third_party_robot_file(tmp_path / "arm.yaml", sim=False, max_episode_steps=80)
+    stand_in = third_party_robot_file(tmp_path / "arm_stand_in.yaml", sim=True, max_episode_steps=80)
     python = shlex.quote(sys.executable)
     idle = tmp_path / "idle_driver.py"
     idle.write_text(IDLE_DRIVER)
     run_dir = tmp_path / "run"
     run = LaunchRun("robot_train.yaml", {
-        "robot": "sim_panda",
-        "camera_driver": f"{python} -m robot_rl.sim.node --task PickCube-v0 --obs-mode pixels --image-size 64 "
-                         "--mode realtime --seed 0",
+        "robot": robot,
+        "camera_driver": f"{python} -m robot_rl.sim.node --task PickCube-v0 --mode realtime --seed 0 "
+                         f"--ros-args -p robot:={shlex.quote(str(stand_in))}",
         "robot_driver": f"{python} {shlex.quote(str(idle))}",
-        "device": "scripted", "demo_path": demos, "run_dir": run_dir, "critics": 2, "utd": 1, "doctor_duration": 2,
+        "device": "none", "run_dir": run_dir, "critics": 2, "utd": 1, "doctor_duration": 2,
         "doctor_timing": "warn",  # this machine's load is no driver's timing: the wiring and content are checked
     }, log=tmp_path / "launch.log")
     try:
@@ -1368,13 +1394,16 @@ def test_robot_train_with_stand_in_drivers(recorded_demos, tmp_path):
         def running():
             actor = _read_json(run_dir / "actor_status.json")
             learner = _read_json(run_dir / "learner_status.json")
-            return actor is not None and learner is not None and actor["commands"] - actor["held"] >= 20 \
-                and actor["acked_through"] >= 10 and actor["weights_version"] >= 1 and learner["received"] >= 10
+            return actor is not None and learner is not None and actor["episodes"] >= 1 \
+                and actor["acked_through"] >= 10 and actor["weights_version"] >= 1 \
+                and learner["robots"].get("robot0", {}).get("episodes", 0) >= 1
 
         while not running():
             assert run.process.poll() is None, f"robot_train ended early:\n{run.output()[-4000:]}"
             assert time.monotonic() < deadline, f"robot_train did not get going:\n{run.output()[-4000:]}"
             time.sleep(0.5)
+        actor = _read_json(run_dir / "actor_status.json")
+        learner = _read_json(run_dir / "learner_status.json")
         run.process.send_signal(signal.SIGINT)
         status = run.wait(timeout=60)
     finally:
@@ -1384,9 +1413,25 @@ def test_robot_train_with_stand_in_drivers(recorded_demos, tmp_path):
     launcher = _launcher_lines(out)
     assert "[launch] received SIGINT, shutting down" in launcher, out[-4000:]
     assert not any("still running: sending" in line for line in launcher), out[-4000:]
-    for name in ("cameras", "robot", "learner", "actor", "human"):
+    for name in ("cameras", "robot", "learner", "actor"):
         assert f"[launch] {name} exited with code 0" in launcher, out[-4000:]
+    assert "started teleop" not in " ".join(launcher) and "started human" not in " ".join(launcher), launcher
     # The doctor checked the drivers before the learner and the actor started.
     assert any(line.startswith("[doctor] all checks passed") for line in out.splitlines()), out
     assert launcher.index("[launch] doctor exited with code 0: preflight passed") < \
         next(i for i, line in enumerate(launcher) if line.startswith("[launch] started actor")), out[-4000:]
+    # The actor builds the robot file's keys and episode length, and took the learner's policy for them.
+    actor_log = "\n".join(line for line in out.splitlines() if line.startswith("[actor] "))
+    assert "keys=['state', 'images/scene', 'images/hand']" in actor_log and "max_episode_steps=80" in actor_log, \
+        actor_log
+    assert "rejected weights" not in out, actor_log
+    assert "policy weights v" in actor_log and "loaded from learner" in actor_log, actor_log
+    # The policy commanded the robot (no human), and its steps reached the learner.
+    assert actor["commands"] - actor["held"] >= 1 and actor["interventions"] == 0, actor
+    assert actor["rejected"] == {} and actor["incompatible_qos"] == {}, actor
+    assert actor["acked_through"] >= 10 and learner["received"] >= 10, (actor, learner)
+    # Episodes of the robot file's 80 steps (a sim task's 50 would have ended them sooner); one that ended by
+    # success is shorter. The learner stored the same episodes.
+    assert all(r["steps"] == 80 or r["success"] for r in actor["results"]), actor["results"]
+    robot0 = learner["robots"]["robot0"]
+    assert robot0["successes"] or robot0["steps"] == 80 * robot0["episodes"], robot0

@@ -173,3 +173,48 @@ def test_a_real_robot_task_gets_its_spaces_from_the_robot_file():
         robot_task_spaces("franka_fr3", "state", 64)
     with pytest.raises(NodeStartupError, match="robot: .*no_such_robot"):
         robot_task_spaces("no_such_robot", "pixels", 64)
+
+
+def test_a_real_robot_file_decides_the_runs_spaces_and_episode_length_whatever_the_task(tmp_path):
+    """On a robot file with sim: false the learner's observation spec holds exactly the keys its actor builds from
+    the file, and the episode length is the file's, even under a sim task's name; a sim robot file keeps the sim
+    task's env and length (robot-rl train, sim_train.yaml)."""
+    from ros_harness import third_party_robot_file
+
+    from robot_rl.loop import run_episode_steps, sim_run_steps
+    from robot_rl.robot_io import observed_sensors
+    from robot_rl.ros.learner_node import run_spaces
+    from robot_rl.ros.node_util import NodeStartupError
+    from robot_rl.train import TrainConfig
+
+    real = load_robot_config(third_party_robot_file(tmp_path / "arm.yaml", sim=False, max_episode_steps=80))
+    cfg = TrainConfig(task="PickCube-v0", obs_mode="pixels", image_size=32, demos=0)
+    spec, action_dim = run_spaces(real, cfg)
+    actor_keys, _ = observed_sensors(real, "pixels", ())
+    assert set(spec.keys) == set(actor_keys) == {"state", "images/scene", "images/hand"} and action_dim == 4
+    assert spec["images/scene"].shape == (32, 32, 3) and spec["images/hand"].dtype == "uint8"
+    assert sim_run_steps(real, "PickCube-v0") == 0 and run_episode_steps(real, "PickCube-v0") == 80
+    with pytest.raises(NodeStartupError, match=r"obs_mode=state needs a sim task's object_state; a run on robot file "
+                                               r".*arm.yaml \(sim: false\) uses obs_mode pixels"):
+        run_spaces(real, dataclasses.replace(cfg, obs_mode="state"))
+    sim = load_robot_config("sim_panda")
+    spec, action_dim = run_spaces(sim, dataclasses.replace(cfg, obs_mode="state"))
+    assert "object_state" in spec.spaces and action_dim == 4  # the sim task's env
+    assert run_episode_steps(sim, "PegInsert-v0") == 60 and run_episode_steps(sim, "pick") == sim.max_episode_steps
+
+
+def test_the_learner_refuses_a_real_robots_run_it_cannot_observe_before_ros_starts(tmp_path):
+    from ros_harness import third_party_robot_file
+
+    from robot_rl.ros.learner_node import NODE_NAME, PARAMETERS, check_parameters
+    from robot_rl.ros.node_util import NodeStartupError, check_command_line
+
+    real = third_party_robot_file(tmp_path / "arm.yaml", sim=False)
+    argv = ["prog", "--ros-args", "-p", f"run_dir:={tmp_path / 'run'}", "-p", f"robot:={real}"]
+    check_command_line([*argv, "-p", "obs_mode:=pixels", "-p", "task:=PickCube-v0"], NODE_NAME, PARAMETERS,
+                       check_parameters)
+    with pytest.raises(NodeStartupError, match="obs_mode=state needs a sim task's object_state"):
+        check_command_line([*argv, "-p", "obs_mode:=state"], NODE_NAME, PARAMETERS, check_parameters)
+    with pytest.raises(NodeStartupError, match="robot: .*nowhere.yaml"):
+        check_command_line([*argv[:-1], f"robot:={tmp_path / 'nowhere.yaml'}"], NODE_NAME, PARAMETERS,
+                           check_parameters)

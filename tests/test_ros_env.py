@@ -125,6 +125,147 @@ def test_network_modes_local_by_default_lan_for_several_hosts_and_a_users_profil
         ros_environment(base={"ROBOT_RL_NETWORK": "wan"})
 
 
+# The mode rule: ROBOT_RL_NETWORK wins; unset, the standard ROS 2 variables that reach other hosts make it lan.
+LAN_FROM = "; ROBOT_RL_NETWORK overrides"
+MODE_CASES = [
+    ({}, "local", ""),
+    ({"ROBOT_RL_NETWORK": ""}, "local", ""),
+    ({"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}, "local", ""),
+    ({"ROS_AUTOMATIC_DISCOVERY_RANGE": "OFF"}, "local", ""),
+    ({"ROS_STATIC_PEERS": " "}, "local", ""),
+    ({"ROS_STATIC_PEERS": "10.77.0.2"}, "lan", "from ROS_STATIC_PEERS" + LAN_FROM),
+    ({"ROS_STATIC_PEERS": "10.77.0.2;10.77.0.3", "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}, "lan",
+     "from ROS_STATIC_PEERS" + LAN_FROM),
+    ({"ROS_STATIC_PEERS": "10.77.0.2", "ROS_AUTOMATIC_DISCOVERY_RANGE": "OFF"}, "lan",
+     "from ROS_STATIC_PEERS" + LAN_FROM),
+    ({"ROS_AUTOMATIC_DISCOVERY_RANGE": "SUBNET"}, "lan", "from ROS_AUTOMATIC_DISCOVERY_RANGE=SUBNET" + LAN_FROM),
+    ({"ROS_AUTOMATIC_DISCOVERY_RANGE": "SYSTEM_DEFAULT"}, "lan",
+     "from ROS_AUTOMATIC_DISCOVERY_RANGE=SYSTEM_DEFAULT" + LAN_FROM),
+    ({"ROS_AUTOMATIC_DISCOVERY_RANGE": "SUBNET", "ROS_STATIC_PEERS": "10.77.0.2", "ROBOT_RL_NETWORK": " "}, "lan",
+     "from ROS_STATIC_PEERS / ROS_AUTOMATIC_DISCOVERY_RANGE=SUBNET" + LAN_FROM),
+    ({"ROBOT_RL_NETWORK": "local", "ROS_STATIC_PEERS": "10.77.0.2", "ROS_AUTOMATIC_DISCOVERY_RANGE": "SUBNET"},
+     "local", ""),
+    ({"ROBOT_RL_NETWORK": "lan"}, "lan", ""),
+    ({"ROBOT_RL_NETWORK": "lan", "ROS_STATIC_PEERS": "10.77.0.2"}, "lan", ""),
+    ({"ROBOT_RL_NETWORK": "secure", "ROS_STATIC_PEERS": "10.77.0.2"}, "secure", ""),
+]
+
+
+@pytest.mark.parametrize("base,mode,why", MODE_CASES, ids=lambda case: repr(case) if isinstance(case, dict) else None)
+def test_the_network_mode_follows_robot_rl_network_else_the_standard_variables(base, mode, why):
+    assert ros_env.network_choice(base) == (mode, why)
+    assert ros_env.network_mode(base) == mode
+
+
+def test_the_network_mode_reads_os_environ_by_default(monkeypatch):
+    for name in ("ROBOT_RL_NETWORK", "ROS_AUTOMATIC_DISCOVERY_RANGE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ROS_STATIC_PEERS", "10.77.0.2")
+    assert ros_env.network_choice() == ("lan", "from ROS_STATIC_PEERS" + LAN_FROM)
+    monkeypatch.setenv("ROBOT_RL_NETWORK", "local")
+    assert ros_env.network_mode() == "local"
+
+
+def test_the_standard_variables_alone_give_the_lan_mode_and_its_summary_says_why():
+    _wheels_or_skip()
+    env = ros_environment(base={"ROS_STATIC_PEERS": "10.77.0.2", "ROS_DOMAIN_ID": "5",
+                                "FASTDDS_DEFAULT_PROFILES_FILE": str(FASTDDS_PROFILE_PATH)})  # a parent's local one
+    profile = env["FASTDDS_DEFAULT_PROFILES_FILE"]
+    assert is_lan_profile(profile) and env["RMW_FASTRTPS_PUBLICATION_MODE"] == "AUTO"
+    assert env["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SUBNET" and "ROBOT_RL_NETWORK" not in env
+    summary = ("network lan (from ROS_STATIC_PEERS / ROS_AUTOMATIC_DISCOVERY_RANGE=SUBNET; ROBOT_RL_NETWORK "
+               "overrides): link 20 Mbit/s (weights and transitions paced to 1.25 MB/s), discovery SUBNET, static "
+               f"peers 10.77.0.2, domain 5, profile {profile}")
+    assert ros_env.network_summary(env) == summary
+    # A child started with that environment (a launcher's node, a node's helper) derives the same mode and line.
+    child = ros_environment(base=env)
+    assert child["FASTDDS_DEFAULT_PROFILES_FILE"] == profile and ros_env.network_summary(child) == summary
+    # A range the user chose stays: LOCALHOST plus peers (rmw adds the peers), SYSTEM_DEFAULT alone.
+    kept = ros_environment(base={"ROS_STATIC_PEERS": "10.77.0.2", "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"})
+    assert is_lan_profile(kept["FASTDDS_DEFAULT_PROFILES_FILE"])
+    assert kept["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "LOCALHOST"
+    assert ros_env.network_summary(kept).startswith(
+        "network lan (from ROS_STATIC_PEERS; ROBOT_RL_NETWORK overrides): link 20 Mbit/s")
+    wide = ros_environment(base={"ROS_AUTOMATIC_DISCOVERY_RANGE": "SYSTEM_DEFAULT"})
+    assert is_lan_profile(wide["FASTDDS_DEFAULT_PROFILES_FILE"]) and wide["ROS_AUTOMATIC_DISCOVERY_RANGE"] == (
+        "SYSTEM_DEFAULT")
+    # Neither: local, its summary as before.
+    for base in ({}, {"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}, {"ROS_AUTOMATIC_DISCOVERY_RANGE": "OFF"}):
+        local = ros_environment(base={**base, "ROS_DOMAIN_ID": "5"})
+        assert local["FASTDDS_DEFAULT_PROFILES_FILE"] == str(FASTDDS_PROFILE_PATH)
+        assert ros_env.network_summary(local) == (
+            f"network local: discovery {local['ROS_AUTOMATIC_DISCOVERY_RANGE']}, domain 5, profile "
+            f"{FASTDDS_PROFILE_PATH}")
+
+
+def test_robot_rl_network_overrides_the_standard_variables_and_local_says_it_ignores_them(tmp_path):
+    _wheels_or_skip()
+    local = ros_environment(base={"ROBOT_RL_NETWORK": "local", "ROS_STATIC_PEERS": "10.77.0.2", "ROS_DOMAIN_ID": "5"})
+    assert local["FASTDDS_DEFAULT_PROFILES_FILE"] == str(FASTDDS_PROFILE_PATH)
+    assert local["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "LOCALHOST"
+    assert ros_env.network_summary(local) == (
+        "network local (ROBOT_RL_NETWORK=local, so ROS_STATIC_PEERS ignored: this host only): discovery LOCALHOST, "
+        f"static peers 10.77.0.2, domain 5, profile {FASTDDS_PROFILE_PATH}")
+    assert ros_env.network_summary(ros_environment(base=local)) == ros_env.network_summary(local)  # a child
+    wide = ros_environment(base={"ROBOT_RL_NETWORK": "local", "ROS_AUTOMATIC_DISCOVERY_RANGE": "SYSTEM_DEFAULT",
+                                 "ROS_STATIC_PEERS": "10.77.0.2"})
+    assert wide["FASTDDS_DEFAULT_PROFILES_FILE"] == str(FASTDDS_PROFILE_PATH)
+    assert ros_env.network_summary(wide).startswith(
+        "network local (ROBOT_RL_NETWORK=local, so ROS_STATIC_PEERS / ROS_AUTOMATIC_DISCOVERY_RANGE=SYSTEM_DEFAULT "
+        "ignored: this host only): discovery SYSTEM_DEFAULT")
+    # A profile of the user's wins over the mode: then the peers may well reach, and nothing says they are ignored.
+    mine = tmp_path / "my_profile.xml"
+    mine.write_text("<dds/>")
+    theirs = ros_environment(base={"ROBOT_RL_NETWORK": "local", "ROS_STATIC_PEERS": "10.77.0.2",
+                                   "FASTDDS_DEFAULT_PROFILES_FILE": str(mine)})
+    assert ros_env.network_summary(theirs).startswith("network local: discovery LOCALHOST, static peers 10.77.0.2")
+    explicit = ros_environment(base={"ROBOT_RL_NETWORK": "lan", "ROS_STATIC_PEERS": "10.77.0.2"})
+    assert ros_env.network_summary(explicit).startswith("network lan: link 20 Mbit/s")
+
+
+def test_a_process_started_with_the_derived_environment_is_in_the_lan_mode_too():
+    _wheels_or_skip()
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("ROBOT_RL_NETWORK", "ROS_AUTOMATIC_DISCOVERY_RANGE", "FASTDDS_DEFAULT_PROFILES_FILE")}
+    env = ros_environment(base={**base, "ROS_STATIC_PEERS": "10.77.0.2"})
+    code = ("import os; from robot_rl.ros.env import ensure_ros_environment, network_summary; "
+            "ensure_ros_environment(); print(network_summary()); print(os.environ.get('ROBOT_RL_NETWORK'))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [ros_env.network_summary(env), "None"]
+
+
+def test_a_launch_network_argument_of_auto_lets_the_environment_decide(tmp_path, monkeypatch):
+    """The shipped launch files' `network` argument defaults to auto: ROBOT_RL_NETWORK, else the standard variables
+    decide; given (network:=local), it overrides them."""
+    import yaml
+
+    from robot_rl.ros.launch import Launcher, load_launch_file
+
+    _wheels_or_skip()
+    for name in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "FASTDDS_DEFAULT_PROFILES_FILE", "ROBOT_RL_NETWORK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ROS_STATIC_PEERS", "10.77.0.2")
+    path = tmp_path / "network.launch.yaml"
+    path.write_text(yaml.safe_dump({"launch": [
+        {"arg": {"name": "network", "default": "auto"}},
+        {"executable": {"cmd": "true", "name": "x"}}]}))
+    derived = Launcher(load_launch_file(path)).base_env
+    assert "ROBOT_RL_NETWORK" not in derived and is_lan_profile(derived["FASTDDS_DEFAULT_PROFILES_FILE"])
+    assert ros_env.network_choice(derived) == ("lan", "from ROS_STATIC_PEERS / ROS_AUTOMATIC_DISCOVERY_RANGE=SUBNET"
+                                               + LAN_FROM)
+    given = Launcher(load_launch_file(path, {"network": "local"})).base_env
+    assert given["ROBOT_RL_NETWORK"] == "local" and given["FASTDDS_DEFAULT_PROFILES_FILE"] == str(FASTDDS_PROFILE_PATH)
+    monkeypatch.setenv("ROBOT_RL_NETWORK", "local")  # the variable wins over the standard ones
+    assert Launcher(load_launch_file(path)).base_env["FASTDDS_DEFAULT_PROFILES_FILE"] == str(FASTDDS_PROFILE_PATH)
+    monkeypatch.delenv("ROBOT_RL_NETWORK")
+    monkeypatch.delenv("ROS_STATIC_PEERS")
+    assert Launcher(load_launch_file(path)).base_env["FASTDDS_DEFAULT_PROFILES_FILE"] == str(FASTDDS_PROFILE_PATH)
+    path.write_text(yaml.safe_dump({"launch": [{"arg": {"name": "network", "default": "lan"}},
+                                               {"executable": {"cmd": "true", "name": "x"}}]}))
+    assert Launcher(load_launch_file(path)).base_env["ROBOT_RL_NETWORK"] == "lan"  # another default: it applies
+
+
 def test_missing_wheels_name_the_install_command(monkeypatch):
     monkeypatch.setattr(ros_env.importlib.machinery.PathFinder, "find_spec", lambda name, path=None, target=None: None)
     with pytest.raises(RosEnvironmentError, match=r"pip install -e '\.\[ros\]'"):

@@ -121,10 +121,10 @@ class ActorNode:
 
         param, robot = self._param, self.robot
         max_steps = int(param("max_episode_steps"))
-        if not max_steps:
-            from robot_rl.loop import sim_task_episode_steps
+        if not max_steps:  # a real robot's file decides; a sim task's length applies in the sim mirror only
+            from robot_rl.loop import run_episode_steps
 
-            max_steps = sim_task_episode_steps(self.task) or robot.max_episode_steps
+            max_steps = run_episode_steps(robot, self.task)
         max_age = float(param("max_sensor_age")) or robot.sensor_age_limit
         safety = Safety(dataclasses.replace(robot.safety_config(action_dim=self.action_dim,
                                                                 required_sensors=self.required),

@@ -15,7 +15,8 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
     ("actor_id", "robot0", "this actor's id in transitions (letters, digits, _ . -)"),
     ("robot", "sim_panda", "robot file (path, or a shipped name such as sim_panda): rate, limits, sensors, "
                            "commands, reset"),
-    ("task", "PickCube-v0", "task name recorded with episodes; a sim task's registered episode length applies"),
+    ("task", "PickCube-v0", "task name recorded with episodes; on a sim robot file (sim: true) a sim task's "
+                            "registered episode length applies"),
     ("obs_mode", "", "state | pixels | state+pixels: state (+ object_state) and/or every camera of the robot"),
     ("observation_keys", ["state", "images/front", "images/wrist"], "policy observation keys (no obs_mode)"),
     ("image_size", 0, "policy image side [px] (0: the policy's own; 64 without a policy)"),
@@ -23,7 +24,8 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
     ("mode", "", "lockstep | realtime ('': the robot file's)"),
     ("control_period", 0.0, "seconds between commands in realtime mode (0: the robot file's rate)"),
     ("max_sensor_age", 0.0, "a sensor older than this [s] holds the robot (0: the robot file's)"),
-    ("max_episode_steps", 0, "episode time limit in steps (0: the sim task's, else the robot file's)"),
+    ("max_episode_steps", 0, "episode time limit in steps (0: the robot file's; a sim task's on a sim robot "
+                             "file)"),
     ("episodes", 0, "stop after this many episodes (0: run until stopped)"),
     ("policy", "learner", "learner: weights from the learner or weights_path | none: hold unless the human acts "
                           "(episodes start once a teleop node is up)"),
@@ -61,7 +63,7 @@ PARAMETER_RANGES: dict[str, Range] = {
     "image_size": Range(16, high=640, also={0: "the policy's own"}),  # the sim's, train's and record's range
     "control_period": Range(above=0, also={0: "the robot file's rate"}),
     "max_sensor_age": Range(above=0, also={0: "the robot file's"}),
-    "max_episode_steps": Range(1, also={0: "the sim task's, else the robot file's"}),
+    "max_episode_steps": Range(1, also={0: "the robot file's; a sim task's on a sim robot file"}),
     "episodes": Range(1, also={0: "run until stopped"}),
     "inference_steps": Range(1, also={0: "as saved in its policy.json"}),
     "chunk_execute": Range(1, also={0: "the policy's chunk length"}),

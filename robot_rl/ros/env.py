@@ -2,23 +2,30 @@
 
 Every ROS process of the project gets the same environment (see /work/shared/ROS2-NOTES.md):
 
-- ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` unless the caller already chose a range: DDS discovery otherwise
-  multicasts on every interface, and this workplace forbids traffic to non-loopback addresses;
+- ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` (``SUBNET`` in the lan mode) unless the caller already chose a range:
+  DDS discovery otherwise multicasts on every interface, and this workplace forbids traffic to non-loopback addresses;
 - ``ROS_DOMAIN_ID``: the one asked for, else the one already set, else 0;
 - ``RMW_IMPLEMENTATION=rmw_fastrtps_cpp`` (the only middleware shipped as a wheel);
 - ``FASTDDS_DEFAULT_PROFILES_FILE``: the shipped profile (big shared-memory segment, UDPv4 on 127.0.0.1 only,
   builtin transports off);
-- the network mode, ``ROBOT_RL_NETWORK`` (:data:`NETWORK_MODES`): ``local`` (the default: everything above, every
-  node on one host), ``lan`` (nodes on several hosts: shared memory between processes of one host and UDP between
-  hosts, the weights and transitions paced to the link ``ROBOT_RL_LINK_MBIT`` by a generated profile
-  (:mod:`robot_rl.ros.lan`), discovery range ``SUBNET`` unless ``ROS_AUTOMATIC_DISCOVERY_RANGE`` says otherwise,
-  peers named by ``ROS_STATIC_PEERS``) or ``secure`` (a network not trusted, or routed between sites:
+- the network mode (:func:`network_choice`, :data:`NETWORK_MODES`): ``ROBOT_RL_NETWORK`` where it is set, else ``lan``
+  where the standard ROS 2 variables reach other hosts (``ROS_STATIC_PEERS`` not empty, or
+  ``ROS_AUTOMATIC_DISCOVERY_RANGE`` set to ``SUBNET`` or ``SYSTEM_DEFAULT``), else ``local``. Nothing is written in
+  ``ROBOT_RL_NETWORK`` for a mode so derived: a child process inherits the same standard variables (a derived ``lan``
+  writes ``SUBNET`` where the range was unset) and derives the same mode, and every node's summary line
+  (:func:`network_summary`) says where it came from (``network lan (from ROS_STATIC_PEERS /
+  ROS_AUTOMATIC_DISCOVERY_RANGE=SUBNET; ROBOT_RL_NETWORK overrides): ...``). ``ROBOT_RL_NETWORK=local`` with such
+  variables keeps ``local`` and the summary says they are ignored (the shipped profile keeps UDP on 127.0.0.1). The
+  modes: ``local`` (everything above, every node on one host), ``lan`` (nodes on several hosts: shared memory between
+  processes of one host and UDP between hosts, the weights and transitions paced to the link ``ROBOT_RL_LINK_MBIT`` by
+  a generated profile (:mod:`robot_rl.ros.lan`), discovery range ``SUBNET`` unless ``ROS_AUTOMATIC_DISCOVERY_RANGE``
+  says otherwise, peers named by ``ROS_STATIC_PEERS``) or ``secure`` (a network not trusted, or routed between sites:
   TLS over one TCP port of the learner's host, both sides verify the other's certificate against the run's CA;
   ``ROBOT_RL_CERTS`` names this host's folder from ``robot-rl certs``; the Fast DDS profile and OpenSSL config
-  generated for it (:mod:`robot_rl.ros.secure`) become ``FASTDDS_DEFAULT_PROFILES_FILE`` and ``OPENSSL_CONF``, and
-  the discovery range ``SYSTEM_DEFAULT``, so the profile decides); a ``FASTDDS_DEFAULT_PROFILES_FILE`` the user set
-  (any file but the shipped one and the generated ones) wins over ``local`` and ``lan``, and ``secure`` refuses one,
-  as it refuses an ``OPENSSL_CONF`` of the user's (either would take certificate verification away);
+  generated for it (:mod:`robot_rl.ros.secure`) become ``FASTDDS_DEFAULT_PROFILES_FILE`` and ``OPENSSL_CONF``, and the
+  discovery range ``SYSTEM_DEFAULT``, so the profile decides); a ``FASTDDS_DEFAULT_PROFILES_FILE`` the user set (any
+  file but the shipped one and the generated ones) wins over ``local`` and ``lan``, and ``secure`` refuses one, as it
+  refuses an ``OPENSSL_CONF`` of the user's (either would take certificate verification away);
 - ``LD_LIBRARY_PATH`` with the venv's ``lib/`` and ``site-packages/ros_*.libs`` plus
   ``_ROS_WHEELS_BOOTSTRAP_COMPLETE=1``, so the ``ros_wheels_bootstrapper`` .pth does not re-execute the child;
 - ``AMENT_PREFIX_PATH`` starting with the venv prefix (package look-ups).
@@ -58,6 +65,8 @@ NETWORK_MODES = {
               "made by robot-rl certs) to one TCP port of the learner's host; shared memory within a host",
 }
 LAN_DISCOVERY_RANGE = "SUBNET"
+# Discovery ranges that reach other hosts: set explicitly, without ROBOT_RL_NETWORK, they make the mode lan.
+WIDE_DISCOVERY_RANGES = ("SUBNET", "SYSTEM_DEFAULT")
 CERTS_VARIABLE = "ROBOT_RL_CERTS"
 # rmw_fastrtps leaves a profile's discovery settings alone only with SYSTEM_DEFAULT (LOCALHOST replaces the
 # metatraffic locators, SUBNET / LOCALHOST add ROS_STATIC_PEERS as UDP peers).
@@ -200,13 +209,33 @@ def _prepend_paths(existing: str | None, new: Sequence[Path | str]) -> str:
     return os.pathsep.join(parts)
 
 
-def network_mode(base: Mapping[str, str] | None = None) -> str:
-    """The network mode `base` (default: os.environ) asks for in ``ROBOT_RL_NETWORK`` (default ``local``)."""
-    mode = (os.environ if base is None else base).get(NETWORK_VARIABLE, "").strip() or "local"
+def other_host_variables(base: Mapping[str, str]) -> tuple[str, ...]:
+    """The standard ROS 2 variables in `base` that reach other hosts: ROS_STATIC_PEERS (non-empty) and a discovery
+    range of SUBNET or SYSTEM_DEFAULT, as ``NAME`` / ``NAME=VALUE``."""
+    named = ("ROS_STATIC_PEERS",) if base.get("ROS_STATIC_PEERS", "").strip() else ()
+    discovery = base.get("ROS_AUTOMATIC_DISCOVERY_RANGE", "").strip()
+    wide = discovery in WIDE_DISCOVERY_RANGES
+    return named + ((f"ROS_AUTOMATIC_DISCOVERY_RANGE={discovery}",) if wide else ())
+
+
+def network_choice(base: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """(mode, why) for `base` (default: os.environ): ``ROBOT_RL_NETWORK`` if set, else ``lan`` where the standard
+    variables reach other hosts (:func:`other_host_variables`; why names them), else ``local`` (why: ``""``)."""
+    base = os.environ if base is None else base
+    mode = base.get(NETWORK_VARIABLE, "").strip()
+    if not mode:
+        named = other_host_variables(base)
+        return ("lan", f"from {' / '.join(named)}; {NETWORK_VARIABLE} overrides") if named else ("local", "")
     if mode not in NETWORK_MODES:
         raise RosEnvironmentError(f"{NETWORK_VARIABLE}={mode!r} is not a network mode: "
                                   + "; ".join(f"{name} ({what})" for name, what in NETWORK_MODES.items()))
-    return mode
+    return mode, ""
+
+
+def network_mode(base: Mapping[str, str] | None = None) -> str:
+    """The network mode of `base` (default: os.environ): ``ROBOT_RL_NETWORK``, else from the standard variables
+    (:func:`network_choice`)."""
+    return network_choice(base)[0]
 
 
 def _user_profile(base: Mapping[str, str]) -> Path | None:
@@ -256,8 +285,11 @@ def network_summary(env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
     profile = env.get("FASTDDS_DEFAULT_PROFILES_FILE") or "Fast DDS defaults"
     owner = " (set by the user: it wins over the mode)" if _user_profile(env) is not None else ""
-    mode = network_mode(env)
+    mode, why = network_choice(env)
     peers = env.get("ROS_STATIC_PEERS", "").strip()
+    named = other_host_variables(env)
+    if mode == "local" and named and not owner:  # ROBOT_RL_NETWORK=local: the shipped profile keeps to loopback
+        why = f"{NETWORK_VARIABLE}=local, so {' / '.join(named)} ignored: this host only"
     if mode == "secure":
         from robot_rl.ros.secure import CertificateError, read_host_folder
 
@@ -277,7 +309,7 @@ def network_summary(env: Mapping[str, str] | None = None) -> str:
             tls = str(error)
     else:
         tls = ""
-    return (f"network {mode}: " + (f"{tls}, " if tls else "")
+    return (f"network {mode}" + (f" ({why})" if why else "") + ": " + (f"{tls}, " if tls else "")
             + f"discovery {env.get('ROS_AUTOMATIC_DISCOVERY_RANGE')}"
             + (f", static peers {peers}" if peers else "")
             + f", domain {env.get('ROS_DOMAIN_ID')}, profile {profile}{owner}")

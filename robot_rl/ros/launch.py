@@ -4,7 +4,9 @@ There are no wheels for ``ros2launch`` / ``launch_ros``, so ``robot-rl launch FI
 every process with the project's ROS environment (:func:`robot_rl.ros.env.ros_environment`: the network mode and its
 discovery range and Fast DDS profile, the domain id, the wheels' library paths), prefixes their output with their
 names and stops them all cleanly. A declared argument named ``network`` sets the network mode (``ROBOT_RL_NETWORK``:
-local, lan, secure) of every process; without one, the launcher's own environment decides.
+local, lan, secure) of every process; without one, or with ``auto`` (the shipped files' default), the launcher's own
+environment decides: ``ROBOT_RL_NETWORK``, else ``lan`` where the standard ROS 2 variables name other hosts, else
+``local`` (:func:`robot_rl.ros.env.network_choice`).
 
 Example (every key shown; ``$(...)`` substitutions work in any string value)::
 
@@ -104,6 +106,7 @@ _EXECUTABLE_KEYS = _COMMON_KEYS | {"cmd"}
 _ARG_KEYS = {"name", "default", "description", "choices"}
 # A declared argument of this name sets the network mode (ROBOT_RL_NETWORK) of every process the launch starts.
 NETWORK_ARGUMENT = "network"
+NETWORK_AUTO = "auto"  # the network argument's value that leaves the mode to the environment
 _ON_EXIT_ACTIONS = ("shutdown",)
 _ROS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ROS_NAMESPACE = re.compile(r"/?([A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*)?")
@@ -724,8 +727,8 @@ class Launcher:
         self.grace_s = grace_s
         self.term_timeout_s = min(grace_s, 5.0) if term_timeout_s is None else term_timeout_s
         base = dict(os.environ)
-        network = next((a.value for a in description.arguments if a.name == NETWORK_ARGUMENT), None)
-        if network is not None:
+        network = next((a.value.strip() for a in description.arguments if a.name == NETWORK_ARGUMENT), "")
+        if network not in ("", NETWORK_AUTO):  # auto: the environment decides (ROBOT_RL_NETWORK, the ROS variables)
             base[NETWORK_VARIABLE] = network
         try:
             self.base_env = ros_environment(domain_id=domain_id, base=base)

@@ -4,6 +4,11 @@ Run::
 
     python -m robot_rl.ros.learner_node --ros-args -p run_dir:=runs/ros -p task:=PickCube-v0 -p obs_mode:=state
 
+The robot file (``robot``) decides what a real robot's run sees: with ``sim: false`` the observation spec is its state
+and its cameras at ``image_size`` (the keys its actor builds from the same file), whatever ``task`` is named, and the
+run has no sim evaluation, scripted demos or final validation. On a sim robot file (``sim_panda``, the default) a sim
+task's env gives the spaces, as in-process ``robot-rl train``.
+
 Topics (absolute, shared by every actor): ``/actor/transitions`` in (msgpack batches with actor id + sequence
 numbers), ``/learner/ack`` out (cumulative per actor run, sent once the transitions are in the fsynced transition
 log), ``/learner/weights`` out (transient-local, versioned, every ``weights_every`` learner steps).
@@ -71,8 +76,11 @@ _started_at = time.time()  # module import: the node's start-up stages are measu
 
 PARAMETERS: tuple[tuple[str, object, str], ...] = (
     ("run_dir", "runs/ros-learner", "checkpoints, transition log, policy file, status (resumed if present)"),
-    ("task", "PickCube-v0", "task: a sim task (its spaces, demos, final evaluation) or a real robot's task name"),
-    ("robot", "sim_panda", "robot file whose cameras make the pixel observation of a task that is not a sim task"),
+    ("task", "PickCube-v0", "task: on a sim robot file, a sim task (its spaces, demos, evaluations); else the run's "
+                            "name only"),
+    ("robot", "sim_panda", "robot file: a real robot's (sim: false) decides the observation spec whatever the task "
+                           "(its state and cameras, as its actor builds them); a sim one's does for a task that is "
+                           "not a sim task"),
     ("obs_mode", "pixels", "state | pixels | state+pixels: what the policy sees"),
     ("image_size", 64, "camera image side [px] for pixel modes"),
     ("demos", 20, "scripted demos to record in the sim for a new run (0: none)"),
@@ -110,25 +118,73 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
 """The node's ROS parameters (name, default, description)."""
 
 
-def robot_task_spaces(robot_name: str, obs_mode: str, image_size: int, action_dim: int = 4):
-    """(observation spec, action dim) of a real robot's task: the proprioceptive state and, for pixels, every camera
-    of the robot file at `image_size` (the actor builds the same keys from the same file)."""
-    from robot_rl.robot_config import RobotConfigError, load_robot_config
+def robot_task_spaces(robot, obs_mode: str, image_size: int, action_dim: int = 4):
+    """(observation spec, action dim) of a run whose robot file decides them (a real robot's, or a task that is not
+    a sim task): the keys the actor builds from the same file (robot_rl.robot_io.observed_sensors), i.e. the
+    proprioceptive state and every camera at `image_size`. `robot`: a RobotConfig, a robot file or a shipped name."""
+    from robot_rl.robot_config import RobotConfig
+    from robot_rl.robot_io import observed_sensors
     from robot_rl.sensors import STATE_SIZE
     from robot_rl.types import ObservationSpec
 
-    if obs_mode != "pixels":
-        raise NodeStartupError(f"obs_mode={obs_mode} needs a sim task's object_state; a real robot's task uses "
-                               "obs_mode pixels")
+    robot = robot if isinstance(robot, RobotConfig) else load_robot(str(robot))
+    problem = robot_obs_problem(robot, obs_mode)
+    if problem:
+        raise NodeStartupError(problem)
+    keys, _ = observed_sensors(robot, obs_mode, ())
+    return ObservationSpec.from_shapes({key: ((STATE_SIZE,), "float32") if key == "state" else
+                                        ((image_size, image_size, 3), "uint8") for key in keys}), action_dim
+
+
+def load_robot(name: str):
+    """The robot file `name` (a path or a shipped name); NodeStartupError naming the file and the key. Cheap (YAML)."""
+    from robot_rl.robot_config import RobotConfigError, load_robot_config
+
     try:
-        robot = load_robot_config(robot_name)
+        return load_robot_config(name)
     except RobotConfigError as error:
         raise NodeStartupError(f"robot: {error}") from None
+
+
+def robot_obs_problem(robot, obs_mode: str) -> str | None:
+    """Why a run whose robot file decides its observations cannot see `obs_mode` (no sim object_state, or no
+    camera), or None."""
+    if obs_mode != "pixels":
+        return (f"obs_mode={obs_mode} needs a sim task's object_state; a run on robot file {robot.path or robot.name}"
+                f"{' (sim: false)' if not robot.sim else ''} uses obs_mode pixels (the state and its cameras)")
     if not robot.cameras:
-        raise NodeStartupError(f"robot {robot.path} has no cameras for obs_mode pixels")
-    shapes = {"state": ((STATE_SIZE,), "float32")}
-    shapes.update({f"images/{name}": ((image_size, image_size, 3), "uint8") for name in robot.camera_names})
-    return ObservationSpec.from_shapes(shapes), action_dim
+        return f"robot {robot.path or robot.name} has no cameras for obs_mode pixels"
+    return None
+
+
+def not_in_sim(robot, task: str) -> str:
+    """Why a run does not run its task in the sim mirror (a phrase): a real robot's file, or not a sim task."""
+    if not robot.sim:
+        return f"robot file {robot.path or robot.name} is a real robot's (sim: false)"
+    return f"task {task!r} is not a sim task"
+
+
+def run_spaces(robot, cfg, checkpoint_state: dict | None = None):
+    """(observation spec, action dim) of a learner run on `robot` (a RobotConfig) with TrainConfig `cfg`: recorded in
+    its checkpoint, else a sim task's env in the sim mirror (a `sim: true` robot file), else the robot file's
+    (`robot_task_spaces`: a real robot's file decides, whatever the task is named)."""
+    state = checkpoint_state or {}
+    # a head's recorded spec is its own, not the robot's
+    if "observation_spec" in state and kind_of(cfg.policy).robot_spec_in_weights:
+        from robot_rl.types import ArraySpec, ObservationSpec
+
+        recorded = state["observation_spec"].items()
+        spec = ObservationSpec.from_shapes({key: ArraySpec.from_json(entry) for key, entry in recorded})
+        return spec, int(state["action_dim"])
+    from robot_rl.loop import make_env, sim_run_steps
+
+    if not sim_run_steps(robot, cfg.task):
+        return robot_task_spaces(robot, cfg.obs_mode, cfg.image_size)
+    env = make_env(cfg.task, **cfg.env_settings())
+    try:
+        return env.observation_space, env.action_space.shape[0]
+    finally:
+        env.close()
 
 
 def check_demo_images(demo_path, robot_name: str, image_size: int) -> None:
@@ -238,6 +294,11 @@ def check_parameters(node_name: str, values) -> None:
     from robot_rl.train_rules import setting_problems
 
     settings = {name: values(name) for name, _, _ in PARAMETERS}
+    robot = load_robot(str(settings["robot"]))
+    if not robot.sim:  # a real robot's file decides the observations, whatever the task is named
+        problem = robot_obs_problem(robot, str(settings["obs_mode"]))
+        if problem:
+            raise NodeStartupError(problem)
     run_dir = Path(settings["run_dir"])
     check_run_settings(run_dir, settings)
     check_server_settings(settings)
@@ -304,12 +365,7 @@ class LearnerNode:
         self._watch_settings()
         self._mark("node")
 
-        try:  # a bad robot file is one line before anything is written (the file is small YAML: fast)
-            from robot_rl.robot_config import RobotConfigError, load_robot_config
-
-            self.robot = load_robot_config(str(self.settings["robot"]))
-        except RobotConfigError as error:
-            raise NodeStartupError(f"robot: {error}") from None
+        self.robot = load_robot(str(self.settings["robot"]))  # checked by check_parameters: small YAML, fast
         if self.settings["validate_suite"]:
             from robot_rl.validate import load_suite
 
@@ -385,8 +441,9 @@ class LearnerNode:
         self._rates = {"received_per_s": 0.0, "updates_per_s": 0.0}
         self._builder = threading.Thread(target=self._build_learner, name=BUILDER_THREAD, daemon=True)
         self._builder.start()
-        self._log.info(f"learner listening: run_dir={self.run_dir} task={self.settings['task']} "
-                       f"obs_mode={self.settings['obs_mode']} budget={self.budget or 'none'} transitions "
+        self._log.info(f"learner listening: run_dir={self.run_dir} robot={self.robot.name} "
+                       f"task={self.settings['task']} obs_mode={self.settings['obs_mode']} "
+                       f"budget={self.budget or 'none'} transitions "
                        f"({self.startup['listening'] - _started_at:.2f}s after start; building the agent)")
 
     def _mark(self, stage: str) -> None:
@@ -424,17 +481,18 @@ class LearnerNode:
             cfg = self._files_here(self.cfg or _checked_train_config(self.settings))
             spec, action_dim = self._spaces(cfg)
             self._mark("spaces")
-            from robot_rl.loop import sim_task_episode_steps
+            from robot_rl.loop import sim_run_steps
 
-            self.sim_episode_steps = sim_task_episode_steps(cfg.task)
+            self.sim_episode_steps = sim_run_steps(self.robot, cfg.task)
             if cfg.demos and cfg.demo_path is None and not self.sim_episode_steps:
-                raise NodeStartupError(f"demos={cfg.demos}: scripted demos are recorded in a sim task, and task "
-                                       f"{cfg.task!r} is not one: give demo_path (teleoperated demos) or demos:=0")
+                raise NodeStartupError(f"demos={cfg.demos}: scripted demos are recorded in a sim task, and "
+                                       f"{not_in_sim(self.robot, cfg.task)}: give demo_path (teleoperated demos) or "
+                                       "demos:=0")
             if int(self.settings["eval_every"]) > 0 and not self.sim_episode_steps:
                 raise NodeStartupError(f"eval_every={self.settings['eval_every']}: evaluations run in the sim mirror, "
-                                       f"and task {cfg.task!r} is not a sim task (eval_every:=0)")
-            if not self.sim_episode_steps or (int(self.settings["eval_every"]) < 0 and not self.robot.sim):
-                self.eval_every = 0  # automatic evaluations: sim runs only
+                                       f"and {not_in_sim(self.robot, cfg.task)} (eval_every:=0)")
+            if not self.sim_episode_steps:
+                self.eval_every = 0  # evaluations: sim runs only
             try:
                 plan = learner_plan(cfg, spec, action_dim)
             except PolicyError as error:
@@ -491,24 +549,8 @@ class LearnerNode:
         self.exit_status, self.done = 2, True
 
     def _spaces(self, cfg):
-        """(observation spec, action dim): recorded in the checkpoint, else from the task's sim env."""
-        state = self.server.checkpoint_state or {}
-        # a head's recorded spec is its own, not the robot's
-        if "observation_spec" in state and kind_of(cfg.policy).robot_spec_in_weights:
-            from robot_rl.types import ArraySpec, ObservationSpec
-
-            recorded = state["observation_spec"].items()
-            spec = ObservationSpec.from_shapes({key: ArraySpec.from_json(entry) for key, entry in recorded})
-            return spec, int(state["action_dim"])
-        from robot_rl.loop import make_env, sim_task_episode_steps
-
-        if not sim_task_episode_steps(cfg.task):
-            return robot_task_spaces(str(self.settings["robot"]), cfg.obs_mode, cfg.image_size)
-        env = make_env(cfg.task, **cfg.env_settings())
-        try:
-            return env.observation_space, env.action_space.shape[0]
-        finally:
-            env.close()
+        """(observation spec, action dim) of this run (`run_spaces`)."""
+        return run_spaces(self.robot, cfg, self.server.checkpoint_state)
 
     def _attach(self) -> None:
         """The builder is done: stage the logged transitions, broadcast weights, start training (node loop)."""
@@ -789,7 +831,8 @@ class LearnerNode:
         server = self.server
         counters = {**learner_counters(server.learner), "transitions": server.trained_on}
         return write_report(
-            self.run_dir, title=f"{self.cfg.task}, obs {self.cfg.obs_mode}, over ROS 2", config=config_to_json(self.cfg),
+            self.run_dir, title=f"{self.cfg.task or self.robot.name}, obs {self.cfg.obs_mode}, over ROS 2",
+            config=config_to_json(self.cfg),
             evals=list(server.evals), episodes=server.episode_log, metrics=server.metrics, counters=counters,
             wall_seconds=time.time() - server.run_started_at, video=video, status=status)
 
@@ -820,7 +863,7 @@ class LearnerNode:
                          self._final_evaluated)
             return
         if self.final_eval_episodes:
-            self._log.warning(f"no final evaluation: task {self.cfg.task!r} is not a sim task")
+            self._log.warning(f"no final evaluation: {not_in_sim(self.robot, self.cfg.task)}")
         self._complete()
 
     def _final_evaluated(self, job) -> None:
