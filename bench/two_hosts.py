@@ -209,6 +209,17 @@ def _environment(peers: list[str], certs: Path | None = None, rate: float | None
     return env
 
 
+def _network_lines(work: Path) -> dict[str, str]:
+    """Each node's network line (how it chose its mode), "<host log> <node>" -> the line up to its first colon."""
+    lines = {}
+    for log in sorted(work.glob("*.log")):
+        for line in log.read_text(errors="replace").splitlines():  # [node] [INFO] [stamp] [node]: network ...
+            at = line.find("]: network ")
+            if line.startswith("[") and at > 0:
+                lines[f"{log.stem} {line[1:line.index(']')]}"] = line[at + 3:].split(":", 1)[0]
+    return lines
+
+
 def _link_bytes(host: Host) -> np.ndarray:
     """Bytes the host's interface (received, sent)."""
     stats = json.loads(host.run(["ip", "-s", "-j", "link", "show", "dev", host.link]).stdout)[0]["stats64"]
@@ -376,8 +387,11 @@ def _robot_file(args: Args, work: Path) -> str:
 def _launch(host: Host, side: str, args: Args, obs_mode: str, run_dir: Path, peers: list[str], log: Path,
             network: str, robot: str, actor_id: str = "sim0", certs: Path | None = None, rate: float | None = None
             ) -> subprocess.Popen:
+    # lan: the hosts set up as a ROS user sets up any graph (ROS_STATIC_PEERS naming the other host, nothing else):
+    # the nodes choose the lan mode from it (the launch files' network:=auto).
     argv = [sys.executable, "-m", "robot_rl.cli", "launch", "--grace-s", "5", "launch/sim_train.yaml",
-            f"side:={side}", f"network:={network}", "mode:=realtime", f"obs_mode:={obs_mode}",
+            f"side:={side}", f"network:={'auto' if network == 'lan' else network}", "mode:=realtime",
+            f"obs_mode:={obs_mode}",
             f"image_size:={args.image_size}", "steps:=0", "demos:=5", "eval_every:=0", "eval_episodes:=0",
             "final_validation:=false", f"actor_id:={actor_id}", f"run_dir:={run_dir}", f"robot:={robot}",
             f"abandon_after_s:={args.abandon_after_s:g}"]
@@ -494,6 +508,7 @@ def run(args: Args, mode: str, rate: float, obs_mode: str, work: Path) -> dict:
                              "max": max((t["max"] for t in late), default=None),
                              "missed": sum(a["tick_late_ms"].get("missed", 0) for a in actors1 if a.get("tick_late_ms"))
                              - sum(a["tick_late_ms"].get("missed", 0) for a in actors0 if a.get("tick_late_ms"))},
+            "network_lines": _network_lines(work),
             "acked_lost": lost, "unacked_at_end": unacked,
             "dropped": sum(a["dropped"] for a in actors1) - sum(a["dropped"] for a in actors0),
             **({"intruder_received": intrusion["received"], "intruder_accepted": intrusion["accepted"],

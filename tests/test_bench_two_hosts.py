@@ -1,6 +1,7 @@
-"""bench/two_hosts.py --smoke runs (one short lan run at 20 Mbit/s between two namespaced hosts, the link down for
-5 s in the middle) and its figures say that training went across: transitions reached the learner, weights reached
-the actor through the paced link, the actor held while the learner was away (the robot file's learner_lost.action
+"""bench/two_hosts.py --smoke runs (one short lan run at 20 Mbit/s between two namespaced hosts set up with the standard
+ROS 2 variables only, the link down for 5 s in the middle) and its figures say that training went across: every node
+chose the lan mode from ROS_STATIC_PEERS, transitions reached the learner, weights reached the actor through the
+paced link, the actor held while the learner was away (the robot file's learner_lost.action
 hold), and no acknowledged transition was lost. Skips (with the reason) where namespaces cannot be made.
 
 What the bench and the hosts harness (tests/hosts.py) start ends with them, however they end: the bench stopped by
@@ -41,6 +42,10 @@ def test_two_hosts_bench_smoke(tmp_path):
     assert (run["mode"], run["rate_mbit"]) == ("lan", 20.0)
     assert run["transitions_per_s"] > 2 and run["weights_per_s"] > 0 and run["weights_latency_ms"]["n"] > 0, run
     assert run["acked_lost"] == 0 and 0 < run["link_use"] < 0.9, run
+    # The hosts were set up with the standard ROS 2 variables only (ROS_STATIC_PEERS): every node chose lan from them.
+    lines = run["network_lines"]
+    assert {"server learner", "robot1 actor", "robot1 sim"} <= set(lines), lines
+    assert all(line.startswith("network lan (from ROS_STATIC_PEERS") for line in lines.values()), lines
     # The link went down for 5 s with learner_lost.action hold (after 1.5 s): the actor held the policy's commands,
     # kept its transitions, and the learner had all of them soon after the link came back.
     down = run["link_down"]
