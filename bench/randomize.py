@@ -1,5 +1,6 @@
-"""Domain randomisation against the validation gate: the same task trained with and without `--randomize SUITE`, each
-run validated with the default suite at its default thresholds (what a robot's gate asks for).
+"""Domain randomisation against the validation gate: the same task trained with and without `--randomize SUITE` (and,
+for pixels, colour jitter of the training images), each run validated with the default suite at its default
+thresholds (what a robot's gate asks for).
 
     python bench/randomize.py                        # pixel PickCube, seeds 0 1 2, 2000 env steps, 2 runs at a time
     python bench/randomize.py --obs-mode state --steps 1000
@@ -38,6 +39,9 @@ class Args:
     demos: int = 20
     randomize: str = "default"
     """Suite the randomized runs train under."""
+    colour: float = 0.3
+    """Colour jitter of the randomized pixel runs' images (--sac.image-encoder.augment-colour; 0: the suite's
+    randomisation alone)."""
     suite: str = "default"
     """Suite every run is validated with (at its own thresholds)."""
     validation_episodes: int = 20
@@ -71,6 +75,8 @@ def one_run(args: Args, mode: str, seed: int, folder: Path) -> dict:
              "--eval-episodes", str(args.eval_episodes), "--seed", str(seed), "--no-video", "--run-dir", str(run_dir)]
     if mode == "randomized":
         train += ["--randomize", args.randomize]
+        if args.colour and "pixels" in args.obs_mode:
+            train += ["--sac.image-encoder.augment-colour", str(args.colour)]
     run(train, log)
     validate = [sys.executable, "-m", "robot_rl.cli", "validate", "--policy", str(run_dir), "--suite", args.suite,
                 "--episodes", str(args.validation_episodes), "--workers", "1", "--no-video",
@@ -99,7 +105,8 @@ def main(args: Args) -> dict:
                        for seed in args.seeds for mode in args.modes}
             runs = {key: future.result() for key, future in futures.items()}
     result = {"bench": "randomize", "smoke": args.smoke, "task": args.task, "obs_mode": args.obs_mode,
-              "steps": args.steps, "seeds": list(args.seeds), "randomize": args.randomize, "suite": args.suite}
+              "steps": args.steps, "seeds": list(args.seeds), "randomize": args.randomize, "colour": args.colour,
+              "suite": args.suite}
     for mode in args.modes:
         rows = {str(seed): runs[(mode, seed)] for seed in args.seeds}
         result[mode] = {"runs": rows,

@@ -139,7 +139,8 @@ def test_scanned_update_equals_single_steps(critic_actor_ratio, target_bounds):
 def test_pixel_agent_updates():
     cameras = ["front", "wrist"]  # one encoder per camera
     spec = pixel_spec(cameras)
-    agent = SACAgent.create(0, spec, 4, SMALL)
+    jitter = dataclasses.replace(SMALL.image_encoder, augment_colour=0.3)  # shifts and colour jitter
+    agent = SACAgent.create(0, spec, 4, dataclasses.replace(SMALL, image_encoder=jitter))
     assert set(agent.critic.params["encoder"]) == {f"images_{c}" for c in cameras}
     new_agent, info = agent.update(random_batch(spec, (2, 16)))
     assert all(np.isfinite(float(v)) for v in info.values())
@@ -290,3 +291,21 @@ def test_cpu_loop_and_batched_crops_agree():
     np.testing.assert_array_equal(batched, looped)
     row, col = np.asarray(offsets[3])
     np.testing.assert_array_equal(looped[3], np.asarray(padded[3])[row : row + 10, col : col + 9])
+
+
+def test_colour_jitter_scales_and_shifts_each_sample_within_its_bounds():
+    from robot_rl.agents.augment import colour_jitter
+
+    images = jnp.full((256, 4, 4, 3), 128, jnp.uint8)
+    jittered = np.asarray(colour_jitter(jax.random.PRNGKey(0), images, 0.3))
+    assert jittered.dtype == np.float32 and (jittered >= 0).all() and (jittered <= 255).all()
+    per_sample = jittered[:, 0, 0, :]  # each image is one scale and one offset per channel: uniform within it
+    assert np.allclose(jittered, per_sample[:, None, None, :])
+    # 128 x [0.7, 1.3] + 255 x [-0.15, 0.15] per channel: the full range is used, and channels move apart
+    assert per_sample.min() < 128 * 0.8 and per_sample.max() > 128 * 1.2
+    assert np.abs(per_sample[:, 0] - per_sample[:, 1]).max() > 20
+    assert per_sample.min() >= 128 * 0.7 - 255 * 0.15 - 1e-3 and per_sample.max() <= 128 * 1.3 + 255 * 0.15 + 1e-3
+    np.testing.assert_array_equal(colour_jitter(jax.random.PRNGKey(0), images, 0.0), images)
+    with pytest.raises(ValueError, match=r"augment_colour=1.5 must be in \[0, 1\)"):
+        dataclasses.replace(SMALL.image_encoder, augment_colour=1.5)
+

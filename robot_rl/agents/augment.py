@@ -1,4 +1,4 @@
-"""DrQ image augmentation inside jitted code."""
+"""Image augmentation inside jitted code: DrQ random shifts, and colour jitter for lighting and colour changes."""
 
 from __future__ import annotations
 
@@ -45,13 +45,28 @@ def _crop(image: jax.Array, offset: jax.Array, shape: tuple[int, ...]) -> jax.Ar
     return jax.lax.dynamic_slice(image, (offset[0], offset[1], 0), shape[1:])
 
 
-def augment_observations(key: jax.Array, observations: dict, image_keys: tuple[str, ...], pad: int) -> dict:
-    """Random-shift every image key with its own key; other entries pass through untouched."""
-    if pad <= 0 or not image_keys:
+def colour_jitter(key: jax.Array, images: jax.Array, strength: float) -> jax.Array:
+    """Per-sample brightness scale 1 + u (u in [-strength, strength]) and per-channel offset v x 255 (v in
+    [-strength / 2, strength / 2]), clipped to [0, 255]; images [B, H, W, C] in, float32 out."""
+    if strength <= 0:
+        return images
+    scale_key, shift_key = jax.random.split(key)
+    batch, channels = images.shape[0], images.shape[-1]
+    scale = 1.0 + jax.random.uniform(scale_key, (batch, 1, 1, 1), minval=-strength, maxval=strength)
+    shift = 255.0 * jax.random.uniform(shift_key, (batch, 1, 1, channels), minval=-strength / 2, maxval=strength / 2)
+    return jnp.clip(images.astype(jnp.float32) * scale + shift, 0.0, 255.0)
+
+
+def augment_observations(key: jax.Array, observations: dict, image_keys: tuple[str, ...], pad: int,
+                         colour: float = 0.0) -> dict:
+    """Random-shift (and with `colour` > 0 colour-jitter) every image key with its own key; other entries pass
+    through untouched."""
+    if (pad <= 0 and colour <= 0) or not image_keys:
         return observations
     out = dict(observations)
     for sub_key, image_key in zip(jax.random.split(key, len(image_keys)), image_keys, strict=True):
-        out[image_key] = random_shift(sub_key, observations[image_key], pad)
+        shifted = random_shift(sub_key, observations[image_key], pad)
+        out[image_key] = colour_jitter(jax.random.fold_in(sub_key, 1), shifted, colour) if colour > 0 else shifted
     # Materialise the shifted images before the encoders read them (a few percent faster on CPU than letting XLA
     # schedule the crops into their consumers).
     return jax.lax.optimization_barrier(out)

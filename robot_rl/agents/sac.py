@@ -50,6 +50,10 @@ class ImageEncoderConfig:
     """Size of the feature vector each camera is projected to after the convs."""
     augment_pad: int = 4
     """DrQ random-shift augmentation: pad each image by this many pixels and crop at random; 0 turns it off."""
+    augment_colour: float = 0.0
+    """Colour jitter of each training image (as RAD): brightness x (1 + u), u in [-c, c], and each RGB channel
+    shifted by v x 255, v in [-c/2, c/2], drawn per sample; 0 turns it off. Pixel policies otherwise learn the exact
+    colours and light of the scene (the validation suite's lighting_colour condition); 0.3 covers it."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -64,6 +68,8 @@ class ImageEncoderConfig:
             problems.append(f"latent_dim={self.latent_dim} must be >= 1")
         if self.augment_pad < 0:
             problems.append(f"augment_pad={self.augment_pad} must be >= 0")
+        if not 0 <= self.augment_colour < 1:
+            problems.append(f"augment_colour={self.augment_colour} must be in [0, 1)")
         _raise_problems(self, problems)
 
 
@@ -581,9 +587,9 @@ def _sac_step(agent: SACAgent, batch: Batch) -> tuple[SACAgent, dict[str, jax.Ar
     rng, step_key = jax.random.split(agent.rng)
     aug_key, next_aug_key, next_action_key, subset_key, actor_key = jax.random.split(step_key, 5)
     image_keys = agent.observation_spec.image_keys
-    pad = config.image_encoder.augment_pad
-    observations = augment_observations(aug_key, batch.observations, image_keys, pad)
-    next_observations = augment_observations(next_aug_key, batch.next_observations, image_keys, pad)
+    pad, colour = config.image_encoder.augment_pad, config.image_encoder.augment_colour
+    observations = augment_observations(aug_key, batch.observations, image_keys, pad, colour)
+    next_observations = augment_observations(next_aug_key, batch.next_observations, image_keys, pad, colour)
     actions = jnp.asarray(batch.actions, jnp.float32)
     layout = aliased_actions(config, agent.action_dim)
     parts = None if layout is None else layout.unpack(actions)
