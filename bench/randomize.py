@@ -4,7 +4,7 @@ thresholds (what a robot's gate asks for).
 
     python bench/randomize.py                        # pixel PickCube, seeds 0 1 2, 2000 env steps, 2 runs at a time
     python bench/randomize.py --obs-mode state --steps 1000
-    python bench/randomize.py --smoke                # state, 1 seed, 20 env steps, 1 episode per condition (tests)
+    python bench/randomize.py --smoke                # state, 1 seed, 20 env steps, 2 conditions x 1 episode (tests)
 
 Every run is `robot-rl train` then `robot-rl validate` as a user would type them (subprocesses, `--jobs` at a time).
 Prints one JSON line: per mode (nominal, randomized) and seed the final nominal evaluation, the validation verdict and
@@ -55,8 +55,16 @@ class Args:
     out: Path | None = None
     """Folder for the runs (default: a temporary one, removed at the end)."""
     smoke: bool = False
-    """Check that the bench runs (tests run this): state observations, one seed, 20 env steps, 1 demo, 1 episode
-    per condition (the figures mean nothing)."""
+    """Check that the bench runs (tests run this): state observations, one seed, 20 env steps, 1 demo, a suite of
+    nominal and one step of latency for training and validation, 1 episode each (the figures mean nothing)."""
+
+
+SMOKE_SUITE = """name: smoke
+conditions:
+  - name: nominal
+  - name: action_latency
+    perturbations: [{type: action_latency, steps: 1}]
+"""
 
 
 def run(argv: list[str], log: Path) -> None:
@@ -94,12 +102,14 @@ def main(args: Args) -> dict:
     unknown = sorted(set(args.modes) - {"nominal", "randomized"})
     if unknown or not args.modes:
         raise SystemExit(f"bench/randomize.py: --modes takes nominal and/or randomized, not {unknown or 'nothing'}")
-    if args.smoke:
-        args = dataclasses.replace(args, obs_mode="state", seeds=(0,), steps=20, demos=1, eval_episodes=1,
-                                   validation_episodes=1)
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.out or Path(scratch)
         folder.mkdir(parents=True, exist_ok=True)
+        if args.smoke:  # two conditions of the default suite, for training and validation alike
+            suite = folder / "smoke_suite.yaml"
+            suite.write_text(SMOKE_SUITE)
+            args = dataclasses.replace(args, obs_mode="state", seeds=(0,), steps=20, demos=1, eval_episodes=1,
+                                       validation_episodes=1, randomize=str(suite), suite=str(suite))
         with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
             futures = {(mode, seed): pool.submit(one_run, args, mode, seed, folder)
                        for seed in args.seeds for mode in args.modes}
