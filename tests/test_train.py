@@ -527,11 +527,6 @@ def test_a_randomised_run_without_demos_warms_up_under_the_suites_conditions(tmp
     episodes = checkpoint_state(run_dir)["extra"]["episodes_log"]
     assert len(episodes) == 2 and {e["condition"] for e in episodes} <= {"nominal", "late", "dark"}, episodes
     assert json.loads((run_dir / "config.json").read_text())["randomize"] == str(suite)
-    from robot_rl.train import record_demos  # the demos a randomised run records are drawn the same way
-
-    (tmp_path / "demo_run").mkdir()
-    demos = record_demos(TrainConfig(demos=1, randomize=str(suite)), tmp_path / "demo_run")
-    assert demos.attrs["randomize"] == str(suite) and demos.num_episodes == 1
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nconditions:\n  - name: nominal\n"
                    "  - name: mug\n    perturbations: [{type: object, bodies: [mug], mass_scale: [1, 2]}]\n")
