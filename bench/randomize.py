@@ -39,7 +39,7 @@ class Args:
     demos: int = 20
     randomize: str = "default"
     """Suite the randomized runs train under."""
-    colour: float = 0.3
+    colour: float = 0.0
     """Colour jitter of the randomized pixel runs' images (--sac.image-encoder.augment-colour; 0: the suite's
     randomisation alone)."""
     suite: str = "default"

@@ -119,7 +119,7 @@ class TrainConfig:
     suite's name such as `default`, or a YAML file: camera pose, lighting and colours, object physics, latency,
     sensor delay and drops, rate jitter, proprioceptive noise), drawn with its values from the episode's seed; the
     demos the run records and its evaluations stay nominal (a demo recorded under latency pairs each observation with
-    a command that acts a step later: behaviour cloning on such demos learned nothing in 2000 pixel PickCube steps).
+    a command that acts a step later: not what behaviour cloning should imitate).
     Train with the suite a robot validates with, and the gate tests what the policy has seen."""
     intervene: bool = False
     """Let the simulated human (the scripted expert) take over when the policy is stuck or leaving the workspace."""
