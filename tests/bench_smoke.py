@@ -125,3 +125,18 @@ def check_smoke_run(benches: Benches, name: str, runs) -> None:
     figures = json.loads(lines[-1])
     assert figures.get("smoke") is True, figures
     check(figures, tmp_path)
+
+
+def smoke_tests(benches: Benches, jobs: int, longest_first: tuple[str, ...]):
+    """A test module's (`smoke_runs` module fixture, `test_bench_smoke` test parametrized by bench name) for
+    `benches`: assign both to module globals."""
+
+    @pytest.fixture(scope="module")
+    def smoke_runs(request, tmp_path_factory):
+        yield from start_smoke_runs(request, tmp_path_factory, benches, jobs, longest_first)
+
+    @pytest.mark.parametrize("name", sorted(benches))
+    def test_bench_smoke(name, smoke_runs):
+        check_smoke_run(benches, name, smoke_runs)
+
+    return smoke_runs, test_bench_smoke

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-from bench_smoke import REPO, Benches, check_smoke_run, fraction, positive, start_smoke_runs
+from bench_smoke import REPO, Benches, fraction, positive, smoke_tests
 from ros_harness import allocate_domain_id
 from test_benches_compute import BENCHES as COMPUTE_BENCHES
 
@@ -98,11 +97,4 @@ def test_every_bench_is_covered():
     assert scripts == set(BENCHES) | set(COMPUTE_BENCHES) and not set(BENCHES) & set(COMPUTE_BENCHES)
 
 
-@pytest.fixture(scope="module")
-def smoke_runs(request, tmp_path_factory):
-    yield from start_smoke_runs(request, tmp_path_factory, BENCHES, JOBS, LONGEST_FIRST)
-
-
-@pytest.mark.parametrize("name", sorted(BENCHES))
-def test_bench_smoke(name, smoke_runs):
-    check_smoke_run(BENCHES, name, smoke_runs)
+smoke_runs, test_bench_smoke = smoke_tests(BENCHES, JOBS, LONGEST_FIRST)

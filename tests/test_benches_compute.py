@@ -9,8 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import pytest
-from bench_smoke import Benches, check_smoke_run, fraction, positive, start_smoke_runs
+from bench_smoke import Benches, fraction, positive, smoke_tests
 
 JOBS = 1
 LONGEST_FIRST = ("randomize", "bc", "policies", "reward_classifier", "validate", "learning", "learner")
@@ -112,11 +111,4 @@ BENCHES: Benches = {
 }
 
 
-@pytest.fixture(scope="module")
-def smoke_runs(request, tmp_path_factory):
-    yield from start_smoke_runs(request, tmp_path_factory, BENCHES, JOBS, LONGEST_FIRST)
-
-
-@pytest.mark.parametrize("name", sorted(BENCHES))
-def test_bench_smoke(name, smoke_runs):
-    check_smoke_run(BENCHES, name, smoke_runs)
+smoke_runs, test_bench_smoke = smoke_tests(BENCHES, JOBS, LONGEST_FIRST)
