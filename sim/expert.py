@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from robot_rl.sim.env import NOMINAL_TCP_QUAT, RobotEnv, _quat_conj, _quat_mul, _rotvec_from_quat
+from robot_rl.sim.robot_adapter import commanded_target_pose
 from robot_rl.sim.tasks import PegInsertEnv, PickCubeEnv
 
 
@@ -47,8 +48,6 @@ class ScriptedExpert:
     def target(self) -> tuple[np.ndarray, np.ndarray]:
         """The target the expert's next step starts from: its last command's (under action latency the controller's
         own target still lags it), as a policy's step starts from its last command on a robot."""
-        from robot_rl.sim.robot_adapter import commanded_target_pose
-
         return commanded_target_pose(self.wrapped)
 
     def _rotation_action(self, target_quat: np.ndarray, yaw: float) -> np.ndarray:

@@ -11,6 +11,7 @@ session and safety layer. A command is executed as the env's own delta action to
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -77,6 +78,17 @@ def sensor_ages(env: gym.Env) -> dict[str, float]:
     (robot_rl.sim.perturb.PerturbedEnv) says, else nothing is old."""
     own = _outermost(env, "sensor_ages")
     return own() if own is not None else {}
+
+
+@functools.lru_cache(maxsize=None)
+def _sensors_of(key: str) -> tuple[str, ...]:
+    """The sensors behind observation key `key` (none for a reading without a sensor of its own: the wrench)."""
+    from robot_rl.sensors import sensors_for
+
+    try:
+        return sensors_for([key])
+    except ValueError:
+        return ()
 
 
 class SimRobotAdapter:
@@ -185,17 +197,11 @@ class SimLink:
         stamp, less the age a delayed or repeated reading has (a sensor is as old as its oldest key)."""
         if self._observation is None:
             return {}
-        from robot_rl.sensors import sensors_for
-
         ages = sensor_ages(self.adapter.env)
         stamps: dict[str, float] = {}
         for key in self._observation:
             stamp = self.stamp - ages.get(key, 0.0)
-            try:
-                sensors = sensors_for([key])
-            except ValueError:  # a reading with no sensor of its own (the wrench)
-                sensors = ()
-            for name in (key, *sensors):
+            for name in (key, *_sensors_of(key)):
                 stamps[name] = min(stamp, stamps.get(name, stamp))
         return stamps
 
