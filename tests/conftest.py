@@ -16,8 +16,10 @@ the reason.
 JAX's persistent compilation cache: one folder per pytest session (JAX_COMPILATION_CACHE_DIR, removed when the session
 ends), so a gradient step that several processes of a test compile alike (a `robot-rl train` run and its resumes, an
 in-process run after another) is compiled once per session, not once per process. It only skips repeated compiles:
-what runs is the same executable. A folder given by the caller is kept as given. The learner node sets its own cache
-(its jax_cache_dir parameter: the run folder's by default), as it does in production.
+what runs is the same executable. Every compile is kept, however short (JAX keeps only those over 1 s by default: the
+many short ones of each node, train run and policy made it again in every process). A folder given by the caller is
+kept as given. Learner nodes use it too (their jax_cache_dir parameter is empty: JAX_COMPILATION_CACHE_DIR first,
+else the run folder's, as in production).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import pytest
 if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
     _JAX_CACHE = tempfile.mkdtemp(prefix="robot-rl-tests-jax-cache-")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _JAX_CACHE
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     atexit.register(shutil.rmtree, _JAX_CACHE, ignore_errors=True)
 
 
