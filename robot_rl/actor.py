@@ -278,18 +278,28 @@ class ActorSession:
                 seq=self.next_seq, episode=self.episode, step=control_step, observation=previous_obs,
                 action=action, reward=reward, terminated=terminated, truncated=truncated, next_observation=obs,
                 intervention=intervention, success=success, learner_action=learner_action, policy_info=policy_info)
-            self.outbox.add(transition)
             self.next_seq += 1
             self.episode_return += reward
             self.episode_interventions += int(intervention)
             self._pending = None
             if terminated or truncated:
+                self.outbox.add(transition)
                 self.episode_over = True
                 return SessionStep(None, transition, True, intervention, success)
         elif episode_key is not None:
             self.episode_over = True
             return SessionStep(None, None, True, False, success)
+        try:
+            step = self._command(obs, now, sensor_stamps, human_action, uniform, transition, success)
+        finally:
+            if transition is not None:  # its next frame crosses the wire with the next transition, if one starts at it
+                self.outbox.add(transition if self._pending is None
+                                else dataclasses.replace(transition, next_frame_follows=True))
+        return step
 
+    def _command(self, obs: Observation, now: float | None, sensor_stamps, human_action: np.ndarray | None,
+                 uniform: bool, transition: StampedTransition | None, success: bool) -> SessionStep:
+        """Choose, filter and track the command for `obs` (a transition starts at `obs` unless it is held)."""
         intervention = human_action is not None
         learner_action, policy_info = None, {}
         if intervention:

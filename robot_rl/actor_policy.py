@@ -25,7 +25,7 @@ from robot_rl.actor import ActorSession
 from robot_rl.episode import Log, Wait
 from robot_rl.policies.base import PolicyError
 from robot_rl.robot_config import RobotConfig
-from robot_rl.transport import LearnerWatch
+from robot_rl.transport import LearnerWatch, WeightsStamp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +79,7 @@ class PolicySlot:
         self.image_sizes = image_sizes if image_sizes is not None else {}  # key -> the policy's image side
         self.weights_path = ""
         self.weights_version = 0
+        self.weights_stamp: WeightsStamp | None = None  # run, learner incarnation and version of the weights in use
         self.weights_transitions = 0
         self.training_done = False  # the learner's newest weights are its final ones (budget reached)
         self.unvalidated: str | None = None  # why the policy acting on this real robot is not validated, if not
@@ -178,6 +179,7 @@ class PolicySlot:
         self.session.actor = Actor(policy, seed=settings.seed, deterministic=settings.deterministic, execute=execute,
                                    planner=planner)
         self.weights_version = 1
+        self.weights_stamp = WeightsStamp(None, None, 1)
         return None
 
     def deployment_problem(self, policy: str) -> str | None:
@@ -203,8 +205,10 @@ class PolicySlot:
         return problem
 
     def wants(self, weights) -> bool:
-        """Whether weights of this version would be used (newer than the current ones, and a policy is wanted)."""
-        return self.settings.source != "none" and weights.version > self.weights_version
+        """Whether these weights would be used: a policy is wanted and they supersede the current ones (a higher
+        version of the same run and learner incarnation, or another incarnation or run: the actor node's
+        robot_rl.transport.RunBinding lets through only the run it serves, at its newest incarnation)."""
+        return self.settings.source != "none" and weights.stamp.supersedes(self.weights_stamp)
 
     def use_weights(self, weights, origin: str) -> str | None:
         """Act with `weights` (a WeightsMessage) from now on; returns why they cannot be used, or None."""
@@ -241,11 +245,14 @@ class PolicySlot:
         except (ValueError, KeyError, TypeError) as error:
             return str(error)
         first = self.weights_version == 0
+        new_run = self.weights_stamp is not None and weights.run != self.weights_stamp.run
         self.weights_version, self.weights_transitions = weights.version, weights.transitions
+        self.weights_stamp = weights.stamp
         # unix time: for a bench on hosts that share a clock (learner publish -> acting with it); nothing compares it
         self.weights_used_at.append((weights.version, round(time.time(), 4)))
-        if self._trained_base is None and not self.weights_path:
-            self._trained_base = weights.transitions
+        if not self.weights_path and (self._trained_base is None or new_run):
+            # a run switched to (follow_new_run) trains on what comes from now on: the lag counts from here
+            self._trained_base = weights.transitions - (self.session.next_seq if new_run else 0)
         if first:
             self.log.info(f"policy weights v{weights.version} loaded from {origin}")
         if weights.training_done and not self.training_done:

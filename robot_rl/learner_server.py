@@ -20,10 +20,16 @@ inserted when a new incarnation of the same actor id sends data, or when no step
 the same point). Steps of a closed episode that arrive later (a robot paused by a human for long) are inserted as an
 episode of their own. Closed episodes leave the staging, so the log batches that held them are dropped at the next
 checkpoint.
+
+Run identity: the run folder's id (`RUN_FILE`, made when a learner first opens the folder, kept across restarts) and
+this start's learner incarnation (`INCARNATION_FILE`: 1, 2, ... one per `open()`) go with every weights message and
+acknowledgement (robot_rl.transport.RunBinding on the actor's side). Transitions an actor addressed to another run
+are dropped, counted by run, and not acknowledged.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import math
@@ -34,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from robot_rl.files import atomic_write_text
+from robot_rl.files import atomic_write_bytes, atomic_write_text
 from robot_rl.policy_file import POLICY_FILE, weights_message, write_policy_file
 from robot_rl.transport import (
     ClosedEpisodes,
@@ -44,8 +50,10 @@ from robot_rl.transport import (
     TransitionLog,
     TransportError,
     WeightsMessage,
-    decode_transitions,
+    decode_transitions_message,
+    make_run_id,
     reversion_weights,
+    run_id_problem,
 )
 
 if TYPE_CHECKING:  # robot_rl.learner imports JAX, which ingesting and acknowledging do not need
@@ -53,6 +61,10 @@ if TYPE_CHECKING:  # robot_rl.learner imports JAX, which ingesting and acknowled
 
 CHECKPOINT_DIR = "checkpoint"
 LOG_DIR = "transition_log"
+RUN_FILE = "run.json"
+"""The run's id ({"run_id": ...}), made when a learner first opens the run folder."""
+INCARNATION_FILE = "learner_runs"
+"""How many times a learner opened the run folder: the current start's learner incarnation."""
 VERSIONS_PER_RUN = 1_000_000_000
 ABANDON_AFTER_S = 120.0
 # close_abandoned() is polled about once a second; a longer pause means the learner itself was busy (a checkpoint,
@@ -83,6 +95,42 @@ def checkpoint_server_state(run_dir: str | Path) -> dict[str, Any] | None:
         return None
     state = json.loads((found / "learner.json").read_text())
     return dict(state.get("extra", {}).get("server", {}))
+
+
+def read_run_id(run_dir: str | Path) -> str | None:
+    """The id of the run in `run_dir` (None: no learner opened it yet); ValueError naming the file if corrupt."""
+    path = Path(run_dir) / RUN_FILE
+    try:
+        run_id = json.loads(path.read_text())["run_id"]
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError):
+        run_id = None
+    if not isinstance(run_id, str) or run_id_problem(run_id):
+        raise ValueError(f"{path} holds no valid run id: remove it to give the run a new one (actors serving the "
+                         "old id then ignore this learner unless they follow new runs)")
+    return run_id
+
+
+def ensure_run_id(run_dir: str | Path) -> str:
+    """The id of the run in `run_dir`, made (and made durable) if it has none yet."""
+    run_id = read_run_id(run_dir)
+    if run_id is None:
+        run_id = make_run_id()
+        atomic_write_bytes(Path(run_dir) / RUN_FILE, json.dumps({"run_id": run_id}).encode(), fsync=True)
+    return run_id
+
+
+def next_incarnation(run_dir: str | Path) -> int:
+    """Count one more learner start of the run in `run_dir` and return it (1, 2, ...); made durable, since
+    incarnations order the run's weights and acknowledgements at the actors."""
+    path = Path(run_dir) / INCARNATION_FILE
+    try:
+        incarnation = int(path.read_text()) + 1 if path.exists() else 1
+    except ValueError:
+        raise ValueError(f"{path} does not hold a count of learner starts: remove it to count afresh") from None
+    atomic_write_bytes(path, str(incarnation).encode(), fsync=True)
+    return incarnation
 
 
 def compile_learner_step(learner: Learner) -> None:
@@ -148,11 +196,15 @@ class LearnerServer:
         self.successes = 0
         self.episodes = 0
         self.abandoned = 0  # episodes closed without their last step
+        self.without_next_frame = 0  # transitions whose next frame never came (the last of an abandoned episode)
         self.episode_log: list[dict[str, Any]] = []  # one row per inserted episode (robot_rl.report's episode rows)
         self.metrics: list[dict[str, Any]] = []  # training metrics over time, added by the node (report rows)
         self.evals: list[dict[str, Any]] = []  # evaluation rows (robot_rl.report's), added by the node
         self.run_started_at = time.time()  # unix time the run began (its first learner start)
         self.rejections: list[str] = []  # reasons of dropped transitions, for the node to log
+        self.run_id: str | None = None  # this run's id and this start's learner incarnation (set by open())
+        self.incarnation: int | None = None
+        self.foreign_runs: collections.Counter[str] = collections.Counter()  # transitions for another run, by run
         self.opened = False
         self.attached = False
         self.checkpoint_state: dict[str, Any] | None = None  # the checkpoint's `server` section open() resumed from
@@ -185,6 +237,7 @@ class LearnerServer:
             self.weights_version = int(state.get("weights_version", 0))
             self.episodes, self.successes = int(state.get("episodes", 0)), int(state.get("successes", 0))
             self.rejected, self.abandoned = int(state.get("rejected", 0)), int(state.get("abandoned", 0))
+            self.without_next_frame = int(state.get("without_next_frame", 0))
             self.episode_log, self.metrics = list(state.get("episode_log", [])), list(state.get("metrics", []))
             self.evals = list(state.get("evals", []))
             self.run_started_at = float(state.get("run_started_at", self.run_started_at))
@@ -204,16 +257,17 @@ class LearnerServer:
                 self._restage += [(index, entry.source, t) for t in entry.items if (entry.source, t.seq) in wanted]
             else:  # logged items were new when logged: the inbox takes them all again
                 logged += len(self.inbox.accept(entry.source, entry.items))
-        # Weights sent after the last checkpoint had versions the checkpoint does not know: start each run of the
-        # learner in a new block of versions so actors (which keep only newer weights) accept what it sends.
-        epoch_file = self.run_dir / "learner_runs"
-        epoch = int(epoch_file.read_text()) + 1 if epoch_file.exists() else 1
-        epoch_file.write_text(str(epoch))
-        self.weights_version = max(self.weights_version, (epoch - 1) * VERSIONS_PER_RUN)
+        self.run_id = ensure_run_id(self.run_dir)
+        self.incarnation = next_incarnation(self.run_dir)
+        # Weights sent after the last checkpoint had versions the checkpoint does not know. Actors compare versions
+        # within one learner incarnation only; each incarnation still starts a new block of versions, so that
+        # versions keep growing across restarts for whatever else reads them (status files, benches).
+        self.weights_version = max(self.weights_version, (self.incarnation - 1) * VERSIONS_PER_RUN)
         self.opened = True
+        identity = f"run {self.run_id}, learner incarnation {self.incarnation}"
         if state is None:
-            return f"a new run ({logged} logged transitions)"
-        return f"resumed from {checkpoint_dir(self.run_dir)} and {logged} logged transitions after it"
+            return f"a new run ({logged} logged transitions; {identity})"
+        return f"resumed from {checkpoint_dir(self.run_dir)} and {logged} logged transitions after it ({identity})"
 
     def load_learner(self, learner: Learner, demos=None, labeller=None) -> str:
         """Restore the checkpoint's agent, optimiser and replay buffers into `learner`, or add `demos` on a new run.
@@ -248,17 +302,23 @@ class LearnerServer:
 
     # ----- data in -----------------------------------------------------------------------------------------------
     def ingest(self, payload: bytes | bytearray | memoryview) -> dict[str, int]:
-        """Accept a transitions payload; returns the cumulative acks to send back. TransportError if malformed."""
+        """Accept a transitions payload; returns the cumulative acks to send back ({} for transitions an actor
+        addressed to another run: dropped, counted in `foreign_runs`, not acknowledged). TransportError if
+        malformed."""
         if not self.opened:
             raise RuntimeError("open() the server before ingesting transitions")
-        return self.accept(*decode_transitions(payload))
+        source, items, run, floor = decode_transitions_message(payload)
+        if run is not None and run != self.run_id:
+            self.foreign_runs[run] += len(items)
+            return {}
+        return self.accept(source, items, floor)
 
-    def accept(self, source: str, items: Sequence[StampedTransition]) -> dict[str, int]:
+    def accept(self, source: str, items: Sequence[StampedTransition], floor: int | None = None) -> dict[str, int]:
         """Accept an actor's transitions in memory (in-process training; `ingest` decodes a message into this);
-        returns the cumulative acks."""
+        returns the cumulative acks (`floor`: robot_rl.transport.TransitionsMessage.floor)."""
         if not self.opened:
             raise RuntimeError("open() the server before ingesting transitions")
-        fresh = self.inbox.accept(source, items)
+        fresh = self.inbox.accept(source, items, floor)
         if fresh:  # logged (rejected ones too, so a restart rebuilds the same acks) before they are acknowledged
             self.logged_through = self.log.append(source, fresh)
             if self.attached:
@@ -296,7 +356,7 @@ class LearnerServer:
 
     def _problem(self, item: StampedTransition) -> str | None:
         spec = self.learner.observation_spec
-        for name, obs in (("obs", item.observation), ("next_obs", item.next_observation)):
+        for name, obs in (("obs", item.observation), ("next_obs", item.next_observation or item.observation)):
             missing = [k for k in spec.keys if k not in obs]
             if missing:
                 return f"{name} lacks keys {missing}"
@@ -367,16 +427,26 @@ class LearnerServer:
         return silent
 
     def _insert_fragment(self, items: list[StampedTransition]) -> None:
-        """Insert transitions of one episode in step order; a gap in the steps cuts the replay episode there."""
+        """Insert transitions of one episode in step order; a gap in the steps cuts the replay episode there. A
+        transition sent without its next frame takes it from the next step's transition; one whose next step never
+        came (its actor stopped mid-episode) cannot be inserted and is counted in `without_next_frame`."""
         items.sort(key=lambda t: t.step)
         previous_step = None
-        for item in items:
+        for i, item in enumerate(items):
+            next_observation = item.next_observation
+            if next_observation is None:
+                following = items[i + 1] if i + 1 < len(items) else None
+                if following is None or following.step != item.step + 1:
+                    self.received -= 1
+                    self.without_next_frame += 1
+                    continue
+                next_observation = following.observation
             if previous_step is not None and (item.step != previous_step + 1
                                               or not self.learner.continues_episode(item.observation)):
                 self.learner.end_episode()
             try:
                 self.learner.insert(item.observation, item.action, item.reward, item.terminated, item.truncated,
-                                    item.next_observation, item.intervention, item.learner_action,
+                                    next_observation, item.intervention, item.learner_action,
                                     item.policy_info)
             except ValueError as error:  # the learner refuses it (e.g. a reward outside its target bounds)
                 self.learner.end_episode()
@@ -431,7 +501,8 @@ class LearnerServer:
         """The run folder's policy file (the policy of its last checkpoint) as a new weights version, encoded, or
         None for a new run: what a respawned learner broadcasts before its agent is built (no JAX needed)."""
         try:
-            payload = reversion_weights((self.run_dir / POLICY_FILE).read_bytes(), self.weights_version + 1)
+            payload = reversion_weights((self.run_dir / POLICY_FILE).read_bytes(), self.weights_version + 1,
+                                        run=self.run_id, incarnation=self.incarnation)
         except (OSError, TransportError):
             return None
         self.weights_version += 1
@@ -439,10 +510,12 @@ class LearnerServer:
 
     def _weights_message(self, version: int) -> WeightsMessage:
         if self.make_policy is None:
-            return weights_message(self.learner.agent, version=version, transitions=self.trained_on,
-                                   updates=self.learner.updates)
-        return self.make_policy(self.learner.agent).weights_message(version=version, transitions=self.trained_on,
-                                                                    updates=self.learner.updates)
+            message = weights_message(self.learner.agent, version=version, transitions=self.trained_on,
+                                      updates=self.learner.updates)
+        else:
+            message = self.make_policy(self.learner.agent).weights_message(
+                version=version, transitions=self.trained_on, updates=self.learner.updates)
+        return dataclasses.replace(message, run=self.run_id, incarnation=self.incarnation)
 
     # ----- persistence -------------------------------------------------------------------------------------------
     def checkpoint(self, extra: Mapping[str, Any] | None = None) -> None:
@@ -455,6 +528,7 @@ class LearnerServer:
             "inbox": self.inbox.to_json(), "logged_through": self.staged_through, "received": self.received,
             "steps": self.steps, "weights_version": self.weights_version, "episodes": self.episodes,
             "successes": self.successes, "staged": staged, "rejected": self.rejected, "abandoned": self.abandoned,
+            "without_next_frame": self.without_next_frame,
             "closed": sorted([source, episode] for source, episode in self._closed), "sources": sorted(self._sources),
             "episode_log": self.episode_log, "metrics": self.metrics, "evals": self.evals,
             "run_started_at": self.run_started_at,
@@ -479,10 +553,11 @@ class LearnerServer:
             "weights_version": self.weights_version, "learner_ready": self.attached,
             "online": len(learner.online) if learner else None, "demo": len(learner.demo) if learner else None,
             "interventions": learner.interventions if learner else None, "episodes": self.episodes,
-            "successes": self.successes, "abandoned": self.abandoned,
+            "successes": self.successes, "abandoned": self.abandoned, "without_next_frame": self.without_next_frame,
             "staged": {f"{source} episode {episode}": len(items) for (source, episode), items in self._staged.items()},
             "log_entries": len(self.log.indices()), "acks": self.inbox.acks(),
             "sources": {s: t.to_json() for s, t in self.inbox.trackers.items()}, "time": time.time(),
+            "run": self.run_id, "incarnation": self.incarnation, "foreign_transitions": dict(self.foreign_runs),
         }
 
     def write_status(self, path: str | Path, **extra: Any) -> None:

@@ -6,6 +6,11 @@ crash), and broadcasts versioned weights. Payloads are msgpack (robot_rl.codec);
 A *source* is one run of one actor: ``"<actor id>/<incarnation>"``. The incarnation changes each time an actor
 process starts, so a restarted actor's sequence numbers (which start again at 0) are never mistaken for duplicates.
 Acknowledgements are cumulative per source: "every sequence number <= N is persisted".
+
+A *run* is one learner run folder: its id is made when the folder is first opened and kept across learner restarts;
+each learner start is a new *learner incarnation* (1, 2, ...) of that run. Weights and acknowledgements carry both,
+and an actor serves one run (`RunBinding`): weights and acknowledgements of any other run never reach its policy or
+its outbox, and weights versions are compared only within one (run, learner incarnation).
 """
 
 from __future__ import annotations
@@ -13,10 +18,11 @@ from __future__ import annotations
 import bisect
 import collections
 import dataclasses
+import enum
 import math
 import re
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -31,6 +37,7 @@ if TYPE_CHECKING:  # robot_rl.types imports flax and JAX: the learner acknowledg
 
 PROTOCOL_VERSION = 1
 _SOURCE_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,64}/[A-Za-z0-9_.\-]{1,64}")
+_RUN_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
 
 class TransportError(ValueError):
@@ -45,6 +52,18 @@ def make_source(actor_id: str, incarnation: str | None = None) -> str:
     return source
 
 
+def make_run_id() -> str:
+    """A new run's id: 32 random hex digits."""
+    return uuid.uuid4().hex
+
+
+def run_id_problem(run_id: str) -> str | None:
+    """Why `run_id` cannot be a run id, or None."""
+    if _RUN_PATTERN.fullmatch(run_id):
+        return None
+    return f"run id {run_id!r:.80} must be 1-64 letters, digits, '_', '.' or '-'"
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class StampedTransition:
     """One step an actor took, with its place in the actor's stream (sequence number, episode, step)."""
@@ -57,7 +76,9 @@ class StampedTransition:
     reward: float
     terminated: bool
     truncated: bool
-    next_observation: Mapping[str, np.ndarray]
+    next_observation: Mapping[str, np.ndarray] | None
+    """None when it came over the wire without it (`next_frame_follows`): the learner takes it from the next step's
+    transition."""
     intervention: bool = False
     success: bool = False
     learner_action: np.ndarray | None = None
@@ -65,16 +86,21 @@ class StampedTransition:
     the initial noise); None where unknown (a human's action a policy cannot map)."""
     policy_info: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
     """The policy's per-step extras, e.g. `base_action` of a residual policy."""
+    next_frame_follows: bool = False
+    """The episode's next transition starts from `next_observation` (not the last step, nor one before a held
+    command): its first send leaves that frame out, so each frame crosses the wire once; a re-send carries it (the
+    next transition may have arrived long before, or be lost). Not on the wire."""
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self, first_send: bool = False) -> dict[str, Any]:
         wire = {
             "seq": int(self.seq), "episode": int(self.episode), "step": int(self.step),
             "obs": {k: np.asarray(v) for k, v in self.observation.items()},
             "action": np.asarray(self.action, dtype=np.float32), "reward": float(self.reward),
             "terminated": bool(self.terminated), "truncated": bool(self.truncated),
-            "next_obs": {k: np.asarray(v) for k, v in self.next_observation.items()},
             "intervention": bool(self.intervention), "success": bool(self.success),
         }
+        if self.next_observation is not None and not (first_send and self.next_frame_follows):
+            wire["next_obs"] = {k: np.asarray(v) for k, v in self.next_observation.items()}
         if self.learner_action is not None:
             wire["learner_action"] = np.asarray(self.learner_action, dtype=np.float32)
         if self.policy_info:
@@ -93,7 +119,8 @@ class StampedTransition:
                 action=_array(item["action"], f"{where} action"), reward=_number(item["reward"], f"{where} reward"),
                 terminated=_boolean(item["terminated"], f"{where} terminated"),
                 truncated=_boolean(item["truncated"], f"{where} truncated"),
-                next_observation=_observation(item["next_obs"], f"{where} next_obs"),
+                next_observation=(None if item.get("next_obs") is None
+                                  else _observation(item["next_obs"], f"{where} next_obs")),
                 intervention=_boolean(item.get("intervention", False), f"{where} intervention"),
                 success=_boolean(item.get("success", False), f"{where} success"),
                 learner_action=(None if item.get("learner_action") is None
@@ -104,6 +131,8 @@ class StampedTransition:
             raise TransportError(f"{where} lacks field {missing}") from None
         if values["seq"] < 0:
             raise TransportError(f"{where} has a negative sequence number {values['seq']}")
+        if values["next_observation"] is None and (values["terminated"] or values["truncated"]):
+            raise TransportError(f"{where} (seq {values['seq']}) ends its episode without its next_obs")
         if not np.all(np.isfinite(values["action"])) or not np.isfinite(values["reward"]):
             raise TransportError(f"{where} (seq {values['seq']}) has a non-finite action or reward")
         learner_action = values["learner_action"]
@@ -166,16 +195,66 @@ def _source(value: Any) -> str:
     return value
 
 
+def _run(message: dict[str, Any], kind: str) -> str | None:
+    """The run id a payload names (None: it names none, as payloads from before run ids)."""
+    run = message.get("run")
+    if run is not None and not (isinstance(run, str) and _RUN_PATTERN.fullmatch(run)):
+        raise TransportError(f"{kind} payload has a malformed run {run!r:.80}: expected 1-64 letters, digits, '_', "
+                             "'.' or '-'")
+    return run
+
+
+def _incarnation(message: dict[str, Any], kind: str) -> int | None:
+    """The learner incarnation a payload names (None: it names none)."""
+    incarnation = message.get("incarnation")
+    if incarnation is None:
+        return None
+    if isinstance(incarnation, bool) or not isinstance(incarnation, int) or incarnation < 1:
+        raise TransportError(f"{kind} payload has a malformed incarnation {incarnation!r:.80}: expected an integer "
+                             ">= 1")
+    return int(incarnation)
+
+
+def _run_fields(run: str | None, incarnation: int | None) -> dict[str, Any]:
+    """The run and incarnation entries of a payload (absent where None, so payloads without them stay as before)."""
+    return {**({"run": str(run)} if run is not None else {}),
+            **({"incarnation": int(incarnation)} if incarnation is not None else {})}
+
+
 # ----- transitions ----------------------------------------------------------------------------------------------
 
-def encode_transitions(source: str, items: Sequence[StampedTransition]) -> bytes:
+class TransitionsMessage(NamedTuple):
+    """An actor's transitions, and the run they are addressed to (None: any, the actor serves no run yet)."""
+
+    source: str
+    items: list[StampedTransition]
+    run: str | None = None
+    floor: int | None = None
+    """The lowest sequence number the actor still holds: none below it will come (acknowledged, or dropped from a
+    full outbox), so the learner's cumulative acknowledgement may pass the gaps below it (None: not said)."""
+
+
+def encode_transitions(source: str, items: Sequence[StampedTransition], run: str | None = None,
+                       floor: int | None = None, first_sends: Container[int] = ()) -> bytes:
+    """A transitions payload; the items whose seq is in `first_sends` leave out a next frame that follows
+    (`StampedTransition.next_frame_follows`)."""
     return pack({"kind": "transitions", "protocol": PROTOCOL_VERSION, "source": source,
-                 "items": [item.to_wire() for item in items]})
+                 "items": [item.to_wire(item.seq in first_sends) for item in items], **_run_fields(run, None),
+                 **({"floor": int(floor)} if floor is not None else {})})
 
 
 def decode_transitions(payload: bytes | bytearray | memoryview) -> tuple[str, list[StampedTransition]]:
     """(source, transitions) of a payload from `encode_transitions`; TransportError names what is wrong."""
     return _transitions(_decode(payload, "transitions"))
+
+
+def decode_transitions_message(payload: bytes | bytearray | memoryview) -> TransitionsMessage:
+    """A payload from `encode_transitions` with the run it is addressed to; TransportError names what is wrong."""
+    message = _decode(payload, "transitions")
+    floor = message.get("floor")
+    if floor is not None and (_integer(floor, "transitions floor") < 0):
+        raise TransportError(f"transitions floor must be >= 0, got {floor}")
+    return TransitionsMessage(*_transitions(message), _run(message, "transitions"), floor)
 
 
 def _transitions(message: dict[str, Any]) -> tuple[str, list[StampedTransition]]:
@@ -191,10 +270,25 @@ MAX_ACK_RANGES = 64
 """Selective acknowledgements carry at most this many ranges of sequence numbers per source."""
 
 
-def encode_ack(acks: Mapping[str, int], above: Mapping[str, Sequence[tuple[int, int]]] | None = None) -> bytes:
+@dataclasses.dataclass(frozen=True)
+class AckMessage:
+    """A learner's acknowledgements, with the run and learner incarnation that persisted what they cover."""
+
+    acks: dict[str, int]
+    """Cumulative: {source: last seq of the persisted prefix}."""
+    above: dict[str, list[tuple[int, int]]] = dataclasses.field(default_factory=dict)
+    """Selective: {source: inclusive ranges of seqs persisted above that prefix}."""
+    run: str | None = None
+    incarnation: int | None = None
+
+
+def encode_ack(acks: Mapping[str, int], above: Mapping[str, Sequence[tuple[int, int]]] | None = None, *,
+               run: str | None = None, incarnation: int | None = None) -> bytes:
     """Cumulative acks {source: last seq of the persisted prefix}, and optionally selective ones: {source: inclusive
-    ranges of seqs persisted above that prefix} (so an actor re-sends only what is missing)."""
-    payload = {"kind": "ack", "protocol": PROTOCOL_VERSION, "acks": {k: int(v) for k, v in acks.items()}}
+    ranges of seqs persisted above that prefix} (so an actor re-sends only what is missing), from learner
+    `incarnation` of `run`."""
+    payload = {"kind": "ack", "protocol": PROTOCOL_VERSION, "acks": {k: int(v) for k, v in acks.items()},
+               **_run_fields(run, incarnation)}
     if above:
         payload["above"] = {k: [[int(a), int(b)] for a, b in ranges[:MAX_ACK_RANGES]] for k, ranges in above.items()
                             if ranges}
@@ -202,7 +296,17 @@ def encode_ack(acks: Mapping[str, int], above: Mapping[str, Sequence[tuple[int, 
 
 
 def decode_ack(payload: bytes | bytearray | memoryview) -> dict[str, int]:
-    acks = _decode(payload, "ack").get("acks")
+    return _acks(_decode(payload, "ack"))
+
+
+def decode_ack_message(payload: bytes | bytearray | memoryview) -> AckMessage:
+    """Every part of an ack payload; TransportError names what is wrong."""
+    message = _decode(payload, "ack")
+    return AckMessage(_acks(message), _acks_above(message), _run(message, "ack"), _incarnation(message, "ack"))
+
+
+def _acks(message: dict[str, Any]) -> dict[str, int]:
+    acks = message.get("acks")
     if not isinstance(acks, dict):
         raise TransportError("ack payload has no map of acks")
     return {_source(k): _integer(v, f"ack of {k}") for k, v in acks.items()}
@@ -210,7 +314,11 @@ def decode_ack(payload: bytes | bytearray | memoryview) -> dict[str, int]:
 
 def decode_ack_above(payload: bytes | bytearray | memoryview) -> dict[str, list[tuple[int, int]]]:
     """The selective acknowledgements of an ack payload ({} if it has none): {source: inclusive seq ranges}."""
-    above = _decode(payload, "ack").get("above", {})
+    return _acks_above(_decode(payload, "ack"))
+
+
+def _acks_above(message: dict[str, Any]) -> dict[str, list[tuple[int, int]]]:
+    above = message.get("above", {})
     if not isinstance(above, dict):
         raise TransportError("ack payload's 'above' is not a map")
     out: dict[str, list[tuple[int, int]]] = {}
@@ -251,6 +359,30 @@ class WeightsMessage:
     files: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """Bundle digests (robot_rl.file_share) of the files the policy names (its base): name -> sha256. An actor uses
     its own copy only if it has these bytes, else fetches them from the learner (robot_rl.ros.file_share)."""
+    run: str | None = None
+    """The run the weights belong to (None: a learner or policy file from before run ids)."""
+    incarnation: int | None = None
+    """The start of that run's learner that sent them (1, 2, ...); versions compare only within one."""
+
+    @property
+    def stamp(self) -> WeightsStamp:
+        return WeightsStamp(self.run, self.incarnation, self.version)
+
+
+class WeightsStamp(NamedTuple):
+    """Where weights stand: their run, the learner incarnation that sent them, and their version within it."""
+
+    run: str | None
+    incarnation: int | None
+    version: int
+
+    def supersedes(self, in_use: WeightsStamp | None) -> bool:
+        """Whether weights of this stamp replace those `in_use`: a higher version of the same (run, incarnation),
+        or any version of another one (a learner restart, or a run the actor switched to: `RunBinding` let only
+        those through)."""
+        if in_use is None or (self.run, self.incarnation) != (in_use.run, in_use.incarnation):
+            return True
+        return self.version > in_use.version
 
 
 def encode_weights(message: WeightsMessage) -> bytes:
@@ -262,12 +394,15 @@ def encode_weights(message: WeightsMessage) -> bytes:
         "transitions": int(message.transitions), "updates": int(message.updates),
         **({"training_done": True} if message.training_done else {}),  # policy files stay as they were
         **({"files": dict(message.files)} if message.files else {}),
+        **_run_fields(message.run, message.incarnation),
     })
 
 
-def reversion_weights(payload: bytes | bytearray | memoryview, version: int) -> bytes:
-    """A weights payload with another version, without decoding the policy (TransportError if not weights)."""
-    return pack({**_decode(payload, "weights"), "version": int(version)})
+def reversion_weights(payload: bytes | bytearray | memoryview, version: int, *, run: str | None = None,
+                      incarnation: int | None = None) -> bytes:
+    """A weights payload with another version (and, where given, run and learner incarnation), without decoding the
+    policy (TransportError if not weights)."""
+    return pack({**_decode(payload, "weights"), "version": int(version), **_run_fields(run, incarnation)})
 
 
 def decode_weights(payload: bytes | bytearray | memoryview) -> WeightsMessage:
@@ -292,7 +427,8 @@ def decode_weights(payload: bytes | bytearray | memoryview) -> WeightsMessage:
             action_dim=_integer(message["action_dim"], "weights action_dim"), policy_config=config,
             policy_kind=kind, transitions=_integer(message.get("transitions", 0), "weights transitions"),
             updates=_integer(message.get("updates", 0), "weights updates"),
-            training_done=message.get("training_done", False) is True, files=_files(message.get("files", {})))
+            training_done=message.get("training_done", False) is True, files=_files(message.get("files", {})),
+            run=_run(message, "weights"), incarnation=_incarnation(message, "weights"))
     except KeyError as missing:
         raise TransportError(f"weights payload lacks field {missing}") from None
     except (TypeError, ValueError) as error:
@@ -387,26 +523,32 @@ class Outbox:
                     break
         return out
 
-    def due_messages(self, source: str, now: float, max_items: int = 64, max_messages: int = 8) -> list[bytes]:
-        """What is due now as transitions messages of `source` (`encode_transitions`, at most `max_items` each),
-        each marked sent."""
+    def due_messages(self, source: str, now: float, max_items: int = 64, max_messages: int = 8,
+                     run: str | None = None) -> list[bytes]:
+        """What is due now as transitions messages of `source` addressed to `run` (`encode_transitions`, at most
+        `max_items` each), each marked sent."""
         messages = []
         for _ in range(max_messages):
             due = self.due(now, max_items)
             if not due:
                 break
-            messages.append(encode_transitions(source, due))
+            first_sends = {item.seq for item in due if item.seq not in self._sent_at}
+            messages.append(encode_transitions(source, due, run, floor=next(iter(self._items)),
+                                               first_sends=first_sends))
             self.mark_sent(due, now)
         return messages
 
     def take_ack(self, payload: bytes | bytearray | memoryview, source: str, now: float) -> None:
-        """Apply a learner's acknowledgement message for `source`: its cumulative ack, and the ranges it holds above
-        a gap (only the gap is re-sent); TransportError if malformed."""
-        acks, above = decode_ack(payload), decode_ack_above(payload)
-        if source in acks:
-            self.acknowledge(acks[source], now)
-        if source in above:
-            self.acknowledge_ranges(above[source], now)
+        """Apply a learner's acknowledgement payload for `source` (see `apply_ack`); TransportError if malformed."""
+        self.apply_ack(decode_ack_message(payload), source, now)
+
+    def apply_ack(self, message: AckMessage, source: str, now: float) -> None:
+        """Apply a learner's acknowledgements for `source`: its cumulative ack, and the ranges it holds above a gap
+        (only the gap is re-sent). Whether they come from the run this actor serves is `RunBinding`'s to say."""
+        if source in message.acks:
+            self.acknowledge(message.acks[source], now)
+        if source in message.above:
+            self.acknowledge_ranges(message.above[source], now)
 
     def mark_sent(self, items: Sequence[StampedTransition], now: float) -> None:
         for item in items:
@@ -523,6 +665,92 @@ class LearnerWatch:
                 "outages": self.outages, "away_s": round(self.away_s, 1)}
 
 
+class Heard(enum.Enum):
+    """What a `RunBinding` made of the run and learner incarnation of a learner's weights or acknowledgements."""
+
+    UNMARKED = "unmarked"  # no run id (a learner from before run ids) while no run is served: used as before
+    BOUND = "bound"  # the first incarnation heard of the run now served
+    CURRENT = "current"  # the served run's newest incarnation
+    RESTARTED = "restarted"  # a higher incarnation of the served run: its learner restarted
+    SWITCHED = "switched"  # a new run, now served (follow_new_run)
+    FOREIGN = "foreign"  # another run: ignored
+    STALE = "stale"  # an older incarnation of the served run: ignored
+
+    @property
+    def admitted(self) -> bool:
+        """Whether the message belongs to the run served (its weights may be used, its acks release the outbox)."""
+        return self not in (Heard.FOREIGN, Heard.STALE)
+
+
+class RunBinding:
+    """The learner run an actor serves: the first run heard, or the one named (`run_id`); weights and acks of any
+    other run, or of an older learner incarnation of the served run, are ignored (each foreign run logged once).
+    With `follow_new_run` a run not served before takes over instead (said in one line)."""
+
+    def __init__(self, run_id: str = "", *, follow_new_run: bool = False,
+                 log: Callable[[str], None] = lambda line: None, warn: Callable[[str], None] | None = None):
+        problem = run_id_problem(run_id) if run_id else None
+        if problem:
+            raise ValueError(problem)
+        if run_id and follow_new_run:
+            raise ValueError(f"run_id={run_id!r} serves that run only: follow_new_run would leave it")
+        self.run: str | None = run_id or None
+        self.incarnation: int | None = None  # the newest learner incarnation heard of the served run
+        self.named = bool(run_id)
+        self.follow_new_run = bool(follow_new_run)
+        self.ignored: collections.Counter[str] = collections.Counter()  # messages ignored, by run ("" for none)
+        self.switches = 0
+        self._left: set[str | None] = set()  # runs served before a switch: never taken back (no flapping)
+        self._logged: set[str | None] = set()  # foreign runs already logged
+        self._log = log
+        self._warn = warn or log  # a learner of another run on the graph
+
+    def hear(self, run: str | None, incarnation: int | None) -> Heard:
+        """Judge a learner message of `run`, learner `incarnation` (None: 0), binding or switching on the way."""
+        incarnation = int(incarnation or 0)
+        if run is None and self.run is None:
+            return Heard.UNMARKED
+        if run is not None and run == self.run:
+            if self.incarnation is None:
+                self.incarnation = incarnation
+                self._log(f"serving run {run} (named by run_id; learner incarnation {incarnation})")
+                return Heard.BOUND
+            if incarnation > self.incarnation:
+                self.incarnation = incarnation
+                self._log(f"the learner of run {run} restarted (incarnation {incarnation}): using its weights and "
+                          "acknowledgements")
+                return Heard.RESTARTED
+            if incarnation == self.incarnation:
+                return Heard.CURRENT
+            self.ignored[run] += 1  # its messages were late, or overtaken by the restart's
+            return Heard.STALE
+        if run is not None and self.run is None:
+            self.run, self.incarnation = run, incarnation
+            self._log(f"serving run {run} (learner incarnation {incarnation}), the first run heard")
+            return Heard.BOUND
+        if run is not None and self.follow_new_run and run not in self._left:
+            self._log(f"a learner of a new run (run {run}, incarnation {incarnation}) is on the graph: switching to "
+                      f"it from run {self.run} (follow_new_run); unacknowledged transitions go to it")
+            self._left.add(self.run)
+            self.run, self.incarnation = run, incarnation
+            self.switches += 1
+            return Heard.SWITCHED
+        if run not in self._logged:
+            self._logged.add(run)
+            learner = (f"a learner of another run (run {run}, incarnation {incarnation})" if run is not None
+                       else "a learner without a run id (from before run ids)")
+            hint = ("" if self.follow_new_run else " (named by run_id)" if self.named
+                    else " (set follow_new_run:=true to switch to a new run)")
+            self._warn(f"{learner} is on the graph: ignoring its weights and acknowledgements; this actor serves "
+                       f"run {self.run}{hint}")
+        self.ignored[run or ""] += 1
+        return Heard.FOREIGN
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run": self.run, "incarnation": self.incarnation, "follow_new_run": self.follow_new_run,
+                "ignored": dict(self.ignored), "switches": self.switches}
+
+
 # ----- learner side ---------------------------------------------------------------------------------------------
 
 class SequenceTracker:
@@ -540,6 +768,14 @@ class SequenceTracker:
 
     def seen(self, seq: int) -> bool:
         return seq <= self.through or seq in self.above
+
+    def settle_below(self, floor: int) -> None:
+        """Nothing below `floor` will come: the prefix reaches floor - 1 (a gap the source dropped, or sequence
+        numbers another run acknowledged, no longer holds the cumulative acknowledgement back)."""
+        if floor - 1 > self.through:
+            self.through = int(floor) - 1
+            self.above = {seq for seq in self.above if seq > self.through}
+            self._advance()
 
     def add(self, seq: int) -> bool:
         """Record `seq`; False if it was already seen (a duplicate)."""
@@ -576,9 +812,13 @@ class Inbox:
         self.trackers: dict[str, SequenceTracker] = dict(trackers or {})
         self.duplicates = 0
 
-    def accept(self, source: str, items: Sequence[StampedTransition]) -> list[StampedTransition]:
-        """The items of `items` not seen before (also de-duplicated within the batch), in order."""
+    def accept(self, source: str, items: Sequence[StampedTransition], floor: int | None = None
+               ) -> list[StampedTransition]:
+        """The items of `items` not seen before (also de-duplicated within the batch), in order; `floor`: the
+        source holds nothing below it (`TransitionsMessage.floor`), so the gaps below it are settled."""
         tracker = self.trackers.setdefault(source, SequenceTracker())
+        if floor is not None:
+            tracker.settle_below(floor)
         fresh = [item for item in items if tracker.add(item.seq)]
         self.duplicates += len(items) - len(fresh)
         return fresh

@@ -336,7 +336,7 @@ def test_a_held_command_cuts_the_episode_in_the_learners_replay(tmp_path):
     from robot_rl.agents.sac import SACConfig
     from robot_rl.learner import Learner, LearnerConfig
     from robot_rl.learner_server import LearnerServer
-    from robot_rl.transport import encode_transitions
+    from robot_rl.transport import decode_transitions
 
     policy = StubPolicy([[0.1, 0.0, 0.0, 0.0], [0.1, 0.0, 0.0, 0.0], [math.nan, 0.0, 0.0, 0.0], [0.0, 0.1, 0.0, 0.0]])
     session = new_session(policy, max_episode_steps=5)
@@ -346,13 +346,23 @@ def test_a_held_command_cuts_the_episode_in_the_learners_replay(tmp_path):
         t += 1
     items = session.outbox.due(now=0.0)
     assert [(int(i.observation["state"][0]), i.step) for i in items] == [(0, 0), (1, 1), (3, 3), (4, 4), (5, 5)]
+    # Each frame crosses once: only a transition that no next transition starts from carries its next frame (the
+    # one before the held command, and the episode's last).
+    assert [i.next_frame_follows for i in items] == [True, False, True, True, False]
+    first_messages = session.outbox.due_messages(SOURCE, now=0.0)
+    first_send = [decode_transitions(message)[1] for message in first_messages]
+    assert [None if i.next_observation is None else int(i.next_observation["state"][0])
+            for i in sum(first_send, [])] == [None, 2, None, None, 6]
+    resent = [decode_transitions(message)[1] for message in session.outbox.due_messages(SOURCE, now=100.0)]
+    assert [int(i.next_observation["state"][0]) for i in sum(resent, [])] == [1, 2, 4, 5, 6]  # carry their own
 
     spec = {"state": ((14,), np.float32), "object_state": ((10,), np.float32)}
     learner = Learner(spec, 4, SACConfig(actor_hidden_dims=(8,), critic_hidden_dims=(8,), critic_ensemble_size=2),
                       LearnerConfig(batch_size=4, online_capacity=50, demo_capacity=50))
     server = LearnerServer(learner, tmp_path)
     server.start()
-    server.ingest(encode_transitions(SOURCE, items))
+    for message in first_messages:  # the learner takes each left-out frame from the next transition
+        server.ingest(message)
     assert server.received == len(items) == len(learner.online)
     batch = learner.online.gather(np.flatnonzero(learner.online.valid))
     stored = sorted(zip(batch.observations["state"][:, 0].astype(int),

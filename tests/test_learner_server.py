@@ -4,6 +4,7 @@ acknowledging before the learner is built, and crash recovery from checkpoint + 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from robot_rl.learner_server import (
     LOG_DIR,
     MAX_POLL_GAP_S,
     POLICY_FILE,
+    RUN_FILE,
     LearnerServer,
     checkpoint_server_state,
     compile_learner_step,
@@ -185,6 +187,28 @@ def test_step_arriving_after_its_episode_end_is_still_inserted(tmp_path):
     assert contents(server.learner.online) == expected(SOURCE_A, items)
     server.checkpoint()
     assert server.log.indices() == []
+
+
+def test_frames_sent_once_are_joined_and_a_step_whose_next_frame_never_came_is_counted(tmp_path):
+    """Transitions sent as an actor first sends them (robot_rl.transport.StampedTransition.next_frame_follows): each
+    takes its next frame from the next step's transition, out of order too. The actor dies after step 3 of its
+    second episode: steps 0-2 go in when it is abandoned, step 3 (its next frame never came) is counted, not
+    inserted."""
+    clock = FakeClock()
+    server = new_server(tmp_path, clock=clock, abandon_after_s=5.0)
+    server.start()
+    stream = Stream(SOURCE_A)
+    full, cut = stream.episode(0, 5), stream.episode(1, 6)[:4]
+    items = [dataclasses.replace(t, next_frame_follows=not (t.terminated or t.truncated)) for t in full + cut]
+    first_sends = {t.seq for t in items}
+    for batch in (items[2:4], items[0:2], items[4:]):  # a terminal step arrives last (a lost first send comes again
+        # with its next frame: robot_rl.transport.Outbox.due_messages)
+        server.ingest(encode_transitions(SOURCE_A, batch, first_sends=first_sends))
+    poll_until(server, clock, clock.now + 10.0)
+    assert contents(server.learner.online) == expected(SOURCE_A, full + cut[:3])
+    check_next_observations(server.learner.online)
+    assert server.abandoned == 1 and server.without_next_frame == 1 and server.received == 8
+    assert server.inbox.acks() == {SOURCE_A: 8}  # acknowledged all the same: nothing would bring that frame
 
 
 def test_interventions_also_go_to_the_demo_buffer(tmp_path):
@@ -697,8 +721,43 @@ def test_a_respawned_server_offers_its_last_policy_as_new_weights_before_the_lea
     respawned.open()
     stored = decode_weights(respawned.stored_weights())
     assert stored.version == respawned.weights_version > first.weights_version  # newer than anything sent before
+    assert (stored.run, stored.incarnation) == (first.run_id, 2) == (respawned.run_id, respawned.incarnation)
+    assert (decode_weights((tmp_path / POLICY_FILE).read_bytes()).run, first.weights().incarnation) == (
+        first.run_id, 1)
     assert stored.policy == first.learner.policy_bytes()
     assert stored.observation_spec == first.learner.observation_spec and stored.action_dim == ACTION_DIM
+
+
+# ----- run identity -----------------------------------------------------------------------------------------------
+
+def test_a_run_keeps_its_id_across_restarts_and_each_start_is_a_new_incarnation(tmp_path):
+    first = LearnerServer(None, tmp_path / "run")
+    assert first.run_id is None and "learner incarnation 1" in first.open()
+    assert len(first.run_id) == 32 and json.loads((tmp_path / "run" / RUN_FILE).read_text()) == {
+        "run_id": first.run_id}
+    restarts = [LearnerServer(None, tmp_path / "run") for _ in range(2)]
+    for server in restarts:
+        server.open()
+    assert [server.run_id for server in restarts] == [first.run_id] * 2
+    assert [first.incarnation] + [server.incarnation for server in restarts] == [1, 2, 3]
+    other = LearnerServer(None, tmp_path / "other")
+    other.open()
+    assert other.run_id != first.run_id and other.incarnation == 1  # a new folder is a new run
+    (tmp_path / "other" / RUN_FILE).write_text("{")
+    with pytest.raises(ValueError, match=rf"{RUN_FILE} holds no valid run id: remove it"):
+        LearnerServer(None, tmp_path / "other").open()
+
+
+def test_transitions_addressed_to_another_run_are_dropped_unacknowledged(tmp_path):
+    server = LearnerServer(None, tmp_path)
+    server.open()
+    items = Stream(SOURCE_A).episode(0, 3)
+    assert server.ingest(encode_transitions(SOURCE_A, items[:2], "another-run")) == {}
+    assert server.inbox.acks() == {} and server.log.indices() == [] and server.received == 0
+    assert server.status()["foreign_transitions"] == {"another-run": 2}
+    assert server.ingest(encode_transitions(SOURCE_A, items[:2], server.run_id)) == {SOURCE_A: 1}  # its own run
+    assert server.ingest(encode_transitions(SOURCE_A, items[2:])) == {SOURCE_A: 2}  # an actor bound to no run yet
+    assert server.status()["run"] == server.run_id and server.status()["incarnation"] == 1
 
 
 def test_importing_the_server_does_not_import_jax():

@@ -16,17 +16,22 @@ from robot_rl.config_io import config_to_json
 from robot_rl.transport import (
     PROTOCOL_VERSION,
     ClosedEpisodes,
+    Heard,
     Inbox,
     LearnerWatch,
     LoggedBatch,
     Outbox,
+    RunBinding,
     SequenceTracker,
     StampedTransition,
     TransitionLog,
     TransportError,
     WeightsMessage,
+    WeightsStamp,
     decode_ack,
+    decode_ack_message,
     decode_transitions,
+    decode_transitions_message,
     decode_weights,
     encode_ack,
     encode_transitions,
@@ -131,13 +136,35 @@ def test_decode_rejects_malformed_payloads(payload, words):
         assert word in message, message
 
 
-@pytest.mark.parametrize("field", ["seq", "episode", "step", "obs", "action", "reward", "terminated", "truncated",
-                                   "next_obs"])
+@pytest.mark.parametrize("field", ["seq", "episode", "step", "obs", "action", "reward", "terminated", "truncated"])
 def test_decode_names_a_missing_field(field):
     item = wire_item(0)
     del item[field]
     with pytest.raises(TransportError, match=f"transition 1 lacks field '{field}'"):
         decode_transitions(wire_payload([wire_item(5), item]))
+
+
+def test_each_pixel_frame_crosses_once_on_a_first_send_and_an_episode_end_carries_its_own():
+    """A first send leaves out a next frame the next transition starts from: about half the bytes of a pixel
+    transition (two 64 px cameras); a re-send, or an episode's last step, carries it."""
+    rng = np.random.default_rng(0)
+
+    def frame():
+        return {"state": rng.normal(size=14).astype(np.float32),
+                **{f"images/{c}": rng.integers(0, 256, (64, 64, 3), np.uint8) for c in ("scene", "hand")}}
+
+    item = dataclasses.replace(stamped(0), observation=frame(), next_observation=frame(), next_frame_follows=True)
+    once, twice = (len(encode_transitions(SOURCE, [item], first_sends=sends)) for sends in ({0}, ()))
+    assert once <= 0.51 * twice, (once, twice)
+    _, (back,) = decode_transitions(encode_transitions(SOURCE, [item], first_sends={0}))
+    assert back.next_observation is None
+    ended = dataclasses.replace(item, truncated=True, next_frame_follows=False)
+    _, (back,) = decode_transitions(encode_transitions(SOURCE, [ended], first_sends={0}))
+    assert back.next_observation is not None
+    wire = ended.to_wire()
+    del wire["next_obs"]
+    with pytest.raises(TransportError, match="ends its episode without its next_obs"):
+        decode_transitions(wire_payload([wire]))
 
 
 def test_optional_flags_default_to_false():
@@ -374,6 +401,29 @@ def test_outbox_drops_oldest_when_full():
     assert len(outbox) == 3
     assert outbox.dropped == 2
     assert [t.seq for t in outbox.due(now=0.0)] == [2, 3, 4]
+
+
+def test_a_gap_the_outbox_dropped_does_not_hold_the_learners_acknowledgement_back():
+    """A learner away longer than the outbox holds: the oldest transitions are dropped for good. Each message says
+    the lowest sequence number its actor still holds, so the learner's cumulative ack passes the gap (its record of
+    what arrived above a gap stays small) and the actor's outbox empties."""
+    outbox, inbox = Outbox(capacity=5), Inbox()
+    for seq in range(12):  # seqs 0-6 dropped while nobody listened
+        outbox.add(stamped(seq))
+    assert outbox.dropped == 7
+    for payload in outbox.due_messages(SOURCE, now=0.0, max_items=2):
+        message = decode_transitions_message(payload)
+        assert message.floor == 7, message.floor
+        inbox.accept(message.source, message.items, message.floor)
+    assert inbox.acks() == {SOURCE: 11} and inbox.trackers[SOURCE].above == set()
+    outbox.acknowledge(inbox.acks()[SOURCE])
+    assert len(outbox) == 0
+    # without the floor (an actor from before it), the acknowledgement stays below the gap
+    old = Inbox()
+    old.accept(SOURCE, [stamped(seq) for seq in range(7, 12)])
+    assert old.acks() == {SOURCE: -1} and old.acks_above() == {SOURCE: [(7, 11)]}
+    with pytest.raises(TransportError, match="floor"):
+        decode_transitions_message(pack({**unpack(encode_transitions(SOURCE, [stamped(0)])), "floor": -3}))
 
 
 def test_outbox_rejects_reused_sequence_numbers():
@@ -648,6 +698,132 @@ def test_outbox_window_limits_what_is_out():
     assert [t.seq for t in outbox.due(now=2.0)] == [3, 4, 5, 6, 7]  # after the resend timeout: the oldest first
 
 
+# ----- run identity -----------------------------------------------------------------------------------------------
+
+RUN_A, RUN_B = "a" * 32, "b" * 32
+
+
+def tiny_weights(version: int, run: str | None = None, incarnation: int | None = None) -> WeightsMessage:
+    spec = ObservationSpec.from_shapes({"state": ((14,), np.float32)})
+    return WeightsMessage(version, b"p", spec, 4, {}, run=run, incarnation=incarnation)
+
+
+def test_weights_acks_and_transitions_carry_their_run_and_read_without_it():
+    back = decode_weights(encode_weights(tiny_weights(7, RUN_A, 3)))
+    assert back.stamp == WeightsStamp(RUN_A, 3, 7)
+    old = decode_weights(encode_weights(tiny_weights(7)))  # a policy file or learner from before run ids
+    assert (old.run, old.incarnation) == (None, None) and "run" not in unpack(encode_weights(tiny_weights(7)))
+    moved = decode_weights(reversion_weights(encode_weights(tiny_weights(7, RUN_A, 3)), 9, run=RUN_B, incarnation=4))
+    assert moved.stamp == WeightsStamp(RUN_B, 4, 9)
+    assert decode_weights(reversion_weights(encode_weights(tiny_weights(7, RUN_A, 3)), 9)).stamp == (RUN_A, 3, 9)
+
+    ack = decode_ack_message(encode_ack({SOURCE: 4}, {SOURCE: [(7, 9)]}, run=RUN_A, incarnation=2))
+    assert (ack.acks, ack.above, ack.run, ack.incarnation) == ({SOURCE: 4}, {SOURCE: [(7, 9)]}, RUN_A, 2)
+    plain = decode_ack_message(encode_ack({SOURCE: 4}))
+    assert (plain.acks, plain.above, plain.run, plain.incarnation) == ({SOURCE: 4}, {}, None, None)
+
+    addressed = decode_transitions_message(encode_transitions(SOURCE, [stamped(0)], RUN_A))
+    assert (addressed.source, [t.seq for t in addressed.items], addressed.run) == (SOURCE, [0], RUN_A)
+    assert decode_transitions_message(encode_transitions(SOURCE, [stamped(0)])).run is None
+    assert decode_transitions(encode_transitions(SOURCE, [stamped(0)], RUN_A))[0] == SOURCE
+
+
+@pytest.mark.parametrize("field, value", [("run", "bad run"), ("run", 7), ("run", "x" * 65), ("incarnation", "2"),
+                                          ("incarnation", 0), ("incarnation", True), ("incarnation", 2.5)])
+def test_a_malformed_run_or_incarnation_is_a_transport_error_naming_the_field(field, value):
+    payloads = {"weights": unpack(encode_weights(tiny_weights(1, RUN_A, 1))),
+                "ack": unpack(encode_ack({SOURCE: 1}, run=RUN_A, incarnation=1))}
+    decoders = {"weights": decode_weights, "ack": decode_ack_message}
+    if field == "run":
+        payloads["transitions"] = unpack(encode_transitions(SOURCE, [], RUN_A))
+        decoders["transitions"] = decode_transitions_message
+    for kind, message in payloads.items():
+        with pytest.raises(TransportError, match=rf"^{kind} payload has a malformed {field} ") as error:
+            decoders[kind](pack({**message, field: value}))
+        assert "\n" not in str(error.value)
+
+
+def test_the_actor_binds_to_the_first_run_it_hears_and_ignores_any_other():
+    lines: list[str] = []
+    binding = RunBinding(log=lines.append)
+    assert binding.hear(None, None) is Heard.UNMARKED  # a learner from before run ids: used while nothing is bound
+    assert binding.hear(RUN_A, 1) is Heard.BOUND and binding.run == RUN_A
+    assert binding.hear(RUN_A, 1) is Heard.CURRENT
+    for _ in range(3):  # weights and acks of another run, again and again: ignored, logged once
+        assert binding.hear(RUN_B, 1) is Heard.FOREIGN and not Heard.FOREIGN.admitted
+    assert binding.hear(None, None) is Heard.FOREIGN  # nor, once bound, a learner without a run id
+    foreign = [line for line in lines if RUN_B in line]
+    assert foreign == [f"a learner of another run (run {RUN_B}, incarnation 1) is on the graph: ignoring its weights "
+                       f"and acknowledgements; this actor serves run {RUN_A} (set follow_new_run:=true to switch to a "
+                       "new run)"]
+    assert binding.ignored == {RUN_B: 3, "": 1} and binding.run == RUN_A
+    # the served run's learner restarts: its higher incarnation is used, the older one is stale from then on
+    assert binding.hear(RUN_A, 2) is Heard.RESTARTED and Heard.RESTARTED.admitted
+    assert binding.hear(RUN_A, 1) is Heard.STALE and not Heard.STALE.admitted
+    assert binding.hear(RUN_A, 2) is Heard.CURRENT and binding.incarnation == 2
+    assert binding.to_json()["run"] == RUN_A and binding.to_json()["incarnation"] == 2
+
+
+def test_an_actor_named_to_a_run_serves_only_that_run():
+    lines: list[str] = []
+    binding = RunBinding(RUN_B, log=lines.append)
+    assert binding.hear(RUN_A, 5) is Heard.FOREIGN and binding.run == RUN_B  # heard first, but not the named run
+    assert "named by run_id" in lines[-1] and RUN_A in lines[-1]
+    assert binding.hear(RUN_B, 3) is Heard.BOUND and binding.incarnation == 3
+    assert binding.hear(RUN_B, 2) is Heard.STALE
+    with pytest.raises(ValueError, match="follow_new_run"):
+        RunBinding(RUN_B, follow_new_run=True)
+    with pytest.raises(ValueError, match="run id"):
+        RunBinding("not a run")
+
+
+def test_follow_new_run_switches_once_and_never_back():
+    lines: list[str] = []
+    binding = RunBinding(follow_new_run=True, log=lines.append)
+    assert binding.hear(RUN_A, 4) is Heard.BOUND
+    assert binding.hear(RUN_B, 1) is Heard.SWITCHED and (binding.run, binding.incarnation) == (RUN_B, 1)
+    assert f"switching to it from run {RUN_A} (follow_new_run)" in lines[-1]
+    assert binding.hear(RUN_A, 4) is Heard.FOREIGN and binding.run == RUN_B  # the old learner, still up: no flapping
+    assert binding.hear(RUN_A, 5) is Heard.FOREIGN and binding.switches == 1
+
+
+def test_a_huge_version_of_another_run_or_an_older_incarnation_locks_nothing_out():
+    """Versions compare only within one (run, learner incarnation): an intruder's 2**62 cannot shut out the run's
+    own weights, nor can an old incarnation's versions shut out a restarted learner's."""
+    binding = RunBinding()
+    in_use = None
+
+    def offer(weights: WeightsMessage) -> bool:
+        """What the actor node does with weights: the binding first, then whether they supersede those in use."""
+        nonlocal in_use
+        if binding.hear(weights.run, weights.incarnation).admitted and weights.stamp.supersedes(in_use):
+            in_use = weights.stamp
+            return True
+        return False
+
+    assert offer(tiny_weights(5, RUN_A, 1))
+    assert not offer(tiny_weights(2**62, RUN_B, 1))  # another run's: never used
+    assert offer(tiny_weights(6, RUN_A, 1)) and in_use == (RUN_A, 1, 6)
+    assert not offer(tiny_weights(6, RUN_A, 1)) and not offer(tiny_weights(3, RUN_A, 1))  # not newer
+    assert offer(tiny_weights(2**62, RUN_A, 1))  # the served learner's own (or a replay of it): used ...
+    assert offer(tiny_weights(1, RUN_A, 2))  # ... yet its restart's version 1 still replaces it
+    assert not offer(tiny_weights(2**62 + 1, RUN_A, 1))  # and the old incarnation is stale
+    assert offer(tiny_weights(2, RUN_A, 2)) and in_use == (RUN_A, 2, 2)
+    assert WeightsStamp(None, None, 1).supersedes(None) and not WeightsStamp(None, None, 1).supersedes(
+        WeightsStamp(None, None, 3))  # weights without a run compare by version, as before
+
+
+def test_the_outbox_sends_to_the_run_served_and_applies_only_the_acks_given():
+    outbox = Outbox(capacity=10)
+    for seq in range(4):
+        outbox.add(stamped(seq))
+    (message,) = outbox.due_messages(SOURCE, now=0.0, run=RUN_A)
+    assert decode_transitions_message(message).run == RUN_A
+    outbox.apply_ack(decode_ack_message(encode_ack({SOURCE: 1}, {SOURCE: [(3, 3)]}, run=RUN_A, incarnation=1)),
+                     SOURCE, now=0.5)
+    assert len(outbox) == 1 and outbox.acknowledged_through == 1
+
+
 # ----- clocks -----------------------------------------------------------------------------------------------------
 
 def _clock_fields(value, path: str = "") -> list[str]:
@@ -673,11 +849,13 @@ def test_nothing_that_crosses_hosts_carries_a_clock():
     spec = ObservationSpec.from_shapes({"state": ((14,), np.float32)})
     payloads = {
         "transitions": encode_transitions(SOURCE, [stamped(5, learner_action=np.zeros(4, np.float32),
-                                                           policy_info={"base_action": np.zeros(4, np.float32)})]),
-        "ack": encode_ack({SOURCE: 4}, {SOURCE: [(7, 9)]}),
+                                                           policy_info={"base_action": np.zeros(4, np.float32)})],
+                                          RUN_A),
+        "ack": encode_ack({SOURCE: 4}, {SOURCE: [(7, 9)]}, run=RUN_A, incarnation=2),
         "weights": encode_weights(WeightsMessage(version=3, policy=b"w", observation_spec=spec, action_dim=4,
                                                  policy_config={"base": "runs/dp/policy"}, transitions=10,
-                                                 updates=20, training_done=True, files={"runs/dp/policy": "ab" * 32})),
+                                                 updates=20, training_done=True, files={"runs/dp/policy": "ab" * 32},
+                                                 run=RUN_A, incarnation=2)),
     }
     for kind, payload in payloads.items():
         assert _clock_fields(unpack(payload)) == [], kind

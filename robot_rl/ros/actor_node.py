@@ -117,7 +117,7 @@ class ActorNode:
         from robot_rl.episode import EpisodeRunner, HomePose, RunnerConfig
         from robot_rl.robot_io import DriverLink
         from robot_rl.safety import Safety
-        from robot_rl.transport import Outbox, make_source
+        from robot_rl.transport import Outbox, RunBinding, make_source
 
         param, robot = self._param, self.robot
         max_steps = int(param("max_episode_steps"))
@@ -137,6 +137,11 @@ class ActorNode:
             self.outbox = Outbox(int(param("outbox_capacity")), float(param("resend_after")))
         except ValueError as error:
             raise NodeStartupError(f"outbox_capacity / resend_after: {error}") from None
+        try:
+            self.run_binding = RunBinding(str(param("run_id")), follow_new_run=bool(param("follow_new_run")),
+                                          log=self._log.info, warn=self._log.warning)
+        except ValueError as error:
+            raise NodeStartupError(f"run_id / follow_new_run: {error}") from None
         self.session = ActorSession(safety, self.source, self.outbox, max_episode_steps=max_steps)
         self.link = DriverLink(
             robot, self.observation_keys, self.required, now=self._now, publish_gripper=self._publish_gripper,
@@ -357,12 +362,13 @@ class ActorNode:
         from robot_rl.ros.convert import msg_to_bytes
         from robot_rl.transport import TransportError, decode_weights
 
-        self.policy.heard_learner()
         try:
             weights = decode_weights(msg_to_bytes(msg))
         except TransportError as error:
             self.subscriptions.rejected["learner/weights"] += 1
             self._log.error(f"rejected weights from learner: {error}", throttle_duration_sec=5.0)
+            return
+        if not self._heard_served_run(weights.run, weights.incarnation):
             return
         if not self.policy.wants(weights):
             return
@@ -399,9 +405,24 @@ class ActorNode:
 
     def _on_ack(self, msg) -> None:
         from robot_rl.ros.convert import msg_to_bytes
+        from robot_rl.transport import decode_ack_message
 
-        self.outbox.take_ack(msg_to_bytes(msg), self.source, time.monotonic())
+        ack = decode_ack_message(msg_to_bytes(msg))
+        if self._heard_served_run(ack.run, ack.incarnation):
+            self.outbox.apply_ack(ack, self.source, time.monotonic())
+
+    def _heard_served_run(self, run: str | None, incarnation: int | None) -> bool:
+        """Whether a learner message belongs to the run this actor serves (robot_rl.transport.RunBinding); only
+        those count as hearing the learner. A run switched to gets every unacknowledged transition at once."""
+        from robot_rl.transport import Heard
+
+        heard = self.run_binding.hear(run, incarnation)
+        if not heard.admitted:
+            return False
+        if heard is Heard.SWITCHED and self.stream:
+            self.outbox.resend_all()
         self.policy.heard_learner()
+        return True
 
     def _on_learner_matched(self, info) -> None:
         """A learner's acks appeared (it started or respawned): re-send what it has not acknowledged now, rather
@@ -421,7 +442,8 @@ class ActorNode:
         now = time.monotonic()
         if self.stream:
             images = any(k.startswith("images/") for k in self.observation_keys)
-            for payload in self.outbox.due_messages(self.source, now, max_items=8 if images else 64):
+            for payload in self.outbox.due_messages(self.source, now, max_items=8 if images else 64,
+                                                    run=self.run_binding.run):
                 if publish_refused(self._transitions_pub, bytes_to_msg(payload)):
                     # A full channel: the rest waits too; unacknowledged, they are all sent again (resend_after).
                     self.transitions_refused_messages += 1
@@ -496,6 +518,7 @@ class ActorNode:
             "transitions_refused_messages": self.transitions_refused_messages,
             "weights_used_at": list(policy.weights_used_at),
             "learner": policy.learner_watch.to_json(time.monotonic()),
+            "run": self.run_binding.to_json(),
         }
 
     def write_stats(self) -> None:

@@ -43,6 +43,10 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
     ("outbox_capacity", 3000, "unacknowledged transitions kept (the oldest is dropped beyond)"),
     ("resend_after", 2.0, "re-send an unacknowledged transition after this many seconds at least (longer when "
                           "the learner's acknowledgements are measured to take longer)"),
+    ("run_id", "", "serve only the learner run with this id (its run folder's run.json; '': the first run heard); "
+                   "weights and acks of other runs are ignored"),
+    ("follow_new_run", False, "switch to a new run when its learner appears (its weights, and the unacknowledged "
+                              "transitions go to it) instead of ignoring it"),
     ("max_weight_lag", 0, "lockstep: wait for weights that saw all but this many transitions (0: off)"),
     ("weight_wait_s", 5.0, "longest wait per step for such weights"),
     ("reset_service", "", "std_srvs/Trigger service that starts an episode ('': the robot file's reset; none: "
@@ -84,8 +88,9 @@ ACTION_DIMS = (4, 7)
 
 def check_parameters(node_name: str, values: Callable[[str], object]) -> None:
     """NodeStartupError for the first parameter value (`values`: name -> value) the actor cannot start with: out of
-    its range (PARAMETER_RANGES), not one of its choices, or eval_out without what it evaluates. Cheap: run_node
-    applies it to the command line's values before anything starts; the node to its declared values."""
+    its range (PARAMETER_RANGES), not one of its choices, a malformed run_id or one with follow_new_run, or eval_out
+    without what it evaluates. Cheap: run_node applies it to the command line's values before anything starts; the
+    node to its declared values."""
     check_ranges(node_name, values, PARAMETER_RANGES)
     for name, choices in (("mode", MODES), ("policy", POLICIES), ("obs_mode", ("", *OBS_MODES))):
         if str(values(name)) not in choices:
@@ -93,6 +98,14 @@ def check_parameters(node_name: str, values: Callable[[str], object]) -> None:
     if int(values("action_dim")) not in ACTION_DIMS:
         raise NodeStartupError(f"action_dim={int(values('action_dim'))} must be 4 (dx, dy, dz, gripper) or 7 (with "
                                "rotations)")
+    run_id = str(values("run_id"))
+    if run_id:
+        from robot_rl.transport import run_id_problem  # numpy and the codec: only where a run is named
+
+        if run_id_problem(run_id):
+            raise NodeStartupError(f"run_id: {run_id_problem(run_id)}")
+        if bool(values("follow_new_run")):
+            raise NodeStartupError(f"run_id={run_id!r} serves that run only: drop run_id or follow_new_run")
     if values("eval_out") and not (values("weights_path") and int(values("episodes"))):
         raise NodeStartupError(f"eval_out={str(values('eval_out'))!r} evaluates a saved policy over a number of "
                                "episodes: give weights_path and episodes too")

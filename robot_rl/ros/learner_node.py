@@ -104,7 +104,8 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
     ("validate_suite", "default", "suite of the final validation ('': no validation)"),
     ("validation_episodes", 0, "episodes per condition of the final validation (0: sized to the run: at most as "
                                "many env steps as it trained on, at most the suite's min_episodes, at least 1)"),
-    ("jax_cache_dir", "", "JAX persistent compilation cache (empty: <run_dir>/jax_cache), for a fast respawn"),
+    ("jax_cache_dir", "", "JAX persistent compilation cache (empty: JAX_COMPILATION_CACHE_DIR if set, else "
+                          "<run_dir>/jax_cache), for a fast respawn"),
     ("seed", 0, "seed"),
     ("policy", "plain", "what the SAC action means: plain (the robot action) | residual | noise (on `base`)"),
     ("base", "", "frozen base policy (folder or file) of a residual / noise head; offered to actors on other hosts "
@@ -471,7 +472,8 @@ class LearnerNode:
         try:
             import jax
 
-            cache = str(self.settings["jax_cache_dir"]) or str(self.run_dir / JAX_CACHE_DIR)
+            cache = (str(self.settings["jax_cache_dir"]) or os.environ.get("JAX_COMPILATION_CACHE_DIR")
+                     or str(self.run_dir / JAX_CACHE_DIR))
             jax.config.update("jax_compilation_cache_dir", cache)
             jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
             from robot_rl.learner import Learner
@@ -602,7 +604,7 @@ class LearnerNode:
         from robot_rl.ros.convert import payload_view
         from robot_rl.transport import TransportError
 
-        abandoned = self.server.abandoned
+        abandoned, foreign = self.server.abandoned, dict(self.server.foreign_runs)
         payload = payload_view(msg)
         self.link["transitions_in_bytes"] += len(payload)
         self.link["transitions_in_messages"] += 1
@@ -610,6 +612,12 @@ class LearnerNode:
             self.server.ingest(payload)
         except TransportError as error:
             self._log.warning(f"dropped a malformed transitions message: {error}", throttle_duration_sec=1.0)
+            return
+        if self.server.foreign_runs != foreign:  # addressed to another run: dropped, and nothing to acknowledge
+            for run in set(self.server.foreign_runs) - set(foreign):
+                self._log.warning(f"an actor serving another run (run {run}) sends transitions: dropping them "
+                                  f"unacknowledged (this learner serves run {self.server.run_id}; counted in its "
+                                  "status's foreign_transitions)")
             return
         self._log_rejections()
         if self.server.abandoned > abandoned:
@@ -641,7 +649,8 @@ class LearnerNode:
 
         acks = self.server.inbox.acks()
         if acks:
-            payload = encode_ack(acks, self.server.inbox.acks_above())
+            payload = encode_ack(acks, self.server.inbox.acks_above(), run=self.server.run_id,
+                                 incarnation=self.server.incarnation)
             if publish_refused(self._ack_pub, bytes_to_msg(payload)):
                 self.link["acks_refused"] += 1  # cumulative: the next tick's acks carry these too
                 return
