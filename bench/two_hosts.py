@@ -6,7 +6,8 @@ docs/two_machines.md runs them; hosts are tests/hosts.py's namespaces (own netwo
 IPC; two joined by a veth pair, three by a bridge), every host's outgoing traffic shaped to `rate_mbit` (tbf).
 `local` is the single-host baseline (every node on one host, nothing on a link), measured in the same invocation.
 
-Per run: ``transitions_per_s`` (the learner's intake), ``link_bytes_per_s`` (the server's interface, both ways, split
+Per run: ``transitions_per_s`` (the learner's intake), ``link_bytes_per_transition`` (transitions messages' bytes at
+the learner, re-sends included, per transition it took), ``link_bytes_per_s`` (the server's interface, both ways, split
 into transitions / weights / acks by the nodes' own byte counters, the rest being discovery and RTPS overhead),
 ``weights_per_s`` and ``weights_bytes`` (a message), ``weights_latency_ms`` (learner publishes a version -> the actor
 first acts with it, p50 / p99; the hosts share one wall clock, so the bench may compare their stamps: the nodes never
@@ -495,6 +496,8 @@ def run(args: Args, mode: str, rate: float, obs_mode: str, work: Path) -> dict:
             "mode": mode, "rate_mbit": None if mode == "local" else rate, "obs_mode": obs_mode,
             "robots": max(1, len(robots)), "seconds": round(elapsed, 1),
             "transitions_per_s": round((learner1["received"] - learner0["received"]) / elapsed, 2),
+            "link_bytes_per_transition": (round(per_s["transitions_in_bytes"] * elapsed / max(
+                1, learner1["received"] - learner0["received"]))),
             "link_bytes_per_s": {"total": round(total), "transitions": per_s["transitions_in_bytes"],
                                  "weights": per_s["weights_out_bytes"], "acks": per_s["acks_out_bytes"],
                                  "other": round(total - sum(per_s.values())) if mode != "local" else 0},

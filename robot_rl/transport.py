@@ -665,6 +665,28 @@ class LearnerWatch:
                 "outages": self.outages, "away_s": round(self.away_s, 1)}
 
 
+class AckGaps:
+    """The gaps between a learner's acknowledgements at an actor: the longest, and the last `keep` of at least
+    `record_s` with the unix time each began (a bench tells those of its own faults from the others by time)."""
+
+    def __init__(self, record_s: float = 1.0, keep: int = 100):
+        self.record_s = float(record_s)
+        self.longest_s = 0.0
+        self.gaps: collections.deque[tuple[float, float]] = collections.deque(maxlen=int(keep))
+        self._last: tuple[float, float] | None = None  # (monotonic, unix) of the last acknowledgement
+
+    def heard(self, monotonic: float, unix: float) -> None:
+        if self._last is not None:
+            gap = monotonic - self._last[0]
+            self.longest_s = max(self.longest_s, gap)
+            if gap >= self.record_s:
+                self.gaps.append((round(self._last[1], 3), round(gap, 3)))
+        self._last = (monotonic, unix)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"longest_s": round(self.longest_s, 3), "gaps": [list(gap) for gap in self.gaps]}
+
+
 class Heard(enum.Enum):
     """What a `RunBinding` made of the run and learner incarnation of a learner's weights or acknowledgements."""
 

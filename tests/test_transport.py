@@ -14,6 +14,7 @@ from robot_rl.agents.sac import SACConfig
 from robot_rl.codec import pack, unpack
 from robot_rl.config_io import config_to_json
 from robot_rl.transport import (
+    AckGaps,
     PROTOCOL_VERSION,
     ClosedEpisodes,
     Heard,
@@ -859,3 +860,11 @@ def test_nothing_that_crosses_hosts_carries_a_clock():
     }
     for kind, payload in payloads.items():
         assert _clock_fields(unpack(payload)) == [], kind
+
+
+def test_ack_gaps_keep_the_longest_and_the_long_ones_with_their_start():
+    gaps = AckGaps(record_s=1.0, keep=2)
+    for monotonic, unix in ((10.0, 1000.0), (10.4, 1000.4), (13.4, 1003.4), (13.5, 1003.5), (15.5, 1005.5),
+                            (17.0, 1007.0)):
+        gaps.heard(monotonic, unix)
+    assert gaps.to_json() == {"longest_s": 3.0, "gaps": [[1003.5, 2.0], [1005.5, 1.5]]}  # the last two kept

@@ -117,7 +117,7 @@ class ActorNode:
         from robot_rl.episode import EpisodeRunner, HomePose, RunnerConfig
         from robot_rl.robot_io import DriverLink
         from robot_rl.safety import Safety
-        from robot_rl.transport import Outbox, RunBinding, make_source
+        from robot_rl.transport import AckGaps, Outbox, RunBinding, make_source
 
         param, robot = self._param, self.robot
         max_steps = int(param("max_episode_steps"))
@@ -142,6 +142,7 @@ class ActorNode:
                                           log=self._log.info, warn=self._log.warning)
         except ValueError as error:
             raise NodeStartupError(f"run_id / follow_new_run: {error}") from None
+        self.ack_gaps = AckGaps()
         self.session = ActorSession(safety, self.source, self.outbox, max_episode_steps=max_steps)
         self.link = DriverLink(
             robot, self.observation_keys, self.required, now=self._now, publish_gripper=self._publish_gripper,
@@ -409,7 +410,9 @@ class ActorNode:
 
         ack = decode_ack_message(msg_to_bytes(msg))
         if self._heard_served_run(ack.run, ack.incarnation):
-            self.outbox.apply_ack(ack, self.source, time.monotonic())
+            now = time.monotonic()
+            self.outbox.apply_ack(ack, self.source, now)
+            self.ack_gaps.heard(now, time.time())
 
     def _heard_served_run(self, run: str | None, incarnation: int | None) -> bool:
         """Whether a learner message belongs to the run this actor serves (robot_rl.transport.RunBinding); only
@@ -519,6 +522,7 @@ class ActorNode:
             "weights_used_at": list(policy.weights_used_at),
             "learner": policy.learner_watch.to_json(time.monotonic()),
             "run": self.run_binding.to_json(),
+            "ack_gaps": self.ack_gaps.to_json(),
         }
 
     def write_stats(self) -> None:
