@@ -25,9 +25,9 @@ transitions and pose commands all along: ``intruder_received`` (messages of the 
     python bench/two_hosts.py --modes lan --rates 20 --obs-modes state --robots 2 --robot-dies  # a robot host dies
     python bench/two_hosts.py --smoke                           # one short lan run at 20 Mbit/s (tests run this)
 
-Fault drills (each a JSON section of its run): ``link_down`` (the first robot host's link down for
-``--link-down-s``), ``kill_server`` (every server-host process killed with -9, the server side started again
-``--kill-server-s`` later on the same run folder), ``robot_dies`` (the first of two or more robot hosts loses its link
+Fault drills (each a JSON section of its run, with the unix times it spans): ``link_down`` (the first robot host's
+link down for ``--link-down-s``), ``kill_server`` (a list: every server-host process killed with -9, the server side
+started again ``--kill-server-s`` later on the same run folder; ``--kill-server-times`` in a row), ``robot_dies`` (the first of two or more robot hosts loses its link
 and every process mid-episode); ``--learner-lost hold`` runs them with a robot file whose actor holds while the
 learner is away.
 
@@ -174,6 +174,13 @@ class Args:
     kill_server_s: float = 0.0
     """fault drill: kill -9 every process on the server host in the middle of each (two-host) run, start the server
     side again (same run folder) this many seconds later, and measure what was lost and how soon training resumed"""
+    kill_server_times: int = 1
+    """how many times the kill_server drill runs in each run (one after the other)"""
+    checkpoint_every: int = 500
+    """the learner's checkpoint_every (received transitions between checkpoints)"""
+    control: str = "realtime"
+    """realtime (the sim node and the actor at the robot file's rate, as on a robot) | lockstep (as fast as they
+    go: a long session's data in less time)"""
     intruder: bool = True
     """secure runs: a third host with another run's certificates tries to read and inject all along"""
     robot_dies: bool = False
@@ -261,7 +268,7 @@ def _link_down_drill(machines, robot: Host, learner_file: Path, actor_file: Path
     time.sleep(max(0.0, (args.seconds - args.link_down_s) / 3))
     before = _read(actor_file)
     machines.link_down(robot)
-    down_at = time.monotonic()
+    down_at, down_unix = time.monotonic(), time.time()
     outbox_max = 0
     while time.monotonic() - down_at < args.link_down_s:
         outbox_max = max(outbox_max, (_read(actor_file) or {}).get("outbox", 0))
@@ -279,7 +286,8 @@ def _link_down_drill(machines, robot: Host, learner_file: Path, actor_file: Path
         time.sleep(0.25)
     return {"seconds": args.link_down_s, "commands_while_down": during["commands"] - before["commands"],
             "held_while_down": during["held"] - before["held"], "outbox_max": outbox_max,
-            "dropped": during["dropped"] - before["dropped"], "learner_has_all_s_after_up": caught_up_s}
+            "dropped": during["dropped"] - before["dropped"], "learner_has_all_s_after_up": caught_up_s,
+            "unix_window": [round(down_unix, 3), round(time.time(), 3)]}
 
 
 def _kill_server_drill(server: Host, restart: Callable[[], subprocess.Popen], learner_file: Path,
@@ -290,7 +298,7 @@ def _kill_server_drill(server: Host, restart: Callable[[], subprocess.Popen], le
     time.sleep(max(0.0, (args.seconds - args.kill_server_s) / 4))
     before, learner = [_read(p) for p in actor_files], _read(learner_file)
     acked = {a["source"]: learner["acks"].get(a["source"], -1) for a in before}
-    killed = server.kill_all()
+    killed, killed_unix = server.kill_all(), time.time()
     time.sleep(args.kill_server_s)
     dead = [_read(p) for p in actor_files]
     restarted_at = time.monotonic()
@@ -311,7 +319,7 @@ def _kill_server_drill(server: Host, restart: Callable[[], subprocess.Popen], le
             "acked_lost": sum(max(0, through - after.get("acks", {}).get(source, -1))
                               for source, through in acked.items()),
             "acks_again_s_after_restart": acks_s, "newer_weights_at_actors_s_after_restart": weights_s,
-            "restarted": process.poll() is None}
+            "restarted": process.poll() is None, "unix_window": [round(killed_unix, 3), round(time.time(), 3)]}
 
 
 def _robot_dies_drill(machines, robots: list[Host], learner_file: Path, actor_files: list[Path], args: Args
@@ -391,11 +399,11 @@ def _launch(host: Host, side: str, args: Args, obs_mode: str, run_dir: Path, pee
     # lan: the hosts set up as a ROS user sets up any graph (ROS_STATIC_PEERS naming the other host, nothing else):
     # the nodes choose the lan mode from it (the launch files' network:=auto).
     argv = [sys.executable, "-m", "robot_rl.cli", "launch", "--grace-s", "5", "launch/sim_train.yaml",
-            f"side:={side}", f"network:={'auto' if network == 'lan' else network}", "mode:=realtime",
+            f"side:={side}", f"network:={'auto' if network == 'lan' else network}", f"mode:={args.control}",
             f"obs_mode:={obs_mode}",
             f"image_size:={args.image_size}", "steps:=0", "demos:=5", "eval_every:=0", "eval_episodes:=0",
             "final_validation:=false", f"actor_id:={actor_id}", f"run_dir:={run_dir}", f"robot:={robot}",
-            f"abandon_after_s:={args.abandon_after_s:g}"]
+            f"abandon_after_s:={args.abandon_after_s:g}", f"checkpoint_every:={args.checkpoint_every}"]
     return host.popen(argv, env=_environment(peers, certs, rate), cwd=REPO, stdout=open(log, "a"),
                       stderr=subprocess.STDOUT)
 
@@ -467,7 +475,8 @@ def run(args: Args, mode: str, rate: float, obs_mode: str, work: Path) -> dict:
                     processes[0] = start_server()
                     return processes[0]
 
-                drills["kill_server"] = _kill_server_drill(server, restart, learner_file, actor_files, args)
+                drills["kill_server"] = [_kill_server_drill(server, restart, learner_file, actor_files, args)
+                                         for _ in range(args.kill_server_times)]
             if args.robot_dies and len(robots) >= 2:
                 drills["robot_dies"] = _robot_dies_drill(machines, robots, learner_file, actor_files, args)
             time.sleep(max(0.0, args.seconds - (time.monotonic() - start)))
@@ -495,9 +504,11 @@ def run(args: Args, mode: str, rate: float, obs_mode: str, work: Path) -> dict:
         return {
             "mode": mode, "rate_mbit": None if mode == "local" else rate, "obs_mode": obs_mode,
             "robots": max(1, len(robots)), "seconds": round(elapsed, 1),
+            "unix_window": [round(start_wall, 3), round(start_wall + elapsed, 3)],  # the measured window
             "transitions_per_s": round((learner1["received"] - learner0["received"]) / elapsed, 2),
-            "link_bytes_per_transition": (round(per_s["transitions_in_bytes"] * elapsed / max(
-                1, learner1["received"] - learner0["received"]))),
+            "link_bytes_per_transition": (  # None across a kill drill: the restarted learner's counters begin at 0
+                round(per_s["transitions_in_bytes"] * elapsed / max(1, learner1["received"] - learner0["received"]))
+                if learner0.get("incarnation") == learner1.get("incarnation") else None),
             "link_bytes_per_s": {"total": round(total), "transitions": per_s["transitions_in_bytes"],
                                  "weights": per_s["weights_out_bytes"], "acks": per_s["acks_out_bytes"],
                                  "other": round(total - sum(per_s.values())) if mode != "local" else 0},

@@ -1,6 +1,7 @@
 """The ROS benches (camera, launch, learner_startup, private_network, ros, ros_training) run with ``--smoke`` and print
-their figures (tests/bench_smoke.py); bench/two_hosts.py has its own test (test_bench_two_hosts.py), the benches that
-only compute run in tests/test_benches_compute.py, and a bench without a smoke test fails here.
+their figures (tests/bench_smoke.py); bench/two_hosts.py and bench/session.py have their own tests
+(test_bench_two_hosts.py), the benches that only compute run in tests/test_benches_compute.py, and a bench without a
+smoke test fails here.
 
 The ROS benches re-run themselves or their launches inside a private network namespace (only ``lo``) with
 ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST; here they also get a test-specific ROS_DOMAIN_ID (``--domain-id``, from
@@ -92,8 +93,9 @@ BENCHES: Benches = {
 
 
 def test_every_bench_is_covered():
-    """A new bench gets a smoke test here or in test_benches_compute.py (two_hosts has its own)."""
-    scripts = {path.stem for path in (REPO / "bench").glob("*.py") if path.stem not in ("__init__", "two_hosts")}
+    """A new bench gets a smoke test here or in test_benches_compute.py (two_hosts and session have their own)."""
+    scripts = {path.stem for path in (REPO / "bench").glob("*.py")
+               if path.stem not in ("__init__", "two_hosts", "session")}
     assert scripts == set(BENCHES) | set(COMPUTE_BENCHES) and not set(BENCHES) & set(COMPUTE_BENCHES)
 
 

@@ -165,6 +165,15 @@ def not_in_sim(robot, task: str) -> str:
     return f"task {task!r} is not a sim task"
 
 
+def _resident_mb() -> float | None:
+    """This process's resident memory [MB] (None where /proc is not there)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return round(pages * os.sysconf("SC_PAGE_SIZE") / 1e6, 1)
+
+
 def run_spaces(robot, cfg, checkpoint_state: dict | None = None):
     """(observation spec, action dim) of a learner run on `robot` (a RobotConfig) with TrainConfig `cfg`: recorded in
     its checkpoint, else a sim task's env in the sim mirror (a `sim: true` robot file), else the robot file's
@@ -391,6 +400,8 @@ class LearnerNode:
                      "transitions_lost_messages": 0, "weights_refused": 0, "acks_refused": 0}
         self._weights_refused: bool | None = None  # a refused broadcast to send again (its training_done), or None
         self.weights_published_at: collections.deque[tuple[int, float]] = collections.deque(maxlen=200)
+        # (received transitions, seconds, bytes) of this start's checkpoints: a session's figures (bench/session.py)
+        self.checkpoints: collections.deque[tuple[int, float, int]] = collections.deque(maxlen=200)
         self._weights_sent_at = -math.inf
         # Acks are volatile: those sent before an actor's subscription matched are lost, so a new match (an actor, or
         # every actor after this node respawned) gets the current acks at once rather than at the next timer tick.
@@ -647,14 +658,15 @@ class LearnerNode:
         from robot_rl.ros.convert import bytes_to_msg
         from robot_rl.transport import encode_ack
 
-        acks = self.server.inbox.acks()
-        if acks:
-            payload = encode_ack(acks, self.server.inbox.acks_above(), run=self.server.run_id,
-                                 incarnation=self.server.incarnation)
-            if publish_refused(self._ack_pub, bytes_to_msg(payload)):
-                self.link["acks_refused"] += 1  # cumulative: the next tick's acks carry these too
-                return
-            self.link["acks_out_bytes"] += len(payload) * self._ack_pub.get_subscription_count()
+        # Sent on every tick, with no source yet too: the learner's heartbeat. An actor that holds while its learner
+        # is away (learner_lost.action hold) sends nothing, so a learner that spoke only when spoken to would never
+        # be heard again (a learner up, before any transition: both would wait for ever).
+        payload = encode_ack(self.server.inbox.acks(), self.server.inbox.acks_above(), run=self.server.run_id,
+                             incarnation=self.server.incarnation)
+        if publish_refused(self._ack_pub, bytes_to_msg(payload)):
+            self.link["acks_refused"] += 1  # cumulative: the next tick's acks carry these too
+            return
+        self.link["acks_out_bytes"] += len(payload) * self._ack_pub.get_subscription_count()
 
     def publish_weights(self, training_done: bool = False) -> bool:
         """Broadcast the current policy as a new weights version (`training_done`: the final ones, at the budget);
@@ -706,7 +718,8 @@ class LearnerNode:
             last_eval=server.evals[-1] if server.evals else None,
             worker={"job": worker.current, "progress": worker.progress} if worker is not None else None,
             robots=robot_summary(server.episode_log), result=self._result, link=dict(self.link),
-            weights_published_at=list(self.weights_published_at))
+            weights_published_at=list(self.weights_published_at),
+            checkpoints=[list(row) for row in self.checkpoints], rss_mb=_resident_mb())
 
     @property
     def phase(self) -> str:
@@ -846,12 +859,18 @@ class LearnerNode:
             wall_seconds=time.time() - server.run_started_at, video=video, status=status)
 
     def checkpoint(self) -> None:
+        from robot_rl.learner_server import checkpoint_dir
+
         start = time.perf_counter()
         self.server.checkpoint()
-        self._update_rate.exclude(time.perf_counter() - start)  # the learner's speed, not the checkpoint's
+        seconds = time.perf_counter() - start
+        self._update_rate.exclude(seconds)  # the learner's speed, not the checkpoint's
         self._next_checkpoint = self.server.received + self.checkpoint_every
+        written = checkpoint_dir(self.run_dir)
+        size = sum(f.stat().st_size for f in written.rglob("*") if f.is_file()) if written else 0
+        self.checkpoints.append((self.server.received, round(seconds, 4), size))
         self._log.info(f"checkpoint at {self.server.received} transitions, {self.server.learner.updates} updates "
-                       f"({time.perf_counter() - start:.2f}s)")
+                       f"({seconds:.2f}s, {size / 1e6:.1f} MB)")
 
     def finish(self) -> None:
         """Budget reached: checkpoint, final weights (marked training_done), then the final evaluation and validation
