@@ -1,4 +1,12 @@
-"""The learner: replay buffers (demos + online, RLPD mixing), the SAC agent, checkpoints; no transport."""
+"""The learner: replay buffers (demos + online, RLPD mixing), the SAC agent, checkpoints; no transport.
+
+A checkpoint is a folder (`save`): ``agent.msgpack`` (weights and optimiser state), ``learner.json`` (counters, RNG,
+the caller's `extra`, and how many rows of each replay store it covers), and ``<buffer>_open.zarr`` only while an
+episode is open. The replay buffers themselves live beside it, in ``<checkpoint>.replay/{online,demo}.zarr``
+(robot_rl.data.replay_store): appended to as episodes end (`persist_replay`), never rewritten, so a checkpoint's
+time and size do not grow with the run. Checkpoints of version 1 (buffers inside, as ``online.zarr`` and
+``demo.zarr``) are still read; the next `save` writes their buffers to a store.
+"""
 
 from __future__ import annotations
 
@@ -13,13 +21,18 @@ from typing import Any
 import jax
 import numpy as np
 
+from robot_rl import files
 from robot_rl.agents.sac import SACAgent, SACConfig, aliased_actions
 from robot_rl.data.episodes import EpisodeDataset
 from robot_rl.data.replay import MixedSampler, ReplayBuffer, insert_with_interventions
+from robot_rl.data.replay_store import ReplayStore, ReplayStoreError
 from robot_rl.policies.registry import CHUNK_KEYS
 from robot_rl.types import ObservationSpec
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
+READABLE_CHECKPOINT_VERSIONS = (1, 2)
+REPLAY_SUFFIX = ".replay"
+BUFFER_NAMES = ("online", "demo")
 ACTION_SLACK = 1e-6  # float rounding of actions at the bounds of [-1, 1]
 log = logging.getLogger(__name__)
 
@@ -67,6 +80,49 @@ class LearnerConfig:
 
 class CheckpointError(ValueError):
     """A learner checkpoint that cannot be restored (a part missing or damaged, another observation spec)."""
+
+
+def replay_folder(checkpoint: str | Path) -> Path:
+    """The folder of the replay stores that checkpoints saved at `checkpoint` cover."""
+    checkpoint = Path(checkpoint)
+    return checkpoint.with_name(checkpoint.name + REPLAY_SUFFIX)
+
+
+def checkpoint_replay(checkpoint: str | Path, name: str = "online") -> ReplayBuffer:
+    """The `name` ("online" or "demo") replay buffer a checkpoint folder (as `Learner.checkpoint_path` finds it)
+    restores, read without building an agent; CheckpointError if it cannot be read."""
+    found = Path(checkpoint)
+    try:
+        state = json.loads((found / "learner.json").read_text())
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"checkpoint {found} cannot be read: learner.json is missing or damaged "
+                              f"({type(error).__name__}: {error})") from None
+    if state.get("version") == 1:
+        return ReplayBuffer.load(found / f"{name}.zarr")
+    return _read_checkpoint_buffer(found, state, name, None, None)
+
+
+def _read_checkpoint_buffer(found: Path, state: Mapping[str, Any], name: str, observation_spec: Any,
+                            action_dim: int | None) -> ReplayBuffer:
+    """Buffer `name` of a version-2 checkpoint: its store up to the checkpoint's rows, then its open episode."""
+    try:
+        replay = state["replay"]
+        entry = replay[name]
+        store_path = found.parent / replay["folder"] / f"{name}.zarr"
+    except (KeyError, TypeError) as error:
+        raise CheckpointError(f"checkpoint {found} cannot be restored: learner.json lacks the replay extent "
+                              f"({type(error).__name__}: {error})") from None
+    try:
+        store = ReplayStore(store_path, observation_spec, action_dim)
+        open_path = found / f"{name}_open.zarr"
+        tail = ReplayStore(open_path, store.observation_spec, store.action_dim) if open_path.exists() else None
+        return store.load(int(entry["capacity"]), int(entry["rows"]), tail, int(entry["frames_written"]),
+                          entry["open_from"])
+    except ReplayStoreError as error:
+        raise CheckpointError(f"checkpoint {found} cannot be restored: {error}") from None
+    except (KeyError, TypeError, ValueError, OSError) as error:
+        raise CheckpointError(f"checkpoint {found} cannot be restored: replay store {store_path} is missing or "
+                              f"damaged ({type(error).__name__}: {error})") from None
 
 
 def action_dim_of(action_space: Any) -> int:
@@ -155,6 +211,10 @@ class Learner:
         self.chunk_decisions = bool(chunk_decisions)
         self.skipped = 0  # steps a chunk-decision learner could not use (no learner action: a human's)
         self._chunk: dict[str, Any] | None = None  # the chunk being joined (chunk_decisions)
+        self._stores: dict[str, ReplayStore] = {}  # the replay stores the buffers are appended to (persist_replay)
+        self._stores_folder: Path | None = None  # their folder: set by restore (not opened yet) or the first append
+        self._restored_rows: dict[str, int] = {}  # rows of each store the restored checkpoint covered
+        self._checkpointed_rows: dict[str, int] = {}  # rows of each store the last checkpoint covers
         self._warned_about_returns = False
         self._warned_about_actions = False
 
@@ -467,16 +527,56 @@ class Learner:
         return self.agent.policy_to_bytes()
 
     # ------------------------------------------------------------------------------------------ checkpoints
+    def _buffers(self) -> dict[str, ReplayBuffer]:
+        return {"online": self.online, "demo": self.demo}
+
+    def persist_replay(self, path: str | Path) -> int:
+        """Append the final rows of both buffers (all but an open episode's) that are not on disk yet to the replay
+        stores of checkpoint `path` (`replay_folder(path)`), durably; returns the rows appended. `save` does it
+        first; robot_rl.learner_server calls it after each episode it inserts, so a checkpoint writes little."""
+        stores = self._open_stores(path)
+        return sum(stores[name].append(buffer, merge_through=self._checkpointed_rows.get(name))
+                   for name, buffer in self._buffers().items())
+
+    def _open_stores(self, path: str | Path) -> dict[str, ReplayStore]:
+        folder = replay_folder(path)
+        if self._stores and self._stores_folder == folder:
+            return self._stores
+        restored = self._stores_folder == folder  # this learner's buffers came from these stores
+        files.make_dirs_durably(folder)
+        stores = {}
+        for name, buffer in self._buffers().items():
+            store_path = folder / f"{name}.zarr"
+            if not restored:  # what a store there holds is not this learner's (an earlier learner's, a crashed start)
+                files.remove_tree_durably(store_path)
+            stores[name] = ReplayStore(store_path, self.observation_spec, buffer.action_dim, create=True)
+            if restored:  # rows appended after the restored checkpoint: its transition log inserts them again
+                stores[name].truncate(self._restored_rows[name])
+        if not restored:
+            self._checkpointed_rows = {}
+        self._stores, self._stores_folder = stores, folder
+        return stores
+
     def save(self, path: str | Path, extra: Mapping[str, Any] | None = None) -> None:
-        """Write agent, optimiser state, counters, RNG and both replay buffers; the previous checkpoint survives a crash."""
+        """Write agent, optimiser state, counters, RNG and `extra`, and how far each replay store goes (after
+        appending the buffers' final rows to it; an open episode's rows go in the checkpoint), all durable; the
+        previous checkpoint survives a crash. Time and size do not grow with the buffers."""
         path = Path(path)
+        self.persist_replay(path)
         tmp = path.with_name(path.name + ".tmp")
         old = path.with_name(path.name + ".old")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         (tmp / "agent.msgpack").write_bytes(self.agent.to_bytes())
-        self.online.save(tmp / "online.zarr")
-        self.demo.save(tmp / "demo.zarr")
+        replay: dict[str, Any] = {"folder": self._stores_folder.name}
+        for name, buffer in self._buffers().items():
+            rows = self._stores[name].end
+            first_open = max(rows, buffer.oldest_frame)
+            if first_open < buffer.frames_written:  # an open episode: its rows may still change
+                ReplayStore(tmp / f"{name}_open.zarr", self.observation_spec, buffer.action_dim, create=True).write(
+                    first_open, buffer.rows(first_open, buffer.frames_written))
+            replay[name] = {"rows": rows, "frames_written": buffer.frames_written, "open_from": buffer.open_from,
+                            "capacity": buffer.capacity}
         state = {
             "version": CHECKPOINT_VERSION,
             "updates": self.updates,
@@ -484,14 +584,17 @@ class Learner:
             "interventions": self.interventions,
             "demo_transitions": self.demo_transitions,
             "rng": self.rng.bit_generator.state,
+            "replay": replay,
             "extra": dict(extra or {}),
         }
         (tmp / "learner.json").write_text(json.dumps(state))
+        files.fsync_tree(tmp)
         if path.exists():
             shutil.rmtree(old, ignore_errors=True)
-            path.rename(old)
-        tmp.rename(path)
-        shutil.rmtree(old, ignore_errors=True)
+            files.rename_durably(path, old)
+        files.rename_durably(tmp, path)
+        files.remove_tree_durably(old)
+        self._checkpointed_rows = {name: entry["rows"] for name, entry in replay.items() if name in BUFFER_NAMES}
 
     @staticmethod
     def checkpoint_path(path: str | Path) -> Path | None:
@@ -520,8 +623,9 @@ class Learner:
 
         def read_state(file: Path) -> dict[str, Any]:
             state = json.loads(file.read_text())
-            if state.get("version") != CHECKPOINT_VERSION:
-                raise ValueError(f"version {state.get('version')}, this code reads {CHECKPOINT_VERSION}")
+            if state.get("version") not in READABLE_CHECKPOINT_VERSIONS:
+                raise ValueError(f"version {state.get('version')}, this code reads versions "
+                                 f"{', '.join(map(str, READABLE_CHECKPOINT_VERSIONS))}")
             rng = np.random.default_rng()
             rng.bit_generator.state = state["rng"]
             return {**state, "rng": rng, "updates": int(state["updates"]), "transitions": int(state["transitions"]),
@@ -529,12 +633,21 @@ class Learner:
 
         state = load("learner.json", read_state)
         agent = load("agent.msgpack", lambda file: self.agent.restore_bytes(file.read_bytes()))
-        online, demo = load("online.zarr", ReplayBuffer.load), load("demo.zarr", ReplayBuffer.load)
+        if state["version"] == 1:  # the buffers inside the checkpoint
+            online, demo = load("online.zarr", ReplayBuffer.load), load("demo.zarr", ReplayBuffer.load)
+            folder, rows = None, {}
+        else:
+            online, demo = (_read_checkpoint_buffer(found, state, name, self.observation_spec,
+                                                    self.agent.batch_action_dim) for name in BUFFER_NAMES)
+            folder = found.parent / state["replay"]["folder"]
+            rows = {name: int(state["replay"][name]["rows"]) for name in BUFFER_NAMES}
         for loaded, current in ((online, self.online), (demo, self.demo)):
             if loaded.observation_spec != current.observation_spec or loaded.action_dim != current.action_dim:
                 raise CheckpointError(
                     f"checkpoint {found} replay buffers do not match this learner's observation spec")
         self.agent, self.online, self.demo, self.rng = agent, online, demo, state["rng"]
+        self._stores, self._stores_folder = {}, folder
+        self._restored_rows, self._checkpointed_rows = rows, dict(rows)
         self.sampler = MixedSampler(self.demo, self.online, self.config.demo_ratio)
         self.updates, self.transitions = state["updates"], state["transitions"]
         self.interventions = int(state.get("interventions", 0))

@@ -21,6 +21,11 @@ the same point). Steps of a closed episode that arrive later (a robot paused by 
 episode of their own. Closed episodes leave the staging, so the log batches that held them are dropped at the next
 checkpoint.
 
+Replay on disk: each inserted episode is appended to the learner's replay stores beside the checkpoint
+(`Learner.persist_replay`, robot_rl.data.replay_store) at once, so a checkpoint writes only the agent, optimiser,
+counters and how far the stores go; its time and size do not grow with the run. A restart reads the stores back up
+to the checkpoint's rows: the episodes appended after it come again from the transition log.
+
 Run identity: the run folder's id (`RUN_FILE`, made when a learner first opens the folder, kept across restarts) and
 this start's learner incarnation (`INCARNATION_FILE`: 1, 2, ... one per `open()`) go with every weights message and
 acknowledgement (robot_rl.transport.RunBinding on the actor's side). Transitions an actor addressed to another run
@@ -455,6 +460,8 @@ class LearnerServer:
                 self.rejections.append(f"transition seq {item.seq} (episode {item.episode} step {item.step}): {error}")
             previous_step = item.step
         self.learner.end_episode()
+        # Durable on disk as it closes, so a checkpoint writes only the agent and the counters.
+        self.learner.persist_replay(self.run_dir / CHECKPOINT_DIR)
 
     # ----- training ----------------------------------------------------------------------------------------------
     @property
@@ -537,7 +544,7 @@ class LearnerServer:
         }
         learner.save(self.run_dir / CHECKPOINT_DIR, extra={"server": server, **dict(extra or {})})
         self.write_policy()
-        # Partial episodes are not in the checkpoint's replay buffers: keep their log batches until inserted.
+        # Partial episodes are not in the replay the checkpoint covers: keep their log batches until inserted.
         keep_from = min(self._staged_log_index.values(), default=self.staged_through + 1)
         self.log.truncate(min(self.staged_through, keep_from - 1))
 

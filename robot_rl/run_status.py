@@ -19,7 +19,8 @@ from robot_rl.report import percent
 
 STALE_AFTER_S = 5.0
 MAX_STATUS_BYTES = 4 << 20
-SKIPPED_FOLDERS = {"checkpoint", "checkpoint.old", "transition_log", "jax_cache", "tensorboard", "validation", "eval"}
+SKIPPED_FOLDERS = {"checkpoint", "checkpoint.old", "checkpoint.replay", "transition_log", "jax_cache", "tensorboard",
+                   "validation", "eval"}
 LEARNER_KEYS = {"received", "acks", "learner_ready"}
 ACTOR_KEYS = {"source", "commands", "transitions"}
 

@@ -1,6 +1,7 @@
 """In-process training in the sim mirror: demos, SAC learner with RLPD mixing, simulated human, eval, report.
 
-A run is a folder: ``config.json``, ``demos.zarr``, ``checkpoint/`` (learner, buffers and the run's progress),
+A run is a folder: ``config.json``, ``demos.zarr``, ``checkpoint/`` (learner and the run's progress),
+``checkpoint.replay/`` (the replay buffers, appended to as episodes end: robot_rl.data.replay_store),
 ``transition_log/`` (the transitions received since the checkpoint, as the ROS learner keeps them), ``policy.msgpack`` (the policy file `robot-rl eval` and the ROS actor node load), ``tensorboard/``, ``report.md``
 with ``learning_curve.png`` and ``training_curves.png``, and ``eval.mp4``.
 

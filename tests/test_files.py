@@ -30,3 +30,17 @@ def test_a_failed_write_keeps_the_old_file_and_removes_its_temporary_one(tmp_pat
         atomic_write_text(path, b"not text")
     assert path.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["labels.json"]
+
+
+def test_durable_steps_make_rename_and_remove_folders(tmp_path):
+    from robot_rl.files import fsync_file, fsync_tree, make_dirs_durably, remove_tree_durably, rename_durably
+
+    assert make_dirs_durably(tmp_path / "a" / "b") == tmp_path / "a" / "b" and (tmp_path / "a" / "b").is_dir()
+    (tmp_path / "a" / "b" / "f").write_bytes(b"x")
+    fsync_file(tmp_path / "a" / "b" / "f")
+    fsync_tree(tmp_path / "a")
+    assert rename_durably(tmp_path / "a", tmp_path / "c") == tmp_path / "c"
+    assert (tmp_path / "c" / "b" / "f").read_bytes() == b"x"
+    remove_tree_durably(tmp_path / "c")
+    remove_tree_durably(tmp_path / "missing")  # nothing to remove: nothing done
+    assert list(tmp_path.iterdir()) == []

@@ -100,22 +100,48 @@ def test_resume_gives_the_same_next_update(env, demos, tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-@pytest.mark.parametrize("part, damage", [
-    ("agent.msgpack", lambda file: file.write_bytes(file.read_bytes()[:100])),
-    ("online.zarr", lambda folder: shutil.rmtree(folder / "frames")),
-    ("demo.zarr", lambda folder: (folder / "zarr.json").write_text("{")),
-    ("learner.json", lambda file: file.write_text(json.dumps({"version": 1, "updates": 3}))),
+def _first_segment(store):
+    return sorted(store.glob("rows-*.zip"))[0]
+
+
+def _cut_in_half(file):
+    file.write_bytes(file.read_bytes()[:file.stat().st_size // 2])
+
+
+def _flip_a_byte(file, at: int = 200):
+    data = bytearray(file.read_bytes())
+    data[at] ^= 0xFF
+    file.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("part, damage, named", [
+    ("ckpt/agent.msgpack", lambda file: file.write_bytes(file.read_bytes()[:100]),
+     "agent.msgpack is missing or damaged"),
+    ("ckpt.replay/online.zarr", lambda store: _cut_in_half(_first_segment(store)),
+     "replay store segment {folder}/rows-000000000000-"),
+    ("ckpt.replay/online.zarr", lambda store: _flip_a_byte(_first_segment(store)),
+     "replay store segment {folder}/rows-000000000000-"),
+    ("ckpt.replay/online.zarr", lambda store: _first_segment(store).unlink(), "{folder} lacks rows 0..20"),
+    ("ckpt.replay/demo.zarr", lambda store: (store / "zarr.json").write_text("{"),
+     "{folder}/zarr.json is not a replay store's metadata"),
+    ("ckpt.replay/demo.zarr", shutil.rmtree, "{folder}/zarr.json is missing"),
+    ("ckpt/online_open.zarr", lambda store: _cut_in_half(_first_segment(store)),
+     "replay store segment {folder}/rows-000000000021-"),
+    ("ckpt/learner.json", lambda file: file.write_text(json.dumps({"version": 1, "updates": 3})),
+     "learner.json is missing or damaged"),
 ])
-def test_a_damaged_checkpoint_names_its_part_and_changes_nothing(env, tmp_path, part, damage):
+def test_a_damaged_checkpoint_names_its_part_and_changes_nothing(env, tmp_path, part, damage, named):
     learner = new_learner(env)
     fill_online(learner, env, 20, intervene_every=4)
+    learner.end_episode()  # in the stores beside the checkpoint
+    fill_online(learner, env, 3)  # an open episode: in the checkpoint itself
     learner.step()
     learner.save(tmp_path / "ckpt")
-    damage(tmp_path / "ckpt" / part)
+    damage(tmp_path / part)
     fresh = new_learner(env)
     before = jax.tree.leaves(fresh.agent)
-    with pytest.raises(CheckpointError, match=rf"checkpoint {tmp_path / 'ckpt'} cannot be restored: "
-                                              rf"{re.escape(part)} is missing or damaged \("):
+    with pytest.raises(CheckpointError, match=rf"^checkpoint {tmp_path / 'ckpt'} cannot be restored: "
+                                              rf"{re.escape(named.format(folder=tmp_path / part))}"):
         fresh.restore(tmp_path / "ckpt")
     assert (fresh.updates, fresh.transitions, len(fresh.online), len(fresh.demo)) == (0, 0, 0, 0)
     assert all(a is b for a, b in zip(before, jax.tree.leaves(fresh.agent)))

@@ -157,7 +157,7 @@ def base_folder(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("aliasing", [False, True], ids=["dsrl-sac", "dsrl-na"])
 def test_an_in_process_noise_run_trains_saves_evaluates_and_resumes(base_folder, tmp_path, aliasing):
-    from robot_rl.data.replay import ReplayBuffer
+    from robot_rl.learner import checkpoint_replay
     from robot_rl.loop import make_env
     from robot_rl.policies.checkpoint import load_policy
     from robot_rl.train import TrainConfig, policy_kind, train
@@ -173,11 +173,11 @@ def test_an_in_process_noise_run_trains_saves_evaluates_and_resumes(base_folder,
     assert policy.aliasing_samples == (4 if aliasing else 0)
     state = json.loads((run_dir / "checkpoint" / "learner.json").read_text())
     assert state["transitions"] == 60
-    online = ReplayBuffer.load(run_dir / "checkpoint" / "online.zarr")
+    online = checkpoint_replay(run_dir / "checkpoint", "online")
     assert 60 / 4 <= len(online) < 60  # one transition per chunk of 4
     if aliasing:
         assert online.action_dim == 32 + 1 + 16 + 4 * (32 + 16) + 1  # packed: noise, executed chunk, aliases
-        demo = ReplayBuffer.load(run_dir / "checkpoint" / "demo.zarr")
+        demo = checkpoint_replay(run_dir / "checkpoint", "demo")
         from robot_rl.data.episodes import EpisodeDataset
 
         demo_steps = int(EpisodeDataset(run_dir / "demos.zarr").episode_ends[-1])

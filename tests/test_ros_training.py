@@ -230,13 +230,13 @@ def client(policy: str = "plain") -> dict:
         live = read_run_status(run_dir)  # `robot-rl status` on the live graph's run folder
         summary["status"] = {"nodes": [[n["node"], n["name"], n["file"], n["stale"]] for n in live["nodes"]],
                              "robots": {r["robot"]: r for r in live["robots"]}, "table": format_status(live)}
-        from robot_rl.data.replay import ReplayBuffer
+        from robot_rl.learner import checkpoint_replay
         from robot_rl.policy_file import read_policy_file
 
         weights = read_policy_file(run_dir / "learner" / "policy.msgpack")
         summary["policy_file"] = {"kind": weights.policy_kind, "keys": list(weights.observation_spec.keys),
                                   "base": weights.policy_config.get("base")}
-        online = ReplayBuffer.load(learner_checkpoint(run_dir / "learner") / "online.zarr")
+        online = checkpoint_replay(learner_checkpoint(run_dir / "learner"))
         summary["replay_keys"] = list(online.observation_spec.keys)
     except Exception as error:  # noqa: BLE001 - reported to the test with the launcher log
         summary["error"] = repr(error)

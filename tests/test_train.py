@@ -330,10 +330,10 @@ def test_interventions_during_training_are_flagged_and_reach_both_buffers(tmp_pa
     for e in episodes:  # each episode counts its takeovers by trigger: up to 4 steps each, within the budget of 8
         assert set(e["takeovers"]) <= {"stuck", "pushing_out"} and (e["takeovers"] or e["intervention_rate"] == 0), e
         assert sum(e["takeovers"].values()) * 4 >= e["intervention_rate"] * e["length"] - 1e-9, e
-    from robot_rl.data.replay import ReplayBuffer
+    from robot_rl.learner import checkpoint_replay
 
-    online = ReplayBuffer.load(run_dir / "checkpoint" / "online.zarr")
-    demo = ReplayBuffer.load(run_dir / "checkpoint" / "demo.zarr")
+    online = checkpoint_replay(run_dir / "checkpoint", "online")
+    demo = checkpoint_replay(run_dir / "checkpoint", "demo")
     assert online.intervention[online.valid].sum() == state["interventions"] == len(demo)
     assert "Human interventions" in (run_dir / "report.md").read_text()
 
@@ -342,7 +342,7 @@ def test_unsafe_policy_actions_in_training_go_through_the_safety_layer(tmp_path,
     """In-process training drives the sim through the robot's ActorSession: a NaN action is held (an env step, no
     transition, counted), an out-of-range one pushing out of the workspace is clipped; the env never sees either."""
     from robot_rl.actor import Actor
-    from robot_rl.data.replay import ReplayBuffer
+    from robot_rl.learner import checkpoint_replay
     from robot_rl.sim.env import RobotEnv
 
     policy_action, env_step = Actor.policy_action, RobotEnv.step
@@ -379,7 +379,7 @@ def test_unsafe_policy_actions_in_training_go_through_the_safety_layer(tmp_path,
     assert safety["action_clipped"] >= issued["out"] and safety["workspace_clipped"] > 0
     held_steps = saved["extra"]["env_step"] - saved["transitions"]  # executed holds: env steps without a transition
     assert saved["extra"]["env_step"] == 60 and issued["nan"] - 1 <= held_steps <= issued["nan"]
-    online = ReplayBuffer.load(run_dir / "checkpoint" / "online.zarr")
+    online = checkpoint_replay(run_dir / "checkpoint", "online")
     actions = online.actions[online.valid]
     assert len(actions) == saved["transitions"] and np.isfinite(actions).all() and np.abs(actions).max() <= 1.0
     assert any(np.array_equal(a, [1.0, -1.0, 1.0, 1.0]) for a in actions)  # the out-of-range action, clipped

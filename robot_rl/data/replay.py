@@ -3,6 +3,11 @@
 Storage layout: slot i holds one observation frame and, when `valid[i]`, the transition taken from it (action,
 reward, flags). Its next observation is always the frame in slot i + 1 (mod capacity), so every frame is stored
 once: an episode of T steps uses T + 1 slots (its last next_obs gets a slot with no transition).
+
+Frames are numbered in the order written (0, 1, ...; frame f lives in slot f % capacity while it is among the last
+`capacity`). A frame's *row* is its slot's contents: the frame and the transition fields `ROW_FIELDS`. Rows before
+the open episode are final (nothing changes them while they stay in the ring): robot_rl.data.replay_store appends
+them to disk and reads them back.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ from typing import Any
 import numpy as np
 
 from robot_rl.types import Batch, ObservationSpec
+
+ROW_FIELDS = ("actions", "rewards", "terminated", "truncated", "intervention", "valid")
+"""A slot's transition fields, beside its frame (`frames/<key>` in a row)."""
 
 
 class ReplayBuffer:
@@ -37,6 +45,7 @@ class ReplayBuffer:
         self._cursor = 0  # next slot to write a new frame into
         self._frames_written = 0
         self._pending_slot: int | None = None  # slot holding the last next_obs of an episode still running
+        self._open_from = 0  # number of the open episode's first frame (when _pending_slot is set)
 
     # ------------------------------------------------------------------------------------------ inserting
     def __len__(self) -> int:
@@ -47,6 +56,26 @@ class ReplayBuffer:
     def num_frames(self) -> int:
         """Number of observation frames stored (steps + episode ends, capped at capacity)."""
         return min(self._frames_written, self.capacity)
+
+    @property
+    def frames_written(self) -> int:
+        """Frames written since the buffer began (the number the next frame gets)."""
+        return self._frames_written
+
+    @property
+    def oldest_frame(self) -> int:
+        """Number of the oldest frame still in the ring."""
+        return max(0, self._frames_written - self.capacity)
+
+    @property
+    def open_from(self) -> int | None:
+        """Number of the open episode's first frame, or None when no episode is open."""
+        return None if self._pending_slot is None else self._open_from
+
+    @property
+    def final_frames(self) -> int:
+        """Frames whose rows will not change again while they are in the ring: all but the open episode's."""
+        return self._frames_written if self._pending_slot is None else self._open_from
 
     def insert(
         self,
@@ -83,6 +112,7 @@ class ReplayBuffer:
         if not np.isfinite(action).all() or not np.isfinite(reward):
             raise ValueError("action or reward contains NaN or inf")
         if slot is None:
+            self._open_from = self._frames_written
             slot = self._write_frame(observation)
         self.actions[slot] = action
         self.rewards[slot] = reward
@@ -212,6 +242,47 @@ class ReplayBuffer:
         indices = self.sample_indices(num_batches * batch_size, rng).reshape(num_batches, batch_size)
         return self.gather(indices, n_step, discount)
 
+    # ------------------------------------------------------------------------------------------ rows
+    def rows(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        """Copies of the rows of frames [start, stop) (all still in the ring): `frames/<key>` and `ROW_FIELDS`."""
+        if not self.oldest_frame <= start <= stop <= self._frames_written:
+            raise ValueError(f"frames [{start}, {stop}) are not all in the ring (it holds [{self.oldest_frame}, "
+                             f"{self._frames_written}))")
+        slots = np.arange(start, stop) % self.capacity
+        rows = {f"frames/{key}": frames[slots] for key, frames in self.frames.items()}
+        rows.update({name: getattr(self, name)[slots] for name in ROW_FIELDS})
+        return rows
+
+    def put_rows(self, start: int, rows: Mapping[str, np.ndarray]) -> None:
+        """Write rows of frames [start, start + len) into their slots (the buffer's position is `set_position`'s)."""
+        count = len(rows["valid"])
+        if count > self.capacity:
+            raise ValueError(f"{count} rows do not fit a buffer of capacity {self.capacity}")
+        slots = np.arange(start, start + count) % self.capacity
+        for key, frames in self.frames.items():
+            frames[slots] = rows[f"frames/{key}"]
+        for name in ROW_FIELDS:
+            getattr(self, name)[slots] = rows[name]
+
+    def set_position(self, frames_written: int, open_from: int | None = None) -> None:
+        """Set how many frames were written and where the open episode began (None: none is open), for rows put
+        with `put_rows`."""
+        if frames_written < 0 or (open_from is not None and not 0 <= open_from < frames_written - 1):
+            raise ValueError(f"no buffer position has {frames_written} frames written and an episode open from "
+                             f"{open_from}")
+        self._frames_written = int(frames_written)
+        self._cursor = self._frames_written % self.capacity
+        self._pending_slot = None if open_from is None else (self._frames_written - 1) % self.capacity
+        self._open_from = 0 if open_from is None else int(open_from)
+
+    def _open_episode_start(self) -> int:
+        """Number of the open episode's first frame, found from the slots (a transition joins a frame to the next
+        frame of its own episode, so the episode starts after the newest slot without one)."""
+        frame = self._frames_written - 1
+        while frame > self.oldest_frame and self.valid[(frame - 1) % self.capacity]:
+            frame -= 1
+        return frame
+
     # ------------------------------------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike) -> None:
         """Write the buffer (contents and ring position) to a zarr group directory."""
@@ -262,6 +333,8 @@ class ReplayBuffer:
         buffer._cursor = meta["cursor"]
         buffer._frames_written = meta["frames_written"]
         buffer._pending_slot = meta["pending_slot"]
+        if buffer._pending_slot is not None:
+            buffer._open_from = buffer._open_episode_start()
         return buffer
 
     def describe(self) -> str:
