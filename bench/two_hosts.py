@@ -495,7 +495,9 @@ def run(args: Args, mode: str, rate: float, obs_mode: str, work: Path) -> dict:
         intrusion = _intrusion(intruder, work, _read(learner_file) or learner1, finals) if intruder else None
         lost, unacked = _acked_lost(_read(learner_file) or learner1, finals)
         link0, link1 = learner0.get("link", {}), learner1.get("link", {})
-        per_s = {key: round((link1.get(key, 0) - link0.get(key, 0)) / elapsed)
+        # The learner's own counters begin at 0 at each start: across a kill drill they cover only its last start.
+        one_start = learner0.get("incarnation") == learner1.get("incarnation")
+        per_s = {key: round((link1.get(key, 0) - link0.get(key, 0)) / elapsed) if one_start else None
                  for key in ("transitions_in_bytes", "weights_out_bytes", "acks_out_bytes")}
         received, sent = (bytes1 - bytes0) / elapsed
         total = received + sent
@@ -506,16 +508,17 @@ def run(args: Args, mode: str, rate: float, obs_mode: str, work: Path) -> dict:
             "robots": max(1, len(robots)), "seconds": round(elapsed, 1),
             "unix_window": [round(start_wall, 3), round(start_wall + elapsed, 3)],  # the measured window
             "transitions_per_s": round((learner1["received"] - learner0["received"]) / elapsed, 2),
-            "link_bytes_per_transition": (  # None across a kill drill: the restarted learner's counters begin at 0
+            "link_bytes_per_transition": (  # None across a kill drill (bench/session.py sums every start's)
                 round(per_s["transitions_in_bytes"] * elapsed / max(1, learner1["received"] - learner0["received"]))
-                if learner0.get("incarnation") == learner1.get("incarnation") else None),
+                if one_start else None),
             "link_bytes_per_s": {"total": round(total), "transitions": per_s["transitions_in_bytes"],
                                  "weights": per_s["weights_out_bytes"], "acks": per_s["acks_out_bytes"],
-                                 "other": round(total - sum(per_s.values())) if mode != "local" else 0},
+                                 "other": (round(total - sum(per_s.values())) if mode != "local" and one_start
+                                           else 0 if mode == "local" else None)},
             "link_use": None if mode == "local" else round(8 * max(received, sent) / (rate * 1e6), 3),
-            "weights_per_s": round(published / elapsed, 2),
+            "weights_per_s": round(published / elapsed, 2) if one_start else None,
             "weights_bytes": link1.get("weights_bytes"),
-            "weights_skipped": link1.get("weights_skipped", 0) - link0.get("weights_skipped", 0),
+            "weights_skipped": link1.get("weights_skipped", 0) - link0.get("weights_skipped", 0) if one_start else None,
             "weights_latency_ms": _percentiles(_weights_latency_ms(learner1, actors1, start_wall)),
             "tick_late_ms": {"p50": max((t["p50"] for t in late), default=None),
                              "p99": max((t["p99"] for t in late), default=None),

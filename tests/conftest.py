@@ -28,10 +28,17 @@ import atexit
 import os
 import re
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
 import pytest
+
+# A session started with SIGINT ignored (a script's background job: `cmd &` without job control ignores it, and the
+# pytest workers inherit that through exec) would pass it on to every program a test starts, and a Ctrl-C sent by a
+# test would reach none of them while they start: tests check how programs meet a Ctrl-C, so Python's own handling.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
     _JAX_CACHE = tempfile.mkdtemp(prefix="robot-rl-tests-jax-cache-")

@@ -45,7 +45,8 @@ def test_session_bench_smoke(tmp_path):
     session = json.loads(result.stdout.strip().splitlines()[-1])
     run = session["run"]
     assert (run["mode"], run["rate_mbit"], session["smoke"]) == ("lan", 100.0, True)
-    assert run["transitions_per_s"] > 2 and run["weights_per_s"] > 0 and run["weights_latency_ms"]["n"] > 0, run
+    assert run["transitions_per_s"] > 2, run
+    assert run["weights_per_s"] is None and run["link_bytes_per_transition"] is None, run  # counters of two starts
     # The hosts were set up with the standard ROS 2 variables only (ROS_STATIC_PEERS): every node chose lan from them.
     lines = run["network_lines"]
     assert {"server learner", "robot1 actor", "robot1 sim"} <= set(lines), lines
