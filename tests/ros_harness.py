@@ -1,5 +1,9 @@
 """Runs a ROS 2 test script in a private network namespace with its own domain id and collects its RESULT line;
-skips (with the reason) where no private network namespace can be made."""
+skips (with the reason) where no private network namespace can be made.
+
+What a ROS test may assert about time: nothing but generous deadlines for liveness ("it ended", "it arrived"); never
+a count of real-time events, a rate or a latency bound. Those are figures for a `bench/` script, printed against a
+baseline measured in the same run (the whole rule: tests/conftest.py)."""
 
 from __future__ import annotations
 
