@@ -42,6 +42,8 @@ class Args:
     colour: float = 0.0
     """Colour jitter of the randomized pixel runs' images (--sac.image-encoder.augment-colour; 0: the suite's
     randomisation alone)."""
+    normalisation: str = "per_image"
+    """How the pixel runs' encoders scale pixels (--sac.image-encoder.normalisation: fixed or per_image)."""
     suite: str = "default"
     """Suite every run is validated with (at its own thresholds)."""
     validation_episodes: int = 20
@@ -81,6 +83,8 @@ def one_run(args: Args, mode: str, seed: int, folder: Path) -> dict:
     train = [sys.executable, "-m", "robot_rl.cli", "train", "--task", args.task, "--obs-mode", args.obs_mode,
              "--demos", str(args.demos), "--steps", str(args.steps), "--eval-every", str(args.steps),
              "--eval-episodes", str(args.eval_episodes), "--seed", str(seed), "--no-video", "--run-dir", str(run_dir)]
+    if "pixels" in args.obs_mode:
+        train += ["--sac.image-encoder.normalisation", args.normalisation]
     if mode == "randomized":
         train += ["--randomize", args.randomize]
         if args.colour and "pixels" in args.obs_mode:
@@ -116,6 +120,7 @@ def main(args: Args) -> dict:
             runs = {key: future.result() for key, future in futures.items()}
     result = {"bench": "randomize", "smoke": args.smoke, "task": args.task, "obs_mode": args.obs_mode,
               "steps": args.steps, "seeds": list(args.seeds), "randomize": args.randomize, "colour": args.colour,
+              "normalisation": args.normalisation,
               "suite": args.suite}
     for mode in args.modes:
         rows = {str(seed): runs[(mode, seed)] for seed in args.seeds}

@@ -47,14 +47,16 @@ def _crop(image: jax.Array, offset: jax.Array, shape: tuple[int, ...]) -> jax.Ar
 
 def colour_jitter(key: jax.Array, images: jax.Array, strength: float) -> jax.Array:
     """Per-sample brightness scale 1 + u (u in [-strength, strength]) and per-channel offset v x 255 (v in
-    [-strength / 2, strength / 2]), clipped to [0, 255]; images [B, H, W, C] in, float32 out."""
+    [-strength / 2, strength / 2]), clipped to [0, 255]; images [B, H, W, C] in, the same dtype out (uint8 images
+    stay uint8: the encoder scales uint8 pixels, and the actor's images are uint8)."""
     if strength <= 0:
         return images
     scale_key, shift_key = jax.random.split(key)
     batch, channels = images.shape[0], images.shape[-1]
     scale = 1.0 + jax.random.uniform(scale_key, (batch, 1, 1, 1), minval=-strength, maxval=strength)
     shift = 255.0 * jax.random.uniform(shift_key, (batch, 1, 1, channels), minval=-strength / 2, maxval=strength / 2)
-    return jnp.clip(images.astype(jnp.float32) * scale + shift, 0.0, 255.0)
+    jittered = jnp.clip(images.astype(jnp.float32) * scale + shift, 0.0, 255.0)
+    return jnp.round(jittered).astype(images.dtype) if images.dtype == jnp.uint8 else jittered
 
 
 def augment_observations(key: jax.Array, observations: dict, image_keys: tuple[str, ...], pad: int,

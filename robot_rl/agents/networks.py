@@ -36,8 +36,27 @@ class MLP(nn.Module):
         return x
 
 
-def _normalise_pixels(x: jax.Array) -> jax.Array:
-    return x.astype(jnp.float32) * (1.0 / 255.0) - 0.5
+PIXEL_NORMALISATIONS = ("fixed", "per_image")
+"""How an encoder scales uint8 pixels: `fixed` maps [0, 255] to [-0.5, 0.5]; `per_image` standardises each channel of
+each image over its pixels (zero mean, unit spread), so a brighter or darker room, or a table of another colour,
+changes the encoder's input much less."""
+
+_PER_IMAGE_EPS = 25.0  # variance floor in squared pixel units: a nearly uniform image is not blown up into noise
+
+
+def pixel_scale(images: jax.Array, normalisation: str) -> tuple[jax.Array, jax.Array]:
+    """(scale, offset) that map `images` [B, H, W, C] (uint8) to the encoder's input as `x * scale + offset`:
+    scalars for `fixed`, per image and channel ([B, 1, 1, C]) for `per_image`."""
+    if normalisation == "fixed":
+        return jnp.float32(1.0 / 255.0), jnp.float32(-0.5)
+    mean = jnp.mean(images, axis=(1, 2), keepdims=True, dtype=jnp.float32)
+    mean_square = jnp.mean(jnp.square(images.astype(jnp.float32)), axis=(1, 2), keepdims=True)
+    scale = jax.lax.rsqrt(jnp.maximum(mean_square - jnp.square(mean), 0.0) + _PER_IMAGE_EPS)
+    return scale, -mean * scale
+
+
+def _normalise_pixels(x: jax.Array, scale: jax.Array, offset: jax.Array) -> jax.Array:
+    return x.astype(jnp.float32) * scale + offset
 
 
 class PatchConv(nn.Module):
@@ -49,6 +68,8 @@ class PatchConv(nn.Module):
 
     features: int
     patch: int
+    normalisation: str = "fixed"
+    """How uint8 input is scaled (PIXEL_NORMALISATIONS); float input is used as it comes."""
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -56,10 +77,13 @@ class PatchConv(nn.Module):
         k = self.patch
         kernel = self.param("kernel", _default_init(), (k, k, channels, self.features))
         bias = self.param("bias", nn.initializers.zeros, (self.features,))
+        scaling = pixel_scale(x, self.normalisation) if x.dtype == jnp.uint8 else None
         patches = x.reshape(batch, height // k, k, width // k, k, channels).transpose(0, 1, 3, 2, 4, 5)
         patches = patches.reshape(batch, height // k, width // k, k * k * channels)
-        if patches.dtype == jnp.uint8:  # rearranging bytes before the float conversion moves 4x less memory
-            patches = _normalise_pixels(patches)
+        if scaling is not None:  # rearranging bytes before the float conversion moves 4x less memory
+            # a patch's values run (row, column, channel), channel fastest: repeat the per-channel factors k*k times
+            scale, offset = (jnp.tile(f, (1, 1, 1, k * k)) if jnp.ndim(f) else f for f in scaling)
+            patches = _normalise_pixels(patches, scale, offset)
         return patches @ kernel.reshape(k * k * channels, self.features) + bias
 
 
@@ -70,6 +94,8 @@ class ConvEncoder(nn.Module):
     kernel_sizes: Sequence[int]
     strides: Sequence[int]
     latent_dim: int
+    normalisation: str = "fixed"
+    """How uint8 pixels are scaled (PIXEL_NORMALISATIONS)."""
 
     @nn.compact
     def __call__(self, images: jax.Array) -> jax.Array:
@@ -77,14 +103,14 @@ class ConvEncoder(nn.Module):
         x = images.reshape((-1,) + images.shape[-3:])
         for i, (ch, k, s) in enumerate(zip(self.channels, self.kernel_sizes, self.strides, strict=True)):
             if k == s and x.shape[1] % k == 0 and x.shape[2] % k == 0:  # PatchConv normalises uint8 itself
-                x = nn.relu(PatchConv(ch, k, name=f"Conv_{i}")(x))
+                x = nn.relu(PatchConv(ch, k, self.normalisation, name=f"Conv_{i}")(x))
             else:
                 if x.dtype == jnp.uint8:
-                    x = _normalise_pixels(x)
+                    x = _normalise_pixels(x, *pixel_scale(x, self.normalisation))
                 conv = nn.Conv(ch, (k, k), (s, s), padding="VALID", kernel_init=_default_init(), name=f"Conv_{i}")
                 x = nn.relu(conv(x))
         if x.dtype == jnp.uint8:  # no conv layers configured
-            x = _normalise_pixels(x)
+            x = _normalise_pixels(x, *pixel_scale(x, self.normalisation))
         x = x.reshape((x.shape[0], -1))
         x = nn.Dense(self.latent_dim, kernel_init=_default_init())(x)
         x = jnp.tanh(nn.LayerNorm()(x))
@@ -103,14 +129,15 @@ class ObservationEncoder(nn.Module):
     kernel_sizes: Sequence[int]
     strides: Sequence[int]
     latent_dim: int
+    normalisation: str = "fixed"
+    """How uint8 pixels are scaled (PIXEL_NORMALISATIONS)."""
 
     @nn.compact
     def __call__(self, observations: dict[str, jax.Array]) -> jax.Array:
         parts = []
         for key in self.spec.image_keys:
-            encoder = ConvEncoder(
-                self.channels, self.kernel_sizes, self.strides, self.latent_dim, name=module_name(key)
-            )
+            encoder = ConvEncoder(self.channels, self.kernel_sizes, self.strides, self.latent_dim,
+                                  self.normalisation, name=module_name(key))
             parts.append(encoder(observations[key]))
         for key in self.spec.vector_keys:
             x = jnp.asarray(observations[key], jnp.float32)

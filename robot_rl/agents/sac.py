@@ -21,7 +21,7 @@ import optax
 
 from robot_rl.agents.augment import augment_observations
 from robot_rl.agents.distributions import tanh_gaussian_mode, tanh_gaussian_sample
-from robot_rl.agents.networks import CriticEnsemble, ObservationEncoder, TanhGaussianActor
+from robot_rl.agents.networks import PIXEL_NORMALISATIONS, CriticEnsemble, ObservationEncoder, TanhGaussianActor
 from robot_rl.types import Batch, ObservationSpec
 
 Params = Any
@@ -53,7 +53,11 @@ class ImageEncoderConfig:
     augment_colour: float = 0.0
     """Colour jitter of each training image (as RAD): brightness x (1 + u), u in [-c, c], and each RGB channel
     shifted by v x 255, v in [-c/2, c/2], drawn per sample; 0 turns it off. For the validation suite's
-    lighting_colour condition; 0.3 stopped pixel PickCube from learning in 2000 env steps (docs/results.md)."""
+    lighting_colour condition."""
+    normalisation: str = "fixed"
+    """How pixels enter the convs: `fixed` scales [0, 255] to [-0.5, 0.5]; `per_image` standardises each channel of
+    each image over its pixels, so light and table colour change the input much less (the validation suite's
+    lighting_colour condition)."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -70,6 +74,8 @@ class ImageEncoderConfig:
             problems.append(f"augment_pad={self.augment_pad} must be >= 0")
         if not 0 <= self.augment_colour < 1:
             problems.append(f"augment_colour={self.augment_colour} must be in [0, 1)")
+        if self.normalisation not in PIXEL_NORMALISATIONS:
+            problems.append(f"normalisation={self.normalisation!r} must be one of {', '.join(PIXEL_NORMALISATIONS)}")
         _raise_problems(self, problems)
 
 
@@ -447,7 +453,8 @@ class _Modules:
     @functools.cached_property
     def encoder(self) -> ObservationEncoder:
         enc = self.config.image_encoder
-        return ObservationEncoder(self.spec, enc.channels, enc.kernel_sizes, enc.strides, enc.latent_dim)
+        return ObservationEncoder(self.spec, enc.channels, enc.kernel_sizes, enc.strides, enc.latent_dim,
+                                  enc.normalisation)
 
     @functools.cached_property
     def actor(self) -> TanhGaussianActor:
