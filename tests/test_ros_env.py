@@ -403,3 +403,38 @@ def test_qos_profiles_build_with_rclpy():
         qos.topic_qos("/nope")
     with pytest.raises(ValueError, match="depth"):
         qos.qos_profile("sensors", depth=0)
+
+
+def test_lan_with_a_real_robots_file_takes_an_explicit_allow_open_network(tmp_path, monkeypatch):
+    """The open lan mode refuses a real robot's file unless allowed (a launch's allow_open_network:=true sets the
+    variable for every process); the sim mirror's file, and the other modes, need nothing."""
+    import yaml
+
+    from robot_rl.ros.launch import Launcher, load_launch_file
+
+    lan, peers, local = {"ROBOT_RL_NETWORK": "lan"}, {"ROS_STATIC_PEERS": "10.77.0.2"}, {}
+    assert "launch with allow_open_network:=true (ROBOT_RL_ALLOW_OPEN_NETWORK=1)" in ros_env.open_network_problem(
+        False, lan)
+    assert "network lan (from ROS_STATIC_PEERS" in ros_env.open_network_problem(False, peers)  # derived lan too
+    assert ros_env.open_network_problem(True, lan) is None  # the sim mirror
+    assert ros_env.open_network_problem(False, {**lan, "ROBOT_RL_ALLOW_OPEN_NETWORK": "1"}) is None
+    assert ros_env.open_network_problem(False, local) is None
+    assert ros_env.open_network_problem(False, {"ROBOT_RL_NETWORK": "secure"}) is None
+
+    _wheels_or_skip()
+    for name in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "FASTDDS_DEFAULT_PROFILES_FILE", "ROBOT_RL_NETWORK",
+                 "ROS_STATIC_PEERS", "ROBOT_RL_ALLOW_OPEN_NETWORK"):
+        monkeypatch.delenv(name, raising=False)
+    path = tmp_path / "open.launch.yaml"
+    path.write_text(yaml.safe_dump({"launch": [{"arg": {"name": "network", "default": "lan"}},
+                                               {"arg": {"name": "allow_open_network", "default": "false"}},
+                                               {"executable": {"cmd": "true", "name": "x"}}]}))
+    refused = Launcher(load_launch_file(path)).base_env
+    assert "ROBOT_RL_ALLOW_OPEN_NETWORK" not in refused and ros_env.open_network_problem(False, refused)
+    allowed = Launcher(load_launch_file(path, {"allow_open_network": "true"})).base_env
+    assert allowed["ROBOT_RL_ALLOW_OPEN_NETWORK"] == "1" and ros_env.open_network_problem(False, allowed) is None
+    launch_folder = Path(ros_env.__file__).resolve().parents[2] / "launch"
+    for name in ("robot_train.yaml", "robot_run.yaml", "teleop_record.yaml"):  # the shipped real-robot launches
+        declared = {entry["arg"]["name"]: entry["arg"].get("default")
+                    for entry in yaml.safe_load((launch_folder / name).read_text())["launch"] if "arg" in entry}
+        assert declared.get("allow_open_network") == "false", name

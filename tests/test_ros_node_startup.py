@@ -44,8 +44,13 @@ def bad_starts(work: Path) -> dict[str, list[str]]:
 
     sac_policy = write_policy_file(work / "sac" / "policy.msgpack", weights_message(untrained_pixel_agent(), version=1))
     real_robot = [*actor[:-2], "-p", "obs_mode:=pixels", "-p", "robot:=franka_fr3"]
+    lan = ["env", "ROBOT_RL_NETWORK=lan"]  # an open network, chosen without allow_open_network
     return {
         "actor_unvalidated": [*real_robot, "-p", f"weights_path:={sac_policy}"],
+        "actor_open_network": [*lan, *real_robot, "-p", f"weights_path:={sac_policy}"],
+        "learner_open_network": [*lan, sys.executable, "-m", "robot_rl.ros.learner_node", "--ros-args",
+                                 "-p", f"run_dir:={work / 'never'}", "-p", "obs_mode:=pixels",
+                                 "-p", "robot:=franka_fr3"],
         "actor_ddim_steps_of_sac": [*actor, "-p", f"weights_path:={sac_policy}", "-p", "inference_steps:=5"],
         "actor_typo": [*actor, "-p", "episode:=3"],
         "actor_type": [*actor, "-p", "episodes:=abc"],
@@ -84,7 +89,9 @@ def gated_starts(work: Path) -> dict[str, list[str]]:
     actor = [sys.executable, "-m", "robot_rl.ros.actor_node", "--ros-args", "-p", "obs_mode:=pixels",
              "-p", "robot:=franka_fr3"]
     return {"validated": [*actor, "-p", f"weights_path:={validated}"],
-            "allowed": [*actor, "-p", f"weights_path:={unvalidated}", "-p", "allow_unvalidated:=true"],
+            # in the lan mode, accepted as a launch's allow_open_network:=true accepts it
+            "allowed": ["env", "ROBOT_RL_NETWORK=lan", "ROBOT_RL_ALLOW_OPEN_NETWORK=1", *actor,
+                        "-p", f"weights_path:={unvalidated}", "-p", "allow_unvalidated:=true"],
             "validated_head": [*actor, "-p", f"weights_path:={head}"]}
 
 
@@ -291,6 +298,10 @@ def error_lines(output: str) -> list[str]:
     ("actor_unvalidated", ["weights_path: policy ", "sac/policy.msgpack has no validation record for robot file ",
                            "robots/franka_fr3.yaml: validate it in the sim mirror first (robot-rl validate --policy ",
                            "allow_unvalidated:=true"]),
+    ("actor_open_network", ["network lan (ROBOT_RL_NETWORK=lan) with a real robot's file: any host on the network "
+                            "could command this robot; to accept that, launch with allow_open_network:=true "
+                            "(ROBOT_RL_ALLOW_OPEN_NETWORK=1), else use network:=secure"]),
+    ("learner_open_network", ["network lan (ROBOT_RL_NETWORK=lan) with a real robot's file", "allow_open_network"]),
     ("actor_typo", ["unknown parameter 'episode' for node actor (did you mean 'episodes'?); known: ", "actor_id"]),
     ("actor_type", ["parameter 'episodes' of node actor must be an integer (default 0), got 'abc'"]),
     ("actor_checkpoint", ["weights_path:", "checkpoint/agent.msgpack is a learner checkpoint, not a policy file; "
@@ -356,5 +367,8 @@ def test_a_real_robot_runs_a_validated_policy_and_an_unvalidated_one_only_when_a
         assert "suite default (default.yaml), validated 2025-03-01T09:00:00+00:00, PASS: nominal 50/50, " \
                "camera_pose 50/50, " in started["output"], started["output"]
     assert "actor up" in allowed["output"] and allowed["exit"] == 0, allowed["output"]
+    # lan with allow_open_network: it runs, and says once, as a warning, that the network can reach the graph
+    assert allowed["output"].count("[WARN]") >= 1 and allowed["output"].count("network lan is open: any host") == 1, \
+        allowed["output"]
     loud = [line for line in error_lines(allowed["output"]) if "UNVALIDATED POLICY ON A REAL ROBOT (franka_fr3)" in line]
     assert len(loud) == 1 and "has no validation record" in loud[0], allowed["output"]

@@ -84,12 +84,16 @@ class ActorNode:
         """Read the parameters (checked by check_parameters) and check them against the robot file."""
         from robot_rl.robot_config import RobotConfigError, load_robot_config
         from robot_rl.robot_io import observed_sensors
+        from robot_rl.ros.env import open_network_problem
 
         param = self._param
         try:
             self.robot = robot = load_robot_config(str(param("robot")))
         except RobotConfigError as error:
             raise NodeStartupError(f"robot: {error}") from None
+        problem = open_network_problem(robot.sim)
+        if problem:
+            raise NodeStartupError(problem)
         self.mode = str(param("mode")) or robot.mode
         self.policy_source = str(param("policy"))
         obs_mode = str(param("obs_mode"))

@@ -232,6 +232,31 @@ def network_choice(base: Mapping[str, str] | None = None) -> tuple[str, str]:
     return mode, ""
 
 
+ALLOW_OPEN_NETWORK_VARIABLE = "ROBOT_RL_ALLOW_OPEN_NETWORK"
+LAN_WARNING = ("network lan is open: any host that reaches this network can read this ROS graph and publish to it "
+               "(commands, teleop, e-stop, weights, transitions); use it on a network you trust, or "
+               "ROBOT_RL_NETWORK=secure (docs/two_machines.md)")
+"""The warning every node logs at start-up in the lan mode."""
+
+
+def open_network_allowed(base: Mapping[str, str] | None = None) -> bool:
+    """Whether ROBOT_RL_ALLOW_OPEN_NETWORK (a launch's ``allow_open_network:=true``) accepts lan with a real robot."""
+    base = os.environ if base is None else base
+    return base.get(ALLOW_OPEN_NETWORK_VARIABLE, "").strip().lower() in ("1", "true", "yes")
+
+
+def open_network_problem(robot_is_sim: bool, base: Mapping[str, str] | None = None) -> str | None:
+    """Why a node driving a robot file may not start in the lan mode (None when it may): with a real robot's file
+    (not ``sim: true``) lan takes an explicit ROBOT_RL_ALLOW_OPEN_NETWORK, since any host on the network could then
+    command the robot."""
+    mode, why = network_choice(base)
+    if mode != "lan" or robot_is_sim or open_network_allowed(base):
+        return None
+    return (f"network lan ({why or NETWORK_VARIABLE + '=lan'}) with a real robot's file: any host on the network could "
+            f"command this robot; to accept that, launch with allow_open_network:=true "
+            f"({ALLOW_OPEN_NETWORK_VARIABLE}=1), else use network:=secure (docs/two_machines.md)")
+
+
 def network_mode(base: Mapping[str, str] | None = None) -> str:
     """The network mode of `base` (default: os.environ): ``ROBOT_RL_NETWORK``, else from the standard variables
     (:func:`network_choice`)."""

@@ -6,7 +6,8 @@ discovery range and Fast DDS profile, the domain id, the wheels' library paths),
 names and stops them all cleanly. A declared argument named ``network`` sets the network mode (``ROBOT_RL_NETWORK``:
 local, lan, secure) of every process; without one, or with ``auto`` (the shipped files' default), the launcher's own
 environment decides: ``ROBOT_RL_NETWORK``, else ``lan`` where the standard ROS 2 variables name other hosts, else
-``local`` (:func:`robot_rl.ros.env.network_choice`).
+``local`` (:func:`robot_rl.ros.env.network_choice`). A declared ``allow_open_network`` set to ``true`` lets the actor
+and learner nodes run ``lan`` with a real robot's file (``ROBOT_RL_ALLOW_OPEN_NETWORK``; without it they refuse).
 
 Example (every key shown; ``$(...)`` substitutions work in any string value)::
 
@@ -107,6 +108,8 @@ _ARG_KEYS = {"name", "default", "description", "choices"}
 # A declared argument of this name sets the network mode (ROBOT_RL_NETWORK) of every process the launch starts.
 NETWORK_ARGUMENT = "network"
 NETWORK_AUTO = "auto"  # the network argument's value that leaves the mode to the environment
+# A declared argument of this name, when true, lets lan run with a real robot's file (ROBOT_RL_ALLOW_OPEN_NETWORK).
+ALLOW_OPEN_NETWORK_ARGUMENT = "allow_open_network"
 _ON_EXIT_ACTIONS = ("shutdown",)
 _ROS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ROS_NAMESPACE = re.compile(r"/?([A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*)?")
@@ -719,7 +722,8 @@ class Launcher:
         stdout: IO[str] | None = None,
         stderr: IO[str] | None = None,
     ):
-        from robot_rl.ros.env import NETWORK_VARIABLE, RosEnvironmentError, ros_environment
+        from robot_rl.ros.env import ALLOW_OPEN_NETWORK_VARIABLE, NETWORK_VARIABLE, RosEnvironmentError, \
+            ros_environment
 
         if grace_s < 0:
             raise LaunchError(f"grace period must be >= 0 s, got {grace_s}")
@@ -730,6 +734,10 @@ class Launcher:
         network = next((a.value.strip() for a in description.arguments if a.name == NETWORK_ARGUMENT), "")
         if network not in ("", NETWORK_AUTO):  # auto: the environment decides (ROBOT_RL_NETWORK, the ROS variables)
             base[NETWORK_VARIABLE] = network
+        allow_open = next((a.value.strip().lower() for a in description.arguments
+                           if a.name == ALLOW_OPEN_NETWORK_ARGUMENT), "")
+        if allow_open in ("true", "1", "yes"):
+            base[ALLOW_OPEN_NETWORK_VARIABLE] = "1"
         try:
             self.base_env = ros_environment(domain_id=domain_id, base=base)
         except RosEnvironmentError as exc:

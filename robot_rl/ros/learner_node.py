@@ -301,10 +301,14 @@ def check_parameters(node_name: str, values) -> None:
     are checked when the node builds its TrainConfig, after the JAX import). Cheap: run_node applies it to the
     command line's values before anything starts; the node to its declared values."""
     from robot_rl.learner_server import checkpoint_dir
+    from robot_rl.ros.env import open_network_problem
     from robot_rl.train_rules import setting_problems
 
     settings = {name: values(name) for name, _, _ in PARAMETERS}
     robot = load_robot(str(settings["robot"]))
+    problem = open_network_problem(robot.sim)
+    if problem:
+        raise NodeStartupError(problem)
     if not robot.sim:  # a real robot's file decides the observations, whatever the task is named
         problem = robot_obs_problem(robot, str(settings["obs_mode"]))
         if problem:

@@ -204,9 +204,11 @@ def run_node(build: Callable[[], object], argv: list[str], name: str, parameters
         finally:
             started.set()
             stop_watch()
-        from robot_rl.ros.env import network_summary
+        from robot_rl.ros.env import LAN_WARNING, network_mode, network_summary
 
         host.node.get_logger().info(network_summary())  # which network mode and profile this node uses
+        if network_mode() == "lan":
+            host.node.get_logger().warning(LAN_WARNING)
         executor = SingleThreadedExecutor()
         executor.add_node(host.node)
         work = getattr(host, "work", None)
