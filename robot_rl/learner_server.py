@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from robot_rl.files import atomic_write_bytes, atomic_write_text
+from robot_rl.files import atomic_write_bytes, atomic_write_text, make_dirs_durably
 from robot_rl.policy_file import POLICY_FILE, weights_message, write_policy_file
 from robot_rl.transport import (
     ClosedEpisodes,
@@ -183,7 +183,7 @@ class LearnerServer:
         """agent -> the Policy whose `weights_message` is broadcast and saved (None: a plain SAC Gaussian); the
         learner node sets it from its run's robot_rl.train.PolicyKind."""
         self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        make_dirs_durably(self.run_dir)  # a power cut after the first acknowledgement keeps the folder that holds it
         self.updates_per_transition = float(updates_per_transition)
         self.weights_every = int(weights_every)
         self.budget = int(budget)  # transitions to train on (0: no limit); more are still logged and acknowledged

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from robot_rl.codec import CodecError, pack, unpack
-from robot_rl.files import atomic_write_bytes
+from robot_rl.files import atomic_write_bytes, make_dirs_durably
 from robot_rl.policies.registry import GAUSSIAN
 
 if TYPE_CHECKING:  # robot_rl.types imports flax and JAX: the learner acknowledges transitions without them
@@ -904,7 +904,7 @@ class TransitionLog:
 
     def __init__(self, directory: str | Path):
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        make_dirs_durably(self.directory)  # its entries are acknowledged: the folder must outlast a power cut too
         indices = self.indices()
         self.next_index = (indices[-1] + 1) if indices else 0
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import os
 import shutil
+import stat
 from collections import Counter
 from pathlib import Path
 
@@ -245,17 +247,94 @@ def new_server(run_dir: Path) -> LearnerServer:
     return LearnerServer(new_learner(), run_dir, updates_per_transition=0.0)
 
 
+class PowerCutDisk:
+    """What a power cut leaves of a folder: each folder's entries as of its last fsync, each file's bytes as of its
+    last fsync (a file never flushed is empty), everything not flushed lost. Fed by every os.fsync of the process."""
+
+    def __init__(self, root: Path):
+        self.root = root.stat().st_ino  # the root's entries count as durable from the start
+        self.folders: dict[int, dict[str, tuple[int, bool]]] = {}
+        self.contents: dict[int, bytes] = {}
+        self._record_folder(root)
+
+    def _record_folder(self, folder: Path) -> None:
+        self.folders[folder.stat().st_ino] = {entry.name: (entry.inode(), entry.is_dir(follow_symlinks=False))
+                                              for entry in os.scandir(folder)}
+
+    def flushed(self, descriptor: int) -> None:
+        """Record what an fsync of `descriptor` makes durable."""
+        if stat.S_ISDIR(os.fstat(descriptor).st_mode):
+            self._record_folder(Path(os.readlink(f"/proc/self/fd/{descriptor}")))
+        else:
+            with open(f"/proc/self/fd/{descriptor}", "rb") as file:  # also for a write-only descriptor
+                self.contents[os.fstat(descriptor).st_ino] = file.read()
+
+    def state(self) -> int:
+        return hash((repr(sorted(self.folders.items())), tuple(sorted(self.contents.items()))))
+
+    def image(self, target: Path) -> Path:
+        """Write into `target` (a new folder) what a power cut now would leave of the root."""
+        def build(inode: int, folder: Path) -> None:
+            folder.mkdir()
+            for name, (child, is_folder) in self.folders.get(inode, {}).items():
+                if is_folder:
+                    build(child, folder / name)
+                else:
+                    (folder / name).write_bytes(self.contents.get(child, b""))
+        build(self.root, target)
+        return target
+
+
+@contextlib.contextmanager
+def power_cut_at_each_step(monkeypatch, root: Path, acked: dict[str, int]):
+    """Before each write step and each fsync inside the block, the disk a power cut there leaves of `root` (a copy)
+    and `acked`. Yields the list of (copy of the run folder, acks) it fills, one per distinct pair."""
+    crashes: list[tuple[Path, dict[str, int]]] = []
+    disk, seen, real_fsync = PowerCutDisk(root), set(), os.fsync
+
+    def before_step() -> None:
+        state = (disk.state(), tuple(sorted(acked.items())))
+        if state not in seen:
+            seen.add(state)
+            image = disk.image(root.with_name(f"{root.name}-cut{len(crashes) + 1}"))
+            crashes.append((image / "run", dict(acked)))
+
+    def fsync(descriptor: int) -> None:
+        before_step()
+        real_fsync(descriptor)
+        disk.flushed(descriptor)
+
+    with monkeypatch.context() as patch:
+        for owner, name in WRITE_STEPS:
+            def step(*args, __original=getattr(owner, name), **kwargs):
+                before_step()
+                return __original(*args, **kwargs)
+            patch.setattr(owner, name, step)
+        patch.setattr(os, "fsync", fsync)
+        yield crashes
+        before_step()
+
+
+@pytest.mark.parametrize("failure", ["killed", "power_cut"])
 def test_a_crash_at_any_step_of_an_append_or_a_checkpoint_loses_nothing_acknowledged_and_doubles_nothing(
-        tmp_path, monkeypatch):
-    monkeypatch.setattr(files, "fsync_file", lambda path: None)  # a killed process, not a power cut: see WRITE_STEPS
-    monkeypatch.setattr(files, "fsync_dir", lambda path: None)
+        tmp_path, monkeypatch, failure):
+    """The writer killed between any two steps (the disk keeps every write), or the power cut there (a stand-in
+    that keeps only what was flushed): a restart on what is left, and the actor sending again what was not
+    acknowledged, ends with every transition in replay once."""
+    if failure == "killed":  # flushes change nothing a killed process leaves: see WRITE_STEPS
+        monkeypatch.setattr(files, "fsync_file", lambda path: None)
+        monkeypatch.setattr(files, "fsync_dir", lambda path: None)
     monkeypatch.setattr(replay_store, "MIN_SEGMENT_ROWS", 1)
     monkeypatch.setattr(replay_store, "MAX_SEGMENT_ROWS", 6)  # so that the run merges segments
     e0 = [stamped(0, step, 3, step, interventions=(1,)) for step in range(3)]
     e1 = [stamped(1, step, 3, 3 + step) for step in range(3)]
     e2 = [stamped(2, step, 2, 6 + step) for step in range(2)]
-    sent, run_dir, acked = e0 + e1 + e2, tmp_path / "run", {}
-    with disk_at_each_step(monkeypatch, run_dir, acked) as crashes:
+    root = tmp_path / "disk"
+    root.mkdir()
+    sent, run_dir, acked = e0 + e1 + e2, root / "run", {}
+    recorder = (disk_at_each_step(monkeypatch, run_dir, acked) if failure == "killed"
+                else power_cut_at_each_step(monkeypatch, root, acked))
+    with recorder as crashes:
         server = new_server(run_dir)
         server.start()  # makes the stores; the first checkpoint
         acked.update(server.accept(SOURCE, e0))  # appended to the online and demo stores
@@ -268,19 +347,22 @@ def test_a_crash_at_any_step_of_an_append_or_a_checkpoint_loses_nothing_acknowle
     online_store = ReplayStore(run_dir / "checkpoint.replay" / "online.zarr")
     assert [(s.start, s.end) for s in online_store.segments] == [(0, 8), (8, 11)]  # e0 and e1 merged
     assert len(crashes) > 20
+    assert crashes[-1][1] == acked  # the last one: after everything was acknowledged
     everything = Counter((t.episode, t.step) for t in sent)
     for crash, (crashed_dir, acks) in enumerate(crashes, 1):
         ack = acks.get(SOURCE, -1)
+        if ack < 0 and not crashed_dir.exists():
+            continue  # cut before the run folder was made: nothing acknowledged, nothing to restart from
         restarted = new_server(crashed_dir)
         restarted.start()
         in_replay = contents(restarted.learner.online)
         ended = {t.episode for t in sent if t.terminated and t.seq <= ack}  # the others are staged, not inserted
         acknowledged = Counter((t.episode, t.step) for t in sent if t.seq <= ack and t.episode in ended)
-        assert not acknowledged - in_replay, f"crash {crash}: lost {acknowledged - in_replay}"
-        assert max(in_replay.values(), default=1) == 1 and not in_replay - everything, f"crash {crash}: doubled"
+        assert not acknowledged - in_replay, f"{failure} {crash}: lost {acknowledged - in_replay}"
+        assert max(in_replay.values(), default=1) == 1 and not in_replay - everything, f"{failure} {crash}: doubled"
         # the actor sends again what was not acknowledged: everything is in replay once, also after a checkpoint
         restarted.accept(SOURCE, [t for t in sent if t.seq > ack])
         restarted.checkpoint()
-        assert contents(restarted.learner.online) == everything, f"crash {crash}"
-        assert contents(restarted.learner.demo) == Counter({(0, 1): 1}), f"crash {crash}"
+        assert contents(restarted.learner.online) == everything, f"{failure} {crash}"
+        assert contents(restarted.learner.demo) == Counter({(0, 1): 1}), f"{failure} {crash}"
         assert_same_buffer(checkpoint_replay(crashed_dir / CHECKPOINT_DIR), restarted.learner.online)
