@@ -421,13 +421,12 @@ def run(args: Args, mode: str, rate: float, obs_mode: str, work: Path) -> dict:
         processes = []
         certs: dict[str, Path] = {}
         if mode == "secure":
-            subprocess.run([sys.executable, "-m", "robot_rl.cli", "certs", str(work / "certs"), "--server",
-                            server.address, *(f"--robot={r.name}" for r in robots)], check=True, capture_output=True,
-                           cwd=REPO)
+            from robot_rl.ros.certs import create_certificates  # robot-rl certs ca / request / sign, one disk
+
+            create_certificates(work / "certs", server=server.address, robots=[r.name for r in robots])
             certs = {h: work / "certs" / h for h in ("server", *(r.name for r in robots))}
             if with_intruder:  # another run's CA: the stranger has certificates, just not this run's
-                subprocess.run([sys.executable, "-m", "robot_rl.cli", "certs", str(work / "other-certs"), "--server",
-                                server.address, "--robot=intruder"], check=True, capture_output=True, cwd=REPO)
+                create_certificates(work / "other-certs", server=server.address, robots=["intruder"])
         robot_file = _robot_file(args, work)
         if mode == "local":
             processes.append(_launch(server, "all", args, obs_mode, server_dir, [], work / "server.log", "local",

@@ -20,7 +20,7 @@ from robot_rl.sim.evaluate import EVAL_SEED_OFFSET
 from robot_rl.train import TrainConfig
 from robot_rl.train_bc import TrainBCConfig
 from robot_rl.replay_in_sim import ReplayInSimConfig
-from robot_rl.ros.secure import DEFAULT_PORT as SECURE_PORT
+from robot_rl.ros.secure import DEFAULT_CA_DAYS, DEFAULT_DAYS as DEFAULT_CERT_DAYS, DEFAULT_PORT as SECURE_PORT
 from robot_rl.validate import ValidateConfig
 
 ObsMode = Literal["state", "pixels", "state+pixels"]
@@ -285,24 +285,63 @@ class Label:
 
 
 @dataclasses.dataclass(frozen=True)
-class Certs:
-    """Make a run's certificates for the `secure` network mode (ROBOT_RL_NETWORK=secure): a certificate authority in
-    OUT/ca, which stays here, and one folder per machine to copy there, OUT/server for the learner's host and
-    OUT/NAME for each robot. Prints what goes where and what to set on each machine."""
+class CertsCa:
+    """On the machine that will hold the run's certificate authority: make OUT with ca.key (it never leaves OUT),
+    ca.pem, dh.pem and run.json (the server's address and port). Next: `robot-rl certs request` on each host."""
 
     out: Annotated[tyro.conf.Positional[Path], tyro.conf.arg(metavar="OUT")]
     """Folder to make (it must not exist or be empty)."""
     server: str
     """IPv4 address or host name at which the robots reach the learner's host."""
-    robot: tyro.conf.UseAppendAction[tuple[str, ...]] = ()
-    """Name of a robot's computer; repeat --robot for each robot."""
     port: int = SECURE_PORT
     """TCP port the learner's host listens on (the only one the robots need to reach)."""
-    days: int = 365
-    """Days the certificates stay valid."""
+    days: int = DEFAULT_CA_DAYS
+    """Days the CA stays valid (no host certificate outlasts it)."""
     dh: Literal["ffdhe2048", "ffdhe3072", "ffdhe4096", "generate"] = "ffdhe2048"
     """Diffie-Hellman parameters: a standard RFC 7919 group (made at once), or `generate` fresh 2048-bit ones with
     openssl dhparam (slow: measured 7 to 70 s)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CertsRequest:
+    """On the host that will use the certificate: make FOLDER (mode 0700) with this host's private key.pem (made here,
+    never copied; reused if present, which is how a certificate is renewed) and request.csr, which goes to the CA's
+    machine for `robot-rl certs sign`."""
+
+    folder: Annotated[tyro.conf.Positional[Path], tyro.conf.arg(metavar="FOLDER")]
+    """This host's certificate folder (ROBOT_RL_CERTS)."""
+    host: str
+    """This host's name in the run (letters, digits, '-' and '_')."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CertsSign:
+    """On the CA's machine: sign a host's request.csr for one role, and write the host's public files (cert.pem,
+    ca.pem, dh.pem, network.json) to copy into that host's FOLDER."""
+
+    ca: Annotated[tyro.conf.Positional[Path], tyro.conf.arg(metavar="CA")]
+    """The CA folder made by `robot-rl certs ca`."""
+    request: Annotated[tyro.conf.Positional[Path], tyro.conf.arg(metavar="REQUEST.csr")]
+    """The host's request.csr."""
+    role: Literal["server", "robot"]
+    """server: the learner's host (one per run); robot: a robot's computer. The signer decides, not the request."""
+    days: int = DEFAULT_CERT_DAYS
+    """Days the certificate stays valid; renew with `robot-rl certs request` on the host and `sign` here again."""
+    out: Path | None = None
+    """Folder for the host's files (default CA/issued/HOST)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Certs:
+    """Certificates for the `secure` network mode (ROBOT_RL_NETWORK=secure), in three steps: `ca` on the CA's
+    machine, then `request` on each host (its private key is made there and never copied), then `sign` on the CA's
+    machine (one role per certificate). Only requests and certificates travel between machines."""
+
+    step: Annotated[
+        Annotated[CertsCa, tyro.conf.subcommand("ca", prefix_name=False)]
+        | Annotated[CertsRequest, tyro.conf.subcommand("request", prefix_name=False)]
+        | Annotated[CertsSign, tyro.conf.subcommand("sign", prefix_name=False)],
+        tyro.conf.arg(name="")]
 
 
 Command = (
@@ -919,11 +958,20 @@ def main(argv: list[str] | None = None) -> None:
                     from robot_rl.replay_in_sim import run_replay_in_sim
 
                     run_replay_in_sim(cfg)
-                case Certs():
-                    from robot_rl.ros.secure import create_certificates, instructions
+                case Certs(step=CertsCa() as step):
+                    from robot_rl.ros.certs import ca_instructions, create_ca
 
-                    print(instructions(create_certificates(cfg.out, cfg.server, cfg.robot, port=cfg.port,
-                                                           days=cfg.days, dh=cfg.dh)))
+                    print(ca_instructions(create_ca(step.out, step.server, port=step.port, days=step.days,
+                                                    dh=step.dh)))
+                case Certs(step=CertsRequest() as step):
+                    from robot_rl.ros.certs import create_request, request_instructions
+
+                    print(request_instructions(create_request(step.folder, step.host)))
+                case Certs(step=CertsSign() as step):
+                    from robot_rl.ros.certs import sign_instructions, sign_request
+
+                    print(sign_instructions(sign_request(step.ca, step.request, step.role, days=step.days,
+                                                         out=step.out)))
     except TrainingInterrupted as exc:  # checkpointed and reported: one line saying how to resume
         interrupts.report_once()
         print(exc, file=sys.stderr)

@@ -10,9 +10,12 @@ out:
 - `intruder-ca`: the `secure` mode with certificates of another run's CA (it refuses the server's certificate);
 - `intruder-nocert`: TLS to the server's port without any certificate, not verifying the server (Fast DDS's own
   VERIFY_PEER + VERIFY_FAIL_IF_NO_PEER_CERT would have let it in: robot_rl.ros.secure sets OPENSSL_CONF);
-- `intruder-cert`: the same with another CA's certificate (the server must refuse it).
+- `intruder-cert`: the same with another CA's certificate (the server must refuse it); a probe of the server's port
+  with this run's *server* certificate as a client is refused too (it is for serverAuth only).
 
 A second test sends 1 MB messages both ways at 20 Hz over one TLS connection (it stalled with small socket buffers).
+A third has an impostor take the server's address and port with a valid *robot* certificate of the run: the robot
+refuses it in the handshake (one role per certificate: a robot's is for clientAuth only).
 
 Every ROS process runs inside a host with this test's own ROS_DOMAIN_ID; all addresses exist only inside the namespaces. Each
 host gets its own /etc/machine-id (Fast DDS tells hosts apart by it). Skips (with the reason) where namespaces
@@ -186,6 +189,27 @@ print(json.dumps(answers))
 """
 
 
+# Listens on PORT as a TLS server with the certificate of a folder (asking for no client certificate); prints
+# "LISTENING", then one line per connection: "accepted" or the error that ended the handshake.
+IMPOSTOR = r"""
+import socket, ssl, sys
+
+folder, port = sys.argv[1], int(sys.argv[2])
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain(folder + "/cert.pem", folder + "/key.pem")
+with socket.create_server(("", port)) as listener:
+    print("LISTENING", flush=True)
+    while True:
+        raw, _ = listener.accept()
+        raw.settimeout(10)
+        try:
+            with context.wrap_socket(raw, server_side=True):
+                print("accepted", flush=True)
+        except (ssl.SSLError, OSError) as error:
+            print(f"{type(error).__name__}: {getattr(error, 'reason', None) or error}", flush=True)
+"""
+
+
 def _base_environment() -> dict[str, str]:
     """This test process's environment without any ROS network choice (each host's process gets its own)."""
     dropped = ("ROS_AUTOMATIC_DISCOVERY_RANGE", "FASTDDS_DEFAULT_PROFILES_FILE", "OPENSSL_CONF", "ROS_STATIC_PEERS",
@@ -273,16 +297,17 @@ def _hostile_profile(rogue_folder, path, with_certificate: bool):
 
 @pytest.fixture(scope="module")
 def certificates(tmp_path_factory):
-    """This run's folders (server, robot) and another run's (intruder), as `robot-rl certs` makes them."""
+    """This run's folders (server, robots `robot` and `robot2`) and another run's (intruder), as `robot-rl certs ca /
+    request / sign` make them (robot_rl.ros.certs.create_certificates: the three steps on one disk)."""
     if shutil.which("openssl") is None:
         pytest.skip("the openssl command is not installed")
-    from robot_rl.ros.secure import create_certificates
+    from robot_rl.ros.certs import create_certificates
 
     root = tmp_path_factory.mktemp("secure")
-    run = create_certificates(root / "run", server=SERVER, robots=["robot"], port=PORT)
+    run = create_certificates(root / "run", server=SERVER, robots=["robot", "robot2"], port=PORT)
     rogue = create_certificates(root / "rogue", server=SERVER, robots=["intruder"], port=PORT)
-    return {"server": run.hosts[0].folder, "robot": run.hosts[1].folder, "rogue": rogue.hosts[1].folder,
-            "root": root}
+    return {"server": run.hosts[0].folder, "robot": run.hosts[1].folder, "robot2": run.hosts[2].folder,
+            "rogue": rogue.hosts[1].folder, "root": root}
 
 
 def _own_addresses() -> str:
@@ -355,7 +380,8 @@ def test_secure_mode_connects_the_run_s_hosts_and_shuts_intruders_out(certificat
         probes = machines["intruder"].run(
             [sys.executable, "-c", PROBE, SERVER, str(PORT), json.dumps({
                 "no certificate": None, "another CA's certificate": str(certificates["rogue"]),
-                "this run's robot certificate": str(certificates["robot"])})], env=_base_environment(), timeout=30)
+                "this run's robot certificate": str(certificates["robot"]),
+                "this run's server certificate": str(certificates["server"])})], env=_base_environment(), timeout=30)
         answers = json.loads(probes.stdout)
         # The run is under way (both ways across the hosts, and within the robot host): the latecomer joins.
         for name, line in (("learner", f"GOT {TRANSITIONS} actor"), ("actor", f"GOT {WEIGHTS} learner"),
@@ -411,6 +437,7 @@ def test_secure_mode_connects_the_run_s_hosts_and_shuts_intruders_out(certificat
     assert "CERTIFICATE_REQUIRED" in answers["no certificate"], answers
     assert "UNKNOWN_CA" in answers["another CA's certificate"], answers
     assert answers["this run's robot certificate"] == "accepted", answers
+    assert "UNSUPPORTED_CERTIFICATE" in answers["this run's server certificate"], answers  # serverAuth only
     # A client refused by its own verification logs it (Fast DDS logs nothing on the accepting side).
     refused = outputs["intruder-ca"][2]
     assert "Handshake failed: certificate verify failed" in refused, refused[-3000:]
@@ -462,3 +489,44 @@ def test_secure_mode_carries_megabyte_messages_both_ways_at_once(certificates):
     print(f"1 MB both ways at 20 Hz: learner got {len(results['learner']['received'][TRANSITIONS]['actor'])}/"
           f"{count}, actor {len(results['actor']['received'][WEIGHTS]['learner'])}/{count}; took "
           f"{time.monotonic() - started:.1f} s")
+
+
+def test_a_robot_certificate_of_the_run_cannot_pose_as_the_server(certificates):
+    """An impostor holding robot2's valid certificate takes the server's address and listens on its port as a TLS
+    server: the robot's process refuses it in the handshake (its OpenSSL wants serverAuth of a server; a robot's
+    certificate is for clientAuth only), and the impostor gets the alert for an unsuitable certificate."""
+    reason = hosts_unavailable()
+    if reason:
+        pytest.skip(f"cannot make simulated hosts: {reason}")
+    pytest.importorskip("rclpy", reason="the ROS 2 wheels are not installed")
+    started = time.monotonic()
+    logs = certificates["root"] / "logs-impostor"
+    roles = {"actor": ("robot", _environment(ROBOT_RL_NETWORK="secure", ROBOT_RL_CERTS=str(certificates["robot"])),
+                       {"publish": [TRANSITIONS], "subscribe": [WEIGHTS], "wait_for": {TRANSITIONS: 1},
+                        "expect": {WEIGHTS: "learner"}})}
+    with hosts(["robot", "server"], subnet=SUBNET) as machines:  # the second host has the server's address
+        _own_machine_ids(machines)
+        graph = _Graph(machines, roles, logs)
+        answers_file = logs / "impostor.out"
+        with open(answers_file, "w") as out, open(logs / "impostor.err", "w") as err:
+            impostor = machines["server"].popen([sys.executable, "-c", IMPOSTOR, str(certificates["robot2"]),
+                                                 str(PORT)], env=_base_environment(), stdout=out, stderr=err)
+        deadline = time.monotonic() + 20
+        while "LISTENING" not in answers_file.read_text():
+            assert impostor.poll() is None and time.monotonic() < deadline, (logs / "impostor.err").read_text()
+            time.sleep(0.05)
+        graph.start("actor", deadline_s=120)  # a failure detector: the test ends it once it has refused
+        deadline = time.monotonic() + 90
+        while True:  # the actor's connection attempts: the impostor's answers, the actor's log
+            answers = answers_file.read_text().splitlines()[1:]
+            refused = "Handshake failed" in (logs / "actor.err").read_text()
+            if answers and refused:
+                break
+            assert graph.processes["actor"].poll() is None, (logs / "actor.err").read_text()[-3000:]
+            assert time.monotonic() < deadline, f"impostor: {answers}; actor refused: {refused}"
+            time.sleep(0.2)
+        network = next(line for line in (logs / "actor.out").read_text().splitlines() if line.startswith("NETWORK"))
+    assert f"network secure: TLS as robot robot, server {SERVER}:{PORT}" in network, network
+    assert "Handshake failed: certificate verify failed" in _COLOUR.sub("", (logs / "actor.err").read_text())
+    assert "accepted" not in answers and all("UNSUPPORTED_CERTIFICATE" in answer for answer in answers), answers
+    print(f"the impostor's answers: {answers}; took {time.monotonic() - started:.1f} s")

@@ -122,8 +122,9 @@ def test_robot_host_and_server_host_train_one_policy(network):
         robot, server = machines["robot"], machines["server"]
         certs = {}
         if network == "secure":
-            subprocess.run([sys.executable, "-m", "robot_rl.cli", "certs", str(work / "certs"), "--server",
-                            server.address, "--robot", "robot"], check=True, capture_output=True, cwd=REPO_ROOT)
+            from robot_rl.ros.certs import create_certificates  # robot-rl certs ca / request / sign, one disk
+
+            create_certificates(work / "certs", server=server.address, robots=["robot"])
             certs = {"robot": work / "certs" / "robot", "server": work / "certs" / "server"}
         # Each host has its own hostname and /dev/shm (no shared-memory shortcut between them); its address exists in
         # the hosts only.

@@ -320,7 +320,8 @@ def network_summary(env: Mapping[str, str] | None = None) -> str:
 
         try:
             host = read_host_folder(env.get(CERTS_VARIABLE, ""))
-            tls = (f"TLS as {host.role} {host.host}, server {host.server}:{host.port}, certificates {host.folder}")
+            tls = (f"TLS as {host.role} {host.host}, server {host.server}:{host.port}, certificates {host.folder}, "
+                   f"{host.validity()}")
         except CertificateError as error:
             tls = f"TLS certificates unusable: {error}"
         peers = ""  # rmw ignores ROS_STATIC_PEERS with the SYSTEM_DEFAULT range

@@ -1,11 +1,36 @@
-"""The ``secure`` network mode: a run's certificate authority, one certificate folder per host, and the Fast DDS
-profile that makes every ROS 2 process of a host use TLS between hosts. Importable without rclpy.
+"""The ``secure`` network mode: a run's certificate authority, one certificate per host with one role, and the Fast
+DDS profile that makes every ROS 2 process of a host use TLS between hosts. Importable without rclpy; every host
+needs the ``openssl`` command.
 
-``robot-rl certs`` (:func:`create_certificates`) makes, with the ``openssl`` command:
+``robot-rl certs`` makes the certificates with the ``openssl`` command, in three steps. Only a certificate request
+goes to the CA's machine and only public files come back: no private key ever travels.
 
-- ``OUT/ca/``: the run's CA (``ca.key`` never leaves this folder, ``ca.pem``);
-- ``OUT/server/`` and ``OUT/<robot>/``: what that machine needs: ``ca.pem``, ``cert.pem``, ``key.pem`` (mode 0600),
-  ``dh.pem`` and ``network.json`` (role ``server`` or ``robot``, the server's address and TCP port, the host name).
+1. ``robot-rl certs ca OUT --server ADDR`` (:func:`robot_rl.ros.certs.create_ca`), on the CA's machine: ``OUT/ca.key`` (mode 0600; it
+   never leaves the folder), ``ca.pem``, ``dh.pem`` and ``run.json`` (the server's address and TCP port, the run id);
+2. ``robot-rl certs request FOLDER --host NAME`` (:func:`robot_rl.ros.certs.create_request`), on each host: ``FOLDER`` (0700) with
+   ``key.pem`` (0600, made there, reused when present) and ``request.csr``, which goes to the CA's machine;
+3. ``robot-rl certs sign OUT REQUEST.csr --role server|robot`` (:func:`robot_rl.ros.certs.sign_request`), on the CA's machine: the signer,
+   not the request, decides the role. ``OUT/issued/<host>/`` gets ``cert.pem``, ``ca.pem``, ``dh.pem`` and
+   ``network.json`` (role, the server's address and port, the host name), which go into that host's ``FOLDER``.
+
+One role per certificate: the server's (the learner's host) carries the extended key usage ``serverAuth`` only, with
+the server's address in its subjectAltName; a robot's ``clientAuth`` only. OpenSSL checks that purpose in every
+handshake (a TLS client wants serverAuth of the server, a server that verifies clients wants clientAuth), so a
+robot's certificate cannot pose as the server to the other robots and the server's cannot connect as a robot
+(measured with the wheels' libssl 1.1.1 in tests/test_secure_network.py: a robot refuses an impostor that listens at
+the server's address with another robot's certificate, and the learner refuses a client showing the server's).
+:func:`read_host_folder` checks that the certificate is the host's, of its ``network.json`` role's purpose and valid
+now; :func:`check_tls_files` that the CA signed it for that purpose (``openssl verify -purpose``) and that the key is
+the certificate's.
+
+Lifetime and revocation: short-lived certificates. A host's certificate lasts 30 days unless ``--days`` says
+otherwise (the CA 365 days, and no certificate outlasts it); renewing it is the same two steps again (``certs
+request`` reuses the key, then ``certs sign``). There is no revocation list: a host the CA stops signing for is
+refused once its certificate expires; to shut one out at once, make a new CA and sign the other hosts' requests with
+it. A process refuses to start with an expired (or not yet valid) certificate, naming the commands that renew it.
+
+:func:`robot_rl.ros.certs.create_certificates` runs the three steps in one place (``OUT/ca``, ``OUT/server``, ``OUT/<robot>``): it makes
+every host's key on one machine, so it is for tests and benches whose hosts share one disk, not for real hosts.
 
 On a host, ``ROBOT_RL_NETWORK=secure`` and ``ROBOT_RL_CERTS=<that folder>`` make
 :func:`robot_rl.ros.env.ros_environment` write :func:`fastdds_profile` and :func:`openssl_config` next to the
@@ -13,7 +38,8 @@ certificates (:func:`write_network_files`) and point ``FASTDDS_DEFAULT_PROFILES_
 
 - between hosts: Fast DDS's TCPv4 transport with TLS, both sides verifying the other's certificate against the run's
   CA. The server (the learner's host) listens on one TCP port; every robot-side process connects to it (initial
-  peer: the server's address and port). A peer without a certificate of this run's CA is refused in the handshake;
+  peer: the server's address and port). A peer without a certificate of this run's CA, or with one of the other role,
+  is refused in the handshake;
 - within a host: shared memory and UDP on 127.0.0.1 only (discovery through 127.0.0.1), so the processes of one host
   (drivers, actor, teleop; learner, evaluation) talk to each other as in the ``local`` mode;
 - builtin transports off: nothing else listens or sends;
@@ -68,6 +94,7 @@ publisher on a paced topic is refused: "Cannot use a flow controller in synchron
 
 from __future__ import annotations
 
+import calendar
 import ctypes
 import functools
 import hashlib
@@ -75,10 +102,10 @@ import ipaddress
 import json
 import os
 import re
-import secrets
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape as _html_escape
@@ -91,6 +118,18 @@ ROLES = ("server", "robot")
 DEFAULT_PORT = 7650
 CA_FILE, CERT_FILE, KEY_FILE, DH_FILE, NETWORK_FILE = "ca.pem", "cert.pem", "key.pem", "dh.pem", "network.json"
 HOST_FILES = (CA_FILE, CERT_FILE, KEY_FILE, DH_FILE, NETWORK_FILE)
+REQUEST_FILE = "request.csr"  # a host's certificate request (public): it goes to the CA's machine
+SIGNED_FILES = (CERT_FILE, CA_FILE, DH_FILE, NETWORK_FILE)  # what `certs sign` makes (public): it goes to the host
+CA_KEY_FILE, RUN_FILE = "ca.key", "run.json"  # in the CA's folder: its key (never leaves it), the run's settings
+CA_FILES = (CA_KEY_FILE, CA_FILE, DH_FILE, RUN_FILE)
+ISSUED_FOLDER = "issued"  # CA/issued/<host>/: where `certs sign` puts a host's signed files unless told otherwise
+DEFAULT_DAYS = 30  # a host certificate's lifetime: short-lived, renewed with `certs request` + `certs sign`
+DEFAULT_CA_DAYS = 365
+MAX_DAYS = 36500
+# Each role's one purpose (extended key usage), and the `openssl verify -purpose` that checks it.
+ROLE_USAGE = {"server": "serverAuth", "robot": "clientAuth"}
+_VERIFY_PURPOSE = {"server": "sslserver", "robot": "sslclient"}
+_USAGE_NAMES = {"TLS Web Server Authentication": "serverAuth", "TLS Web Client Authentication": "clientAuth"}
 PROFILE_FILE = "fastdds_secure.xml"
 OPENSSL_CONFIG_FILE = "openssl_secure.cnf"
 # In the first line of every generated file: robot_rl.ros.env recognises its own files by it (a child process
@@ -105,12 +144,16 @@ MIN_TCP_BUFFER = 65536
 # RFC 7919 groups: standard safe-prime DH parameters made at once (`openssl dhparam 2048` takes 7-70 s here).
 DH_GROUPS = ("ffdhe2048", "ffdhe3072", "ffdhe4096")
 RSA_BITS = 2048
+MIN_EC_BITS = 256
 LOCAL_PEERS = 32  # participants of one host found through 127.0.0.1 (ports of participant ids 0..31)
 SERVER_PEERS = 8  # participant ids on the server host the robots try behind its TCP port
 _HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 _DNS_NAME = re.compile(r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}"
                        r"[A-Za-z0-9])?)*$")
 _RESERVED_NAMES = ("ca", "server")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+# An OpenSSL 3 error line: "40D7...:error:03000072:digital envelope routines:X509_PUBKEY_get0:decode error:file:line:"
+_OPENSSL_ERROR_LINE = re.compile(r"^[0-9A-F]+:error:[0-9A-F]+:[^:]*:[^:]*:([^:]*):")
 
 
 def _xml_text(text: str) -> str:
@@ -119,6 +162,10 @@ def _xml_text(text: str) -> str:
 
 class CertificateError(ValueError):
     """A certificate folder or a `robot-rl certs` request cannot be used; the message names the file or option."""
+
+
+def _date(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(seconds))
 
 
 @dataclass(frozen=True)
@@ -130,19 +177,18 @@ class SecureHost:
     server: str
     port: int
     host: str
+    not_after: float
+    """When the host's certificate expires (seconds since the epoch)."""
 
     def path(self, name: str) -> Path:
         """The file `name` (one of HOST_FILES) of this folder."""
         return self.folder / name
 
-
-@dataclass(frozen=True)
-class CertificateRun:
-    """What :func:`create_certificates` made: the CA folder and one folder per host (server first)."""
-
-    out: Path
-    ca_folder: Path
-    hosts: tuple[SecureHost, ...]
+    def validity(self, now: float | None = None) -> str:
+        """How long the certificate stays valid, e.g. 'certificate valid until 2026-05-01 12:00 UTC (29 days left)'."""
+        left = self.not_after - (time.time() if now is None else now)
+        span = f"{int(left // 86400)} days" if left >= 2 * 86400 else f"{max(int(left // 3600), 0)} hours"
+        return f"certificate valid until {_date(self.not_after)} ({span} left)"
 
 
 def check_server_address(server: str) -> str:
@@ -166,24 +212,16 @@ def check_port(port: int) -> int:
     return port
 
 
-def check_robot_names(robots: Sequence[str]) -> tuple[str, ...]:
-    """The robot host names if each is a valid, distinct folder name (not `ca` or `server`); else raise."""
-    if not robots:
-        raise CertificateError("give at least one --robot NAME")
-    for name in robots:
-        if not _HOST_NAME.match(name):
-            raise CertificateError(f"--robot {name!r} must be a host name of letters, digits, '-' and '_'")
-        if name.lower() in _RESERVED_NAMES:
-            raise CertificateError(f"--robot {name!r} is reserved (folders {', '.join(_RESERVED_NAMES)} hold the CA "
-                                   "and the server)")
-    lowered = [name.lower() for name in robots]
-    repeated = sorted({name for name in robots if lowered.count(name.lower()) > 1})
-    if repeated:
-        raise CertificateError(f"--robot {', '.join(repeated)} given more than once")
-    return tuple(robots)
+def _host_name_problem(name: str, role: str | None) -> str | None:
+    """Why `name` cannot be the host name of a host of `role` (None: any role), or None if it can."""
+    if not _HOST_NAME.match(name):
+        return "must be a host name of letters, digits, '-' and '_'"
+    if role == "robot" and name.lower() in _RESERVED_NAMES:
+        return f"is reserved (folders {', '.join(_RESERVED_NAMES)} hold the CA and the server)"
+    return None
 
 
-# ----------------------------------------------------------------------------------------------- making certificates
+# ----------------------------------------------------------------------------------------------------------- openssl
 
 
 def _openssl() -> str:
@@ -194,172 +232,112 @@ def _openssl() -> str:
     return found
 
 
+def _openssl_result(openssl: str, args: Sequence[str], stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([openssl, *args], input=stdin, capture_output=True, timeout=600, check=False)
+
+
+def _openssl_problem(result: subprocess.CompletedProcess) -> str:
+    """One line saying why an openssl command failed: its last plain message, else the reason of its last error."""
+    lines = [line.strip() for line in result.stderr.decode(errors="replace").splitlines() if line.strip()]
+    plain = [line for line in lines if not _OPENSSL_ERROR_LINE.match(line)]
+    reasons = [found.group(1) for line in lines if (found := _OPENSSL_ERROR_LINE.match(line))]
+    return plain[-1] if plain else reasons[-1] if reasons else f"exit status {result.returncode}"
+
+
 def _run_openssl(openssl: str, args: Sequence[str], stdin: bytes | None = None) -> bytes:
-    result = subprocess.run([openssl, *args], input=stdin, capture_output=True, timeout=600, check=False)
+    result = _openssl_result(openssl, args, stdin)
     if result.returncode != 0:
-        lines = result.stderr.decode(errors="replace").strip().splitlines()
-        raise CertificateError(f"openssl {args[0]} failed: {lines[-1] if lines else f'exit {result.returncode}'}")
+        raise CertificateError(f"openssl {args[0]} failed: {_openssl_problem(result)}")
     return result.stdout
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    """Write `data` to a new file only its owner can read (mode 0600 from the start)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as file:
-        file.write(data)
+def _check_private(key: Path) -> None:
+    mode = key.stat().st_mode & 0o777
+    if mode & 0o077:
+        raise CertificateError(f"{key} can be read by other users (mode {mode:o}): chmod 600 {key}")
 
 
-_OPENSSL_CONFIG = """\
-[req]
-distinguished_name = dn
-prompt = no
-[dn]
-[ca]
-basicConstraints = critical, CA:TRUE, pathlen:0
-keyUsage = critical, keyCertSign, cRLSign
-subjectKeyIdentifier = hash
-[host]
-basicConstraints = critical, CA:FALSE
-keyUsage = critical, digitalSignature, keyEncipherment
-extendedKeyUsage = serverAuth, clientAuth
-subjectKeyIdentifier = hash
-authorityKeyIdentifier = keyid
-subjectAltName = {alt_names}
-"""
+# Extensions by role: a host's certificate has one purpose (see module doc); keyEncipherment only for RSA keys.
 
 
-def _alt_names(name: str, server: str | None) -> str:
-    names = [f"DNS:{name}"]
-    if server is not None:
-        try:
-            ipaddress.ip_address(server)
-            names.append(f"IP:{server}")
-        except ValueError:
-            names.append(f"DNS:{server}")
-    return ", ".join(dict.fromkeys(names))
+def _openssl_time(text: str) -> float:
+    """Seconds since the epoch of openssl's `Dec  2 13:41:52 2026 GMT` (no locale involved)."""
+    month, day, clock, year = text.split()[:4]
+    hours, minutes, seconds = clock.split(":")
+    return float(calendar.timegm((int(year), _MONTHS.index(month) + 1, int(day), int(hours), int(minutes),
+                                  int(seconds))))
 
 
-def _dh_parameters(openssl: str, dh: str) -> bytes:
-    if dh in DH_GROUPS:
-        return _run_openssl(openssl, ["genpkey", "-genparam", "-algorithm", "DH", "-pkeyopt", f"group:{dh}"])
-    if dh == "generate":  # fresh 2048-bit safe-prime parameters: slow (measured 7-70 s)
-        return _run_openssl(openssl, ["dhparam", "2048"])
-    raise CertificateError(f"--dh {dh!r} is not one of {', '.join((*DH_GROUPS, 'generate'))}")
+@dataclass(frozen=True)
+class _CertificateFacts:
+    name: str  # the subject's CN
+    usages: tuple[str, ...]  # extended key usages (serverAuth, clientAuth, ...)
+    not_before: float
+    not_after: float
 
 
-def create_certificates(out: Path, server: str, robots: Sequence[str], port: int = DEFAULT_PORT, days: int = 365,
-                        dh: str = "ffdhe2048") -> CertificateRun:
-    """Make a run's CA in `out`/ca and a certificate folder for the server and for each robot (see module doc).
-
-    `out` must not exist or be empty; on failure nothing of it is left. Raises CertificateError on bad input.
-    """
-    server, port, robots = check_server_address(server), check_port(port), check_robot_names(robots)
-    if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= 36500:
-        raise CertificateError(f"--days {days!r} must be in [1, 36500]")
-    if dh not in (*DH_GROUPS, "generate"):
-        raise CertificateError(f"--dh {dh!r} is not one of {', '.join((*DH_GROUPS, 'generate'))}")
-    out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise CertificateError(f"{out} exists and is not an empty folder: give a new one (a run's CA is never "
-                               "overwritten)")
-    openssl = _openssl()
-    made_out = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
-    try:
-        return _create(out, server, port, robots, days, dh, openssl)
-    except BaseException:
-        shutil.rmtree(out, ignore_errors=True)
-        if not made_out:
-            out.mkdir(exist_ok=True)
-        raise
+@functools.lru_cache(maxsize=32)
+def _certificate_facts_cached(path: Path, stamp: tuple[int, int]) -> _CertificateFacts:
+    result = _openssl_result(_openssl(), ["x509", "-in", str(path), "-noout", "-nameopt", "RFC2253", "-subject",
+                                          "-dates", "-ext", "extendedKeyUsage"])
+    if result.returncode != 0:
+        raise CertificateError(f"{path} is not a PEM certificate ({_openssl_problem(result)})")
+    text = result.stdout.decode(errors="replace").replace("No extensions in certificate", "\n")
+    subject = re.search(r"^subject=(.*)$", text, re.M)
+    name = re.search(r"(?:^|,)CN=([^,+]*)", subject.group(1)) if subject else None
+    dates = [re.search(rf"{field}=(\w+ +\d+ [\d:]+ \d+) GMT", text) for field in ("notBefore", "notAfter")]
+    if not all(dates):
+        raise CertificateError(f"{path}: openssl x509 printed no validity dates")
+    usage = re.search(r"X509v3 Extended Key Usage:.*\n\s*(.+)", text)
+    usages = tuple(_USAGE_NAMES.get(u.strip(), u.strip()) for u in usage.group(1).split(",")) if usage else ()
+    return _CertificateFacts(name=name.group(1) if name else "", usages=usages,
+                             not_before=_openssl_time(dates[0].group(1)), not_after=_openssl_time(dates[1].group(1)))
 
 
-def _create(out: Path, server: str, port: int, robots: tuple[str, ...], days: int, dh: str,
-            openssl: str) -> CertificateRun:
-    ca_folder = out / "ca"
-    ca_folder.mkdir(mode=0o700)
-    run_id = secrets.token_hex(4)
-    dh_pem = _dh_parameters(openssl, dh)
-    with tempfile.TemporaryDirectory(prefix="robot_rl_certs_") as scratch:
-        scratch_dir = Path(scratch)
-        config = scratch_dir / "openssl.cnf"
-        ca_key = ca_folder / "ca.key"
-        _write_private(ca_key, _run_openssl(openssl, ["genpkey", "-algorithm", "RSA", "-pkeyopt",
-                                                      f"rsa_keygen_bits:{RSA_BITS}"]))
-        config.write_text(_OPENSSL_CONFIG.format(alt_names="DNS:ca"))
-        ca_pem = _run_openssl(openssl, [
-            "req", "-x509", "-new", "-key", str(ca_key), "-config", str(config), "-extensions", "ca", "-sha256",
-            "-days", str(days), "-subj", f"/O=robot_rl/CN=robot_rl run CA {run_id}",
-            "-set_serial", str(secrets.randbits(63))])
-        (ca_folder / CA_FILE).write_bytes(ca_pem)
-        hosts = []
-        for role, name in (("server", "server"), *(("robot", robot) for robot in robots)):
-            folder = out / name
-            folder.mkdir(mode=0o700)
-            key = folder / KEY_FILE
-            _write_private(key, _run_openssl(openssl, ["genpkey", "-algorithm", "RSA", "-pkeyopt",
-                                                       f"rsa_keygen_bits:{RSA_BITS}"]))
-            config.write_text(_OPENSSL_CONFIG.format(alt_names=_alt_names(name, server if role == "server" else None)))
-            request = _run_openssl(openssl, ["req", "-new", "-key", str(key), "-config", str(config), "-sha256",
-                                             "-subj", f"/O=robot_rl/OU=run {run_id}/CN={name}"])
-            certificate = _run_openssl(openssl, [
-                "x509", "-req", "-CA", str(ca_folder / CA_FILE), "-CAkey", str(ca_key), "-extfile", str(config),
-                "-extensions", "host", "-sha256", "-days", str(days), "-set_serial", str(secrets.randbits(63))],
-                stdin=request)
-            (folder / CERT_FILE).write_bytes(certificate)
-            (folder / CA_FILE).write_bytes(ca_pem)
-            (folder / DH_FILE).write_bytes(dh_pem)
-            (folder / NETWORK_FILE).write_text(json.dumps(
-                {"role": role, "server": server, "port": port, "host": name}, indent=2) + "\n")
-            hosts.append(read_host_folder(folder))
-    for host in hosts:
-        check_tls_files(host)
-    return CertificateRun(out=out, ca_folder=ca_folder, hosts=tuple(hosts))
-
-
-def instructions(run: CertificateRun) -> str:
-    """What to copy where and what to set there, as printed by `robot-rl certs`."""
-    server = run.hosts[0]
-    width = max(len(str(folder)) for folder in (run.ca_folder, *(host.folder for host in run.hosts))) + 3
-    lines = [f"made a certificate authority and {len(run.hosts)} host folders in {run.out}:",
-             f"  {str(run.ca_folder) + '/':<{width}}stays here: ca.key signs this run's certificates; never copy it"]
-    for host in run.hosts:
-        where = (f"the learner's host (the robots reach it at {host.server}, TCP port {host.port})"
-                 if host.role == "server" else f"robot {host.host}'s computer")
-        lines.append(f"  {str(host.folder) + '/':<{width}}copy to {where}")
-    lines += [
-        f"copy a folder whole, keeping key.pem private (e.g. scp -rp {server.folder} HOST:robot_rl_certs); on each "
-        "machine, for every robot_rl ROS process there:",
-        "  export ROBOT_RL_NETWORK=secure ROBOT_RL_CERTS=~/robot_rl_certs   # the folder copied to that machine",
-        "  learner's host:  robot-rl launch launch/robot_train.yaml side:=server ...",
-        "  each robot:      robot-rl launch launch/robot_train.yaml side:=robot ...",
-        f"the robots must reach TCP port {server.port} of {server.server}; nothing else is needed between the "
-        "machines. Other processes on the learner's host: ROBOT_RL_NETWORK=local (one process there listens on "
-        "the port)."]
-    return "\n".join(lines)
+def _certificate_facts(path: Path) -> _CertificateFacts:
+    """The name, purposes and validity of the PEM certificate `path` (read once per version of the file)."""
+    status = path.stat()
+    return _certificate_facts_cached(path, (status.st_mtime_ns, status.st_size))
 
 
 # ------------------------------------------------------------------------------------------------ using a folder
 
 
-def read_host_folder(folder: str | os.PathLike[str]) -> SecureHost:
-    """Read and check a host's certificate folder (every file present and readable, network.json valid).
+def _check_role(cert: Path, usages: tuple[str, ...], role: str, network: Path) -> None:
+    wanted, other_role = ROLE_USAGE[role], next(r for r in ROLES if r != role)
+    if usages == (wanted,):
+        return
+    if set(ROLE_USAGE.values()) <= set(usages):
+        raise CertificateError(f"{cert} is for both serverAuth and clientAuth (an older `robot-rl certs`): a "
+                               f"certificate has one role now; have this host's request signed again with --role "
+                               f"{role} (robot-rl certs request, then robot-rl certs sign)")
+    if usages == (ROLE_USAGE[other_role],):
+        raise CertificateError(f"{cert} is a {other_role} certificate ({ROLE_USAGE[other_role]}) but {network} says "
+                               f"role {role}")
+    raise CertificateError(f"{cert} is for {', '.join(usages) or 'no extended key usage'}; a {role} certificate is "
+                           f"for {wanted} only (sign the request with --role {role})")
+
+
+def read_host_folder(folder: str | os.PathLike[str], now: float | None = None) -> SecureHost:
+    """Read and check a host's certificate folder: every file present and readable, network.json valid, the
+    certificate this host's, of its role's purpose and valid at `now` (default: the clock).
 
     Raises CertificateError naming the file at fault.
     """
     folder = Path(folder).expanduser().resolve()
     if not folder.is_dir():
-        raise CertificateError(f"certificate folder {folder} does not exist (make it with `robot-rl certs`)")
+        raise CertificateError(f"certificate folder {folder} does not exist (make it with `robot-rl certs request`)")
     for name in HOST_FILES:
         path = folder / name
         if not path.is_file():
-            raise CertificateError(f"{path} is missing: {folder} is not a complete `robot-rl certs` host folder")
+            if name in SIGNED_FILES and (folder / REQUEST_FILE).is_file():
+                raise CertificateError(f"{path} is missing: have {folder / REQUEST_FILE} signed on the CA's machine "
+                                       f"(`robot-rl certs sign`) and copy the files it makes into {folder}")
+            raise CertificateError(f"{path} is missing: {folder} is not a complete host folder (`robot-rl certs "
+                                   "request`, then `robot-rl certs sign`)")
         if not os.access(path, os.R_OK):
             raise CertificateError(f"{path} is not readable by this user")
-    key = folder / KEY_FILE
-    if key.stat().st_mode & 0o077:
-        raise CertificateError(f"{key} can be read by other users (mode {key.stat().st_mode & 0o777:o}): "
-                               f"chmod 600 {key}")
+    _check_private(folder / KEY_FILE)
     path = folder / NETWORK_FILE
     try:
         network = json.loads(path.read_text())
@@ -376,68 +354,66 @@ def read_host_folder(folder: str | os.PathLike[str]) -> SecureHost:
         server, port = check_server_address(server), check_port(port)
     except CertificateError as error:
         raise CertificateError(f"{path}: {str(error).removeprefix('--')}") from None
-    return SecureHost(folder=folder, role=role, server=server, port=port, host=host)
+    cert = folder / CERT_FILE
+    facts = _certificate_facts(cert)
+    if facts.name != host:
+        raise CertificateError(f"{cert} is {facts.name or 'no host'}'s certificate but {path} says host {host!r}")
+    _check_role(cert, facts.usages, role, path)
+    now = time.time() if now is None else now
+    if now < facts.not_before:
+        raise CertificateError(f"{cert} is not valid before {_date(facts.not_before)} (is this host's clock right?)")
+    if now >= facts.not_after:
+        raise CertificateError(
+            f"{cert} expired {_date(facts.not_after)}: renew it: `robot-rl certs request {folder} --host {host}` "
+            f"here, `robot-rl certs sign CA request.csr --role {role}` on the CA's machine, and copy the files it "
+            f"makes into {folder}")
+    return SecureHost(folder=folder, role=role, server=server, port=port, host=host, not_after=facts.not_after)
 
 
-def _pump(source, source_out, target_in) -> bool:
-    """One handshake step of `source` (an ssl.SSLObject); move what it wrote (`source_out`) to the other side's
-    `target_in`. True once its handshake is done."""
-    import ssl
-
-    try:
-        source.do_handshake()
-        done = True
-    except ssl.SSLWantReadError:
-        done = False
-    target_in.write(source_out.read())
-    return done
+def _verify_problem(result: subprocess.CompletedProcess, cert: Path, ca: Path, role: str) -> str:
+    """One line saying why `openssl verify -purpose` refused `cert`."""
+    output = (result.stdout + result.stderr).decode(errors="replace")
+    found = re.search(r"error (\d+) at (\d+) depth lookup: *(.*)", output)
+    if found is None:
+        return f"{cert} does not verify against {ca}: {_openssl_problem(result)}"
+    code, depth, reason = int(found.group(1)), int(found.group(2)), found.group(3).strip()
+    if code in (2, 7, 20, 21):  # no issuer, bad signature, no local issuer, cannot verify the first certificate
+        return f"{cert} is not signed by {ca} (a certificate of another run's CA?): {reason}"
+    if code == 26:  # X509_V_ERR_INVALID_PURPOSE
+        return (f"{cert} is not usable as a {role} certificate (openssl verify -purpose {_VERIFY_PURPOSE[role]}: "
+                f"{reason})")
+    return f"{cert} does not verify against {ca} ({'the CA certificate' if depth else 'the certificate'}: {reason})"
 
 
 @functools.lru_cache(maxsize=16)
-def _check_tls_files_cached(folder: Path, stamps: tuple[int, ...]) -> None:
+def _check_tls_files_cached(folder: Path, role: str, stamps: tuple[int, ...]) -> None:
     import ssl  # here: a process of another network mode does not load Python's OpenSSL for it
 
     ca, cert, key, dh = (folder / name for name in (CA_FILE, CERT_FILE, KEY_FILE, DH_FILE))
-    contexts = []
-    for purpose in (ssl.PROTOCOL_TLS_SERVER, ssl.PROTOCOL_TLS_CLIENT):
-        context = ssl.SSLContext(purpose)
-        try:
-            context.load_verify_locations(cafile=str(ca))
-        except (ssl.SSLError, OSError) as error:
-            raise CertificateError(f"{ca} is not a PEM CA certificate: {error}") from None
-        try:
-            context.load_cert_chain(str(cert), str(key))
-        except (ssl.SSLError, OSError) as error:
-            raise CertificateError(
-                f"{cert} and {key} are not a PEM certificate with its private key: {error}") from None
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_REQUIRED
-        contexts.append(context)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if role == "server" else ssl.PROTOCOL_TLS_CLIENT)
     try:
-        contexts[0].load_dh_params(str(dh))
+        context.load_verify_locations(cafile=str(ca))
+    except (ssl.SSLError, OSError) as error:
+        raise CertificateError(f"{ca} is not a PEM CA certificate: {error}") from None
+    try:
+        context.load_cert_chain(str(cert), str(key))
+    except (ssl.SSLError, OSError) as error:
+        raise CertificateError(f"{cert} and {key} are not a PEM certificate with its private key: {error}") from None
+    try:  # Fast DDS loads them on both sides (and without them goes on with plain TCP)
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_dh_params(str(dh))
     except (ssl.SSLError, OSError) as error:
         raise CertificateError(f"{dh} is not PEM DH parameters: {error}") from None
-    # A handshake in memory, the host's certificate on both sides: is it signed by this folder's CA?
-    buffers = [ssl.MemoryBIO() for _ in range(4)]
-    server = contexts[0].wrap_bio(buffers[0], buffers[1], server_side=True)
-    client = contexts[1].wrap_bio(buffers[2], buffers[3], server_side=False)
-    try:
-        for _ in range(10):
-            client_done = _pump(client, buffers[3], buffers[0])
-            server_done = _pump(server, buffers[1], buffers[2])
-            if client_done and server_done:
-                return
-    except ssl.SSLError as error:
-        raise CertificateError(f"{cert} is not accepted by a peer trusting {ca} (a certificate of another run?): "
-                               f"{error.reason or error}") from None
-    raise CertificateError(f"{cert}: the TLS check against {ca} did not finish")
+    # Signed by this folder's CA, for this role's purpose (what the peer's OpenSSL checks in the handshake).
+    result = _openssl_result(_openssl(), ["verify", "-CAfile", str(ca), "-purpose", _VERIFY_PURPOSE[role], str(cert)])
+    if result.returncode != 0:
+        raise CertificateError(_verify_problem(result, cert, ca, role))
 
 
 def check_tls_files(host: SecureHost) -> None:
-    """Check with Python's ssl module that the folder's CA, certificate, key and DH files load and that the
-    certificate is signed by the CA (a handshake in memory); raise CertificateError naming the file at fault."""
+    """Check that the folder's CA, certificate, key and DH files load (Python's ssl module) and that the CA signed the
+    certificate for the host's role (`openssl verify -purpose`); raise CertificateError naming the file at fault."""
     stamps = tuple((host.folder / name).stat().st_mtime_ns for name in (CA_FILE, CERT_FILE, KEY_FILE, DH_FILE))
-    _check_tls_files_cached(host.folder, stamps)
+    _check_tls_files_cached(host.folder, host.role, stamps)
 
 
 def openssl_config() -> str:
