@@ -24,11 +24,15 @@ def config_to_json(config: Any) -> dict[str, Any]:
 
 
 def config_from_json(cls: type, data: dict[str, Any]) -> Any:
-    """Rebuild a (nested, frozen) dataclass config written by `config_to_json`."""
+    """Rebuild a (nested, frozen) dataclass config written by `config_to_json`. A field missing from `data` takes
+    its default, or, where the class lists it in `FIELDS_ADDED`, the value configs written before it existed had."""
     hints = typing.get_type_hints(cls)
+    added = getattr(cls, "FIELDS_ADDED", {})
     kwargs = {}
     for field in dataclasses.fields(cls):
         if field.name not in data:
+            if field.name in added:
+                kwargs[field.name] = added[field.name]
             continue
         value, hint = data[field.name], hints[field.name]
         if dataclasses.is_dataclass(hint):

@@ -182,6 +182,17 @@ def test_per_image_normalisation_sees_through_brightness_and_tint(kernel_sizes, 
         dataclasses.replace(SMALL.image_encoder, normalisation="mean")
 
 
+def test_per_image_is_the_default_and_configs_saved_before_it_read_as_fixed():
+    """A policy file or run folder written before the setting existed keeps the scaling it was trained with."""
+    from robot_rl.config_io import config_from_json, config_to_json
+
+    assert SACConfig().image_encoder.normalisation == "per_image"
+    saved = config_to_json(SACConfig())
+    assert config_from_json(SACConfig, saved).image_encoder.normalisation == "per_image"
+    del saved["image_encoder"]["normalisation"]
+    assert config_from_json(SACConfig, saved).image_encoder.normalisation == "fixed"
+
+
 def test_overlapping_conv_encoder_runs():
     """An encoder of overlapping convs (kernel 3, strides 2 and 1) encodes and passes gradients to every layer (the
     agent's update around the encoder is the one test_pixel_agent_updates runs)."""

@@ -54,10 +54,12 @@ class ImageEncoderConfig:
     """Colour jitter of each training image (as RAD): brightness x (1 + u), u in [-c, c], and each RGB channel
     shifted by v x 255, v in [-c/2, c/2], drawn per sample; 0 turns it off. For the validation suite's
     lighting_colour condition."""
-    normalisation: str = "fixed"
-    """How pixels enter the convs: `fixed` scales [0, 255] to [-0.5, 0.5]; `per_image` standardises each channel of
-    each image over its pixels, so light and table colour change the input much less (the validation suite's
-    lighting_colour condition)."""
+    normalisation: str = "per_image"
+    """How pixels enter the convs: `per_image` standardises each channel of each image over its pixels, so a
+    brighter or darker room or a table of another colour changes the input much less (the validation suite's
+    lighting_colour condition: docs/results.md); `fixed` scales [0, 255] to [-0.5, 0.5] (DrQ's scaling)."""
+
+    FIELDS_ADDED = {"normalisation": "fixed"}  # what configs saved before a field existed used (config_io)
 
     def __post_init__(self) -> None:
         problems = []
