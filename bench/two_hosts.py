@@ -223,7 +223,7 @@ def _network_lines(work: Path) -> dict[str, str]:
     for log in sorted(work.glob("*.log")):
         for line in log.read_text(errors="replace").splitlines():  # [node] [INFO] [stamp] [node]: network ...
             at = line.find("]: network ")
-            if line.startswith("[") and at > 0:
+            if line.startswith("[") and at > 0 and "[WARN]" not in line:  # not the lan mode's warning line
                 lines[f"{log.stem} {line[1:line.index(']')]}"] = line[at + 3:].split(":", 1)[0]
     return lines
 
