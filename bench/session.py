@@ -2,7 +2,8 @@
 line.
 
 One long pixel run of `bench/two_hosts.py` (PickCube in the sim mirror, the sim node and the actor in lock-step as
-fast as they go, the learner on a server host, two namespaced hosts set up with the standard ROS 2 variables only, so
+fast as the learner takes the data, at a quarter of its usual gradient steps per transition, the learner on a server
+host, two namespaced hosts set up with the standard ROS 2 variables only, so
 the nodes choose `lan`), with its fault drills: the server side killed with -9 and started again on the same run
 folder (`--kills` times) and the robot's link down for `--outage-s` (the robot file's learner_lost.action hold). A
 sampler reads the learner's status and its run folder all along.
@@ -15,7 +16,7 @@ start's) and ``checkpoint_growth`` (the last one's seconds and bytes over the fi
 ``link_bytes_per_transition`` (over every learner start); ``acked_lost`` (at the end and at each kill); and the
 two-host run's own figures (``run``).
 
-    python bench/session.py                        # 30 minutes of data, two kills, a 30 s outage (docs/results.md)
+    python bench/session.py --seconds 2200         # >= 30k pixel transitions, two kills, a 30 s outage (results.md)
     python bench/session.py --seconds 7200         # longer
     python bench/session.py --smoke                # a short state run, one kill, a 5 s outage (tests run this)
 
@@ -66,6 +67,12 @@ class Args:
     """the robot file's learner_lost.after_s (its action: hold)"""
     checkpoint_every: int = 500
     """the learner's checkpoint_every (received transitions between checkpoints)"""
+    updates_per_transition: float = 0.25
+    """the learner's steps per received transition: in lock-step the data comes as fast as the learner takes it, and
+    a session's point is its data (0.25: about four times as many transitions an hour as the default 1.0)"""
+    max_weight_lag: int = 40
+    """the lock-step actor's max_weight_lag: above the transitions between two weights messages (the learner's 5
+    steps at updates_per_transition 0.25: 20), so the actor does not wait for weights that cannot come sooner"""
     sample_every_s: float = 5.0
     out: Path = Path("runs/bench-session")
     smoke: bool = False
@@ -150,7 +157,8 @@ def main(args: Args) -> dict:
         modes=("lan",), rates=(args.rate_mbit,), obs_modes=(args.obs_mode,), seconds=args.seconds,
         image_size=args.image_size, out=args.out, link_down_s=args.outage_s, kill_server_s=args.dead_s,
         kill_server_times=args.kills, checkpoint_every=args.checkpoint_every, control="lockstep", learner_lost="hold",
-        learner_lost_after_s=args.learner_lost_after_s)
+        learner_lost_after_s=args.learner_lost_after_s, updates_per_transition=args.updates_per_transition,
+        max_weight_lag=args.max_weight_lag)
     sampler = Sampler(work / "server" / "learner_status.json", work / "server", args.sample_every_s)
     sampler.start()
     try:
@@ -166,6 +174,7 @@ def main(args: Args) -> dict:
     last_start = [s for s in samples if s["incarnation"] == (samples[-1]["incarnation"] if samples else None)]
     result = {
         "bench": "session", "smoke": args.smoke, "obs_mode": args.obs_mode, "image_size": args.image_size,
+        "updates_per_transition": args.updates_per_transition, "max_weight_lag": args.max_weight_lag,
         "seconds": run["seconds"], "received": max((s["received"] for s in samples), default=None),
         "checkpoints": [{"transitions": r, "seconds": s, "bytes": b} for r, s, b in checkpoints],
         "checkpoint_growth": ({"seconds": round(checkpoints[-1][1] / max(checkpoints[0][1], 1e-6), 2),

@@ -178,6 +178,11 @@ class Args:
     """how many times the kill_server drill runs in each run (one after the other)"""
     checkpoint_every: int = 500
     """the learner's checkpoint_every (received transitions between checkpoints)"""
+    updates_per_transition: float = 1.0
+    """the learner's updates_per_transition (learner steps per received transition: in lock-step it sets how fast the
+    data comes)"""
+    max_weight_lag: int = 10
+    """lock-step: the actor waits for weights that trained on all but this many of its transitions"""
     control: str = "realtime"
     """realtime (the sim node and the actor at the robot file's rate, as on a robot) | lockstep (as fast as they
     go: a long session's data in less time)"""
@@ -403,7 +408,8 @@ def _launch(host: Host, side: str, args: Args, obs_mode: str, run_dir: Path, pee
             f"obs_mode:={obs_mode}",
             f"image_size:={args.image_size}", "steps:=0", "demos:=5", "eval_every:=0", "eval_episodes:=0",
             "final_validation:=false", f"actor_id:={actor_id}", f"run_dir:={run_dir}", f"robot:={robot}",
-            f"abandon_after_s:={args.abandon_after_s:g}", f"checkpoint_every:={args.checkpoint_every}"]
+            f"abandon_after_s:={args.abandon_after_s:g}", f"checkpoint_every:={args.checkpoint_every}",
+            f"updates_per_transition:={args.updates_per_transition:g}", f"max_weight_lag:={args.max_weight_lag}"]
     return host.popen(argv, env=_environment(peers, certs, rate), cwd=REPO, stdout=open(log, "a"),
                       stderr=subprocess.STDOUT)
 
