@@ -208,6 +208,15 @@ def disk_state(run_dir: Path) -> int:
                       for path in sorted(run_dir.rglob("*"))))
 
 
+def before_each_write_step(patch, before_step) -> None:
+    """Call `before_step()` before each of WRITE_STEPS (patched through `patch`, a monkeypatch context)."""
+    for owner, name in WRITE_STEPS:
+        def step(*args, __original=getattr(owner, name), **kwargs):
+            before_step()
+            return __original(*args, **kwargs)
+        patch.setattr(owner, name, step)
+
+
 @contextlib.contextmanager
 def disk_at_each_step(monkeypatch, run_dir: Path, acked: dict[str, int]):
     """Before each write step taken inside the block, copy `run_dir` and `acked` (the acknowledgements sent so
@@ -224,11 +233,7 @@ def disk_at_each_step(monkeypatch, run_dir: Path, acked: dict[str, int]):
             crashes.append((copy_dir, dict(acked)))
 
     with monkeypatch.context() as patch:
-        for owner, name in WRITE_STEPS:
-            def step(*args, __original=getattr(owner, name), **kwargs):
-                before_step()
-                return __original(*args, **kwargs)
-            patch.setattr(owner, name, step)
+        before_each_write_step(patch, before_step)
         yield crashes
 
 
@@ -305,11 +310,7 @@ def power_cut_at_each_step(monkeypatch, root: Path, acked: dict[str, int]):
         disk.flushed(descriptor)
 
     with monkeypatch.context() as patch:
-        for owner, name in WRITE_STEPS:
-            def step(*args, __original=getattr(owner, name), **kwargs):
-                before_step()
-                return __original(*args, **kwargs)
-            patch.setattr(owner, name, step)
+        before_each_write_step(patch, before_step)
         patch.setattr(os, "fsync", fsync)
         yield crashes
         before_step()

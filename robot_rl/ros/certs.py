@@ -19,17 +19,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from robot_rl.files import atomic_write_text
-from robot_rl.ros.secure import (  # noqa: F401 - constants the callers of this module use too
+from robot_rl.ros.secure import (
     CA_FILE, CA_FILES, CA_KEY_FILE, CERT_FILE, CertificateError, DEFAULT_CA_DAYS, DEFAULT_DAYS, DEFAULT_PORT,
-    DH_FILE, DH_GROUPS, ISSUED_FOLDER, KEY_FILE, MAX_DAYS, MIN_EC_BITS, NETWORK_FILE, REQUEST_FILE, ROLES, RSA_BITS,
-    RUN_FILE, SIGNED_FILES, SecureHost, _certificate_facts, _check_private, _date, _host_name_problem, _openssl,
-    _openssl_problem, _openssl_result, _run_openssl, check_port, check_server_address, check_tls_files,
-    read_host_folder,
+    DH_FILE, DH_GROUPS, ISSUED_FOLDER, KEY_FILE, MAX_DAYS, MIN_EC_BITS, NETWORK_FILE, REQUEST_FILE, ROLE_USAGE, ROLES,
+    RSA_BITS, RUN_FILE, SIGNED_FILES, SecureHost, _certificate_facts, _check_private, _date, _host_name_problem,
+    _openssl, _openssl_problem, _openssl_result, _read_json_object, _run_openssl, check_port, check_server_address,
+    check_tls_files, read_host_folder,
 )
 
 
 # ----------------------------------------------------------------------------------------------------------- openssl
 
+_HOST_SECTION = """[{role}]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, {{key_usage}}
+extendedKeyUsage = {usage}
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+subjectAltName = {{alt_names}}
+"""
 _OPENSSL_CONFIG = """\
 [req]
 distinguished_name = dn
@@ -39,21 +47,7 @@ prompt = no
 basicConstraints = critical, CA:TRUE, pathlen:0
 keyUsage = critical, keyCertSign, cRLSign
 subjectKeyIdentifier = hash
-[server]
-basicConstraints = critical, CA:FALSE
-keyUsage = critical, {key_usage}
-extendedKeyUsage = serverAuth
-subjectKeyIdentifier = hash
-authorityKeyIdentifier = keyid
-subjectAltName = {alt_names}
-[robot]
-basicConstraints = critical, CA:FALSE
-keyUsage = critical, {key_usage}
-extendedKeyUsage = clientAuth
-subjectKeyIdentifier = hash
-authorityKeyIdentifier = keyid
-subjectAltName = {alt_names}
-"""
+""" + "".join(_HOST_SECTION.format(role=role, usage=usage) for role, usage in ROLE_USAGE.items())  # one purpose each
 
 
 def check_days(days: int) -> int:
@@ -219,11 +213,8 @@ def read_ca_folder(folder: str | os.PathLike[str]) -> CertificateAuthority:
             raise CertificateError(f"{folder / name} is missing: {folder} is not a `robot-rl certs ca` folder")
     _check_private(folder / CA_KEY_FILE)
     path = folder / RUN_FILE
-    try:
-        run = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CertificateError(f"{path} is not valid JSON: {error}") from None
-    if not isinstance(run, dict) or not isinstance(run.get("server"), str) or not isinstance(run.get("run"), str):
+    run = _read_json_object(path)
+    if not isinstance(run.get("server"), str) or not isinstance(run.get("run"), str):
         raise CertificateError(f"{path} must hold a JSON object with the server's address and the run id")
     try:
         server, port = check_server_address(run["server"]), check_port(run.get("port"))

@@ -318,6 +318,17 @@ def _check_role(cert: Path, usages: tuple[str, ...], role: str, network: Path) -
                            f"for {wanted} only (sign the request with --role {role})")
 
 
+def _read_json_object(path: Path) -> dict:
+    """The JSON object in `path`; CertificateError naming the file if it is unreadable or not an object."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CertificateError(f"{path} is not valid JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise CertificateError(f"{path} must hold a JSON object")
+    return data
+
+
 def read_host_folder(folder: str | os.PathLike[str], now: float | None = None) -> SecureHost:
     """Read and check a host's certificate folder: every file present and readable, network.json valid, the
     certificate this host's, of its role's purpose and valid at `now` (default: the clock).
@@ -339,12 +350,7 @@ def read_host_folder(folder: str | os.PathLike[str], now: float | None = None) -
             raise CertificateError(f"{path} is not readable by this user")
     _check_private(folder / KEY_FILE)
     path = folder / NETWORK_FILE
-    try:
-        network = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CertificateError(f"{path} is not valid JSON: {error}") from None
-    if not isinstance(network, dict):
-        raise CertificateError(f"{path} must hold a JSON object")
+    network = _read_json_object(path)
     role, server, port, host = (network.get(key) for key in ("role", "server", "port", "host"))
     if role not in ROLES:
         raise CertificateError(f"{path}: role {role!r} must be one of {', '.join(ROLES)}")
