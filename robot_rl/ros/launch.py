@@ -723,7 +723,7 @@ class Launcher:
         stderr: IO[str] | None = None,
     ):
         from robot_rl.ros.env import ALLOW_OPEN_NETWORK_VARIABLE, NETWORK_VARIABLE, RosEnvironmentError, \
-            ros_environment
+            open_network_allowed, ros_environment
 
         if grace_s < 0:
             raise LaunchError(f"grace period must be >= 0 s, got {grace_s}")
@@ -734,9 +734,8 @@ class Launcher:
         network = next((a.value.strip() for a in description.arguments if a.name == NETWORK_ARGUMENT), "")
         if network not in ("", NETWORK_AUTO):  # auto: the environment decides (ROBOT_RL_NETWORK, the ROS variables)
             base[NETWORK_VARIABLE] = network
-        allow_open = next((a.value.strip().lower() for a in description.arguments
-                           if a.name == ALLOW_OPEN_NETWORK_ARGUMENT), "")
-        if allow_open in ("true", "1", "yes"):
+        allow_open = next((a.value for a in description.arguments if a.name == ALLOW_OPEN_NETWORK_ARGUMENT), "")
+        if open_network_allowed({ALLOW_OPEN_NETWORK_VARIABLE: allow_open}):  # false leaves the variable as it is
             base[ALLOW_OPEN_NETWORK_VARIABLE] = "1"
         try:
             self.base_env = ros_environment(domain_id=domain_id, base=base)
