@@ -942,8 +942,10 @@ class Launcher:
         signals_seen = len(self._signals)
         stages = ((signal.SIGINT, self.grace_s), (signal.SIGTERM, self.term_timeout_s), (signal.SIGKILL, 5.0))
         for sig, timeout in stages:
+            self._log_exits()
             running = [n for n in self._nodes if self._alive(n)]
             if not running:
+                self._log_exits()  # one that died between the two lines above
                 return
             if sig != signal.SIGINT:
                 self.log(f"{', '.join(n.spec.name for n in running)} still running: sending {sig.name}")
@@ -951,14 +953,17 @@ class Launcher:
                 self._signal_group(node, sig)
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline and len(self._signals) == signals_seen:
-                for node in self._nodes:
-                    code = self._reap(node)
-                    if code is not None:
-                        self.log(f"{node.spec.name} {_describe(code)}")
+                self._log_exits()
                 if not any(self._alive(n) for n in self._nodes):
-                    return
+                    break
                 time.sleep(0.02)
             signals_seen = len(self._signals)
+
+    def _log_exits(self) -> None:
+        for node in self._nodes:
+            code = self._reap(node)
+            if code is not None:
+                self.log(f"{node.spec.name} {_describe(code)}")
 
 
 def _group_exists(pgid: int) -> bool:
