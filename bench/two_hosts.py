@@ -70,7 +70,7 @@ INTRUDER_VERSION = 10**9  # the weights version an intruder's re-sent weights ca
 INTRUDER = r"""
 import dataclasses, importlib, json, sys, time
 from robot_rl.ros.env import ensure_ros_environment
-ensure_ros_environment()
+ensure_ros_environment(graph="link")  # a stranger to the learner link
 import rclpy
 from geometry_msgs.msg import PoseStamped
 from std_msgs.msg import UInt8MultiArray

@@ -824,11 +824,23 @@ def test_the_network_argument_sets_every_processs_network_mode(tmp_path, monkeyp
                              {"executable": {"cmd": "true", "name": "x"}}])
     local = Launcher(load_launch_file(path)).base_env
     assert local["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "LOCALHOST" and local["FASTDDS_DEFAULT_PROFILES_FILE"]
+    # Every process gets the host graph's environment; the learner and the link's network half make the link's.
+    from robot_rl.ros.env import FASTDDS_PROFILE_PATH, network_mode, ros_environment
+
     lan = Launcher(load_launch_file(path, {"network": "lan"})).base_env
-    assert lan["ROBOT_RL_NETWORK"] == "lan" and lan["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SUBNET"
-    assert is_lan_profile(lan["FASTDDS_DEFAULT_PROFILES_FILE"])
+    assert lan["ROBOT_RL_NETWORK"] == "lan" and lan["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "LOCALHOST"
+    assert lan["FASTDDS_DEFAULT_PROFILES_FILE"] == str(FASTDDS_PROFILE_PATH)
+    link = ros_environment(base=lan, graph="link")
+    assert is_lan_profile(link["FASTDDS_DEFAULT_PROFILES_FILE"]) and link["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SUBNET"
     monkeypatch.setenv("ROBOT_RL_NETWORK", "lan")  # auto: the variable decides
-    assert Launcher(load_launch_file(path)).base_env["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SUBNET"
+    assert network_mode(Launcher(load_launch_file(path)).base_env) == "lan"
+    # The training launches start the link where there are robot nodes in lan and secure, never in local.
+    for name, arguments in (("sim_train.yaml", {}), ("robot_train.yaml", ROBOT_DRIVERS)):
+        for side, network, linked in (("all", "lan", True), ("robot", "secure", True), ("server", "lan", False),
+                                      ("all", "local", False)):
+            names = [p.name for p in load_launch_file(LAUNCH_DIR / name, {**arguments, "side": side,
+                                                                         "network": network}).processes]
+            assert ("link" in names) == linked, (name, side, network, names)
     with pytest.raises(LaunchError, match="ROBOT_RL_NETWORK='wan' is not a network mode"):
         Launcher(load_launch_file(path, {"network": "wan"}))
 

@@ -94,31 +94,35 @@ def test_network_modes_local_by_default_lan_for_several_hosts_and_a_users_profil
     assert local["FASTDDS_DEFAULT_PROFILES_FILE"] == str(FASTDDS_PROFILE_PATH)
     assert ros_env.network_summary(local) == (f"network local: discovery LOCALHOST, domain 5, profile "
                                               f"{FASTDDS_PROFILE_PATH}")
-    # lan: the generated lan profile (a parent's shipped loopback profile is dropped), SUBNET, the peers given
+    # lan, the learner link: the generated lan profile (a parent's shipped loopback profile is dropped), SUBNET, the
+    # peers given, the link domain (the one after ROS_DOMAIN_ID)
     lan = ros_environment(base={"ROBOT_RL_NETWORK": "lan", "ROS_STATIC_PEERS": "10.231.0.2",
-                                "FASTDDS_DEFAULT_PROFILES_FILE": str(FASTDDS_PROFILE_PATH)})
+                                "FASTDDS_DEFAULT_PROFILES_FILE": str(FASTDDS_PROFILE_PATH)}, graph="link")
     profile = lan["FASTDDS_DEFAULT_PROFILES_FILE"]
     assert is_lan_profile(profile) and lan["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SUBNET"
     assert lan["RMW_FASTRTPS_PUBLICATION_MODE"] == "AUTO"
-    assert ros_env.network_summary(lan) == (
+    assert ros_env.network_summary(lan, graph="link") == (
         "network lan: link 20 Mbit/s (weights and transitions paced to 1.25 MB/s), discovery SUBNET, static peers "
-        f"10.231.0.2, domain 0, profile {profile}")
-    assert ros_environment(base=lan)["FASTDDS_DEFAULT_PROFILES_FILE"] == profile  # a child: the same file
-    fast = ros_environment(base={"ROBOT_RL_NETWORK": "lan", "ROBOT_RL_LINK_MBIT": "1000"})
+        f"10.231.0.2, domain 1, profile {profile}")
+    child = ros_environment(base=lan, graph="link")  # a child: the same file, the same domain
+    assert child["FASTDDS_DEFAULT_PROFILES_FILE"] == profile and child["ROS_DOMAIN_ID"] == "1"
+    fast = ros_environment(base={"ROBOT_RL_NETWORK": "lan", "ROBOT_RL_LINK_MBIT": "1000"}, graph="link")
     assert fast["FASTDDS_DEFAULT_PROFILES_FILE"] != profile
     paced = Path(fast["FASTDDS_DEFAULT_PROFILES_FILE"]).read_text()
     assert "<max_bytes_per_period>625000</max_bytes_per_period>" in paced  # 1000 Mbit/s: 62.5 MB/s, 10 ms periods
     with pytest.raises(RosEnvironmentError, match="ROBOT_RL_LINK_MBIT='fast' must be the slowest link"):
-        ros_environment(base={"ROBOT_RL_NETWORK": "lan", "ROBOT_RL_LINK_MBIT": "fast"})
-    assert ros_environment(base={"ROBOT_RL_NETWORK": "lan", "ROS_AUTOMATIC_DISCOVERY_RANGE": "SYSTEM_DEFAULT"})[
-        "ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SYSTEM_DEFAULT"  # the standard variable is honoured
+        ros_environment(base={"ROBOT_RL_NETWORK": "lan", "ROBOT_RL_LINK_MBIT": "fast"}, graph="link")
+    assert ros_environment(base={"ROBOT_RL_NETWORK": "lan", "ROS_AUTOMATIC_DISCOVERY_RANGE": "SYSTEM_DEFAULT"},
+                           graph="link")["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SYSTEM_DEFAULT"  # the user's range
     # a profile the user set wins over every mode
     mine = tmp_path / "my_profile.xml"
     mine.write_text("<dds/>")
     for mode in ("local", "lan"):
-        env = ros_environment(base={"ROBOT_RL_NETWORK": mode, "FASTDDS_DEFAULT_PROFILES_FILE": str(mine)})
+        env = ros_environment(base={"ROBOT_RL_NETWORK": mode, "FASTDDS_DEFAULT_PROFILES_FILE": str(mine)},
+                              graph="link")
         assert env["FASTDDS_DEFAULT_PROFILES_FILE"] == str(mine)
-        assert ros_env.network_summary(env).endswith(f"profile {mine} (set by the user: it wins over the mode)")
+        assert ros_env.network_summary(env, graph="link").endswith(
+            f"profile {mine} (set by the user: it wins over the mode)")
     with pytest.raises(RosEnvironmentError, match="FASTDDS_DEFAULT_PROFILES_FILE='/nowhere.xml' does not exist"):
         ros_environment(base={"FASTDDS_DEFAULT_PROFILES_FILE": "/nowhere.xml"})
     with pytest.raises(RosEnvironmentError, match=r"ROBOT_RL_NETWORK='wan' is not a network mode: local \("):
@@ -169,24 +173,26 @@ def test_the_network_mode_reads_os_environ_by_default(monkeypatch):
 def test_the_standard_variables_alone_give_the_lan_mode_and_its_summary_says_why():
     _wheels_or_skip()
     env = ros_environment(base={"ROS_STATIC_PEERS": "10.77.0.2", "ROS_DOMAIN_ID": "5",
-                                "FASTDDS_DEFAULT_PROFILES_FILE": str(FASTDDS_PROFILE_PATH)})  # a parent's local one
+                                "FASTDDS_DEFAULT_PROFILES_FILE": str(FASTDDS_PROFILE_PATH)},  # a parent's local one
+                          graph="link")
     profile = env["FASTDDS_DEFAULT_PROFILES_FILE"]
     assert is_lan_profile(profile) and env["RMW_FASTRTPS_PUBLICATION_MODE"] == "AUTO"
     assert env["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SUBNET" and "ROBOT_RL_NETWORK" not in env
     summary = ("network lan (from ROS_STATIC_PEERS / ROS_AUTOMATIC_DISCOVERY_RANGE=SUBNET; ROBOT_RL_NETWORK "
                "overrides): link 20 Mbit/s (weights and transitions paced to 1.25 MB/s), discovery SUBNET, static "
-               f"peers 10.77.0.2, domain 5, profile {profile}")
-    assert ros_env.network_summary(env) == summary
-    # A child started with that environment (a launcher's node, a node's helper) derives the same mode and line.
-    child = ros_environment(base=env)
-    assert child["FASTDDS_DEFAULT_PROFILES_FILE"] == profile and ros_env.network_summary(child) == summary
+               f"peers 10.77.0.2, domain 6, profile {profile}")
+    assert ros_env.network_summary(env, graph="link") == summary
+    # A child started with that environment (a node's helper) derives the same mode and line.
+    child = ros_environment(base=env, graph="link")
+    assert child["FASTDDS_DEFAULT_PROFILES_FILE"] == profile and ros_env.network_summary(child, "link") == summary
     # A range the user chose stays: LOCALHOST plus peers (rmw adds the peers), SYSTEM_DEFAULT alone.
-    kept = ros_environment(base={"ROS_STATIC_PEERS": "10.77.0.2", "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"})
+    kept = ros_environment(base={"ROS_STATIC_PEERS": "10.77.0.2", "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"},
+                           graph="link")
     assert is_lan_profile(kept["FASTDDS_DEFAULT_PROFILES_FILE"])
     assert kept["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "LOCALHOST"
-    assert ros_env.network_summary(kept).startswith(
+    assert ros_env.network_summary(kept, graph="link").startswith(
         "network lan (from ROS_STATIC_PEERS; ROBOT_RL_NETWORK overrides): link 20 Mbit/s")
-    wide = ros_environment(base={"ROS_AUTOMATIC_DISCOVERY_RANGE": "SYSTEM_DEFAULT"})
+    wide = ros_environment(base={"ROS_AUTOMATIC_DISCOVERY_RANGE": "SYSTEM_DEFAULT"}, graph="link")
     assert is_lan_profile(wide["FASTDDS_DEFAULT_PROFILES_FILE"]) and wide["ROS_AUTOMATIC_DISCOVERY_RANGE"] == (
         "SYSTEM_DEFAULT")
     # Neither: local, its summary as before.
@@ -219,8 +225,8 @@ def test_robot_rl_network_overrides_the_standard_variables_and_local_says_it_ign
     theirs = ros_environment(base={"ROBOT_RL_NETWORK": "local", "ROS_STATIC_PEERS": "10.77.0.2",
                                    "FASTDDS_DEFAULT_PROFILES_FILE": str(mine)})
     assert ros_env.network_summary(theirs).startswith("network local: discovery LOCALHOST, static peers 10.77.0.2")
-    explicit = ros_environment(base={"ROBOT_RL_NETWORK": "lan", "ROS_STATIC_PEERS": "10.77.0.2"})
-    assert ros_env.network_summary(explicit).startswith("network lan: link 20 Mbit/s")
+    explicit = ros_environment(base={"ROBOT_RL_NETWORK": "lan", "ROS_STATIC_PEERS": "10.77.0.2"}, graph="link")
+    assert ros_env.network_summary(explicit, graph="link").startswith("network lan: link 20 Mbit/s")
 
 
 def test_a_process_started_with_the_derived_environment_is_in_the_lan_mode_too():
@@ -249,13 +255,17 @@ def test_a_launch_network_argument_of_auto_lets_the_environment_decide(tmp_path,
     path = tmp_path / "network.launch.yaml"
     path.write_text(yaml.safe_dump({"launch": [
         {"arg": {"name": "network", "default": "auto"}},
-        {"executable": {"cmd": "true", "name": "x"}}]}))
-    derived = Launcher(load_launch_file(path)).base_env
-    assert "ROBOT_RL_NETWORK" not in derived and is_lan_profile(derived["FASTDDS_DEFAULT_PROFILES_FILE"])
-    assert ros_env.network_choice(derived) == ("lan", "from ROS_STATIC_PEERS / ROS_AUTOMATIC_DISCOVERY_RANGE=SUBNET"
-                                               + LAN_FROM)
+        {"executable": {"cmd": "true", "name": "x"}},
+        {"executable": {"cmd": "true", "name": "linked", "if": "$(not-equals $(network) local)"}}]}))
+    # Every process gets the host graph's environment (the learner and the link pick the link's themselves).
+    description = load_launch_file(path)
+    derived = Launcher(description).base_env
+    assert "ROBOT_RL_NETWORK" not in derived and derived["FASTDDS_DEFAULT_PROFILES_FILE"] == str(FASTDDS_PROFILE_PATH)
+    assert ros_env.network_choice(derived) == ("lan", "from ROS_STATIC_PEERS" + LAN_FROM)
+    assert [p.name for p in description.processes] == ["x", "linked"]  # $(network): the mode the processes get
     given = Launcher(load_launch_file(path, {"network": "local"})).base_env
     assert given["ROBOT_RL_NETWORK"] == "local" and given["FASTDDS_DEFAULT_PROFILES_FILE"] == str(FASTDDS_PROFILE_PATH)
+    assert [p.name for p in load_launch_file(path, {"network": "local"}).processes] == ["x"]
     monkeypatch.setenv("ROBOT_RL_NETWORK", "local")  # the variable wins over the standard ones
     assert Launcher(load_launch_file(path)).base_env["FASTDDS_DEFAULT_PROFILES_FILE"] == str(FASTDDS_PROFILE_PATH)
     monkeypatch.delenv("ROBOT_RL_NETWORK")
@@ -438,3 +448,37 @@ def test_lan_with_a_real_robots_file_takes_an_explicit_allow_open_network(tmp_pa
         declared = {entry["arg"]["name"]: entry["arg"].get("default")
                     for entry in yaml.safe_load((launch_folder / name).read_text())["launch"] if "arg" in entry}
         assert declared.get("allow_open_network") == "false", name
+
+
+def test_in_lan_and_secure_a_host_s_own_graph_keeps_to_it_and_only_the_link_crosses():
+    """The two graphs of a host (robot_rl.ros.link): the host's own nodes get the shipped loopback profile on
+    ROS_DOMAIN_ID whatever the mode; the learner link gets the mode's profile on the link domain. A link process
+    started from a host environment (the launcher gives every process one) gets the link's own discovery range."""
+    _wheels_or_skip()
+    user = {"ROS_STATIC_PEERS": "10.77.0.2", "ROS_DOMAIN_ID": "5"}  # a user's shell: the standard variables
+    host = ros_environment(base=user)
+    assert host["FASTDDS_DEFAULT_PROFILES_FILE"] == str(FASTDDS_PROFILE_PATH)
+    assert host["ROS_DOMAIN_ID"] == "5" and host["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "LOCALHOST"
+    assert ros_env.network_mode(host) == "lan"  # a child still knows the mode
+    assert ros_env.network_summary(host) == (
+        "network lan (from ROS_STATIC_PEERS; ROBOT_RL_NETWORK overrides): this host's own graph (shared memory and "
+        f"127.0.0.1 only, domain 5, profile {FASTDDS_PROFILE_PATH}); the learner link crosses between hosts on "
+        "domain 6 through the link process (robot_rl.ros.link)")
+    learner = ros_environment(base=host, graph="link")  # the learner, started by the launcher
+    assert is_lan_profile(learner["FASTDDS_DEFAULT_PROFILES_FILE"]) and learner["ROS_DOMAIN_ID"] == "6"
+    assert learner["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SUBNET"  # the link's range, not the host graph's
+    assert ros_environment(base=learner, graph="link") == learner  # a child of the learner: the same
+    again = ros_environment(base=host)
+    assert again["ROS_DOMAIN_ID"] == "5" and again["FASTDDS_DEFAULT_PROFILES_FILE"] == str(FASTDDS_PROFILE_PATH)
+    # The link domain can be named (the same on every host), and must be a domain id.
+    assert ros_environment(base={**user, "ROBOT_RL_LINK_DOMAIN_ID": "40"}, graph="link")["ROS_DOMAIN_ID"] == "40"
+    assert ros_environment(base={"ROS_DOMAIN_ID": "232", "ROBOT_RL_NETWORK": "lan"}, graph="link")[
+        "ROS_DOMAIN_ID"] == "0"
+    for bad in ("x", "-1", "233"):
+        with pytest.raises(RosEnvironmentError, match=f"ROBOT_RL_LINK_DOMAIN_ID='{bad}' must be a ROS domain id"):
+            ros_environment(base={**user, "ROBOT_RL_LINK_DOMAIN_ID": bad}, graph="link")
+    # local: one graph, the same for both
+    local = {"ROS_DOMAIN_ID": "5"}
+    assert ros_environment(base=local, graph="link") == ros_environment(base=local)
+    with pytest.raises(ValueError, match="graph 'robot' is not one of"):
+        ros_environment(base=local, graph="robot")

@@ -299,8 +299,8 @@ def error_lines(output: str) -> list[str]:
                            "robots/franka_fr3.yaml: validate it in the sim mirror first (robot-rl validate --policy ",
                            "allow_unvalidated:=true"]),
     ("actor_open_network", ["network lan (ROBOT_RL_NETWORK=lan) with a real robot's file: any host on the network "
-                            "could command this robot; to accept that, launch with allow_open_network:=true "
-                            "(ROBOT_RL_ALLOW_OPEN_NETWORK=1), else use network:=secure"]),
+                            "could send this robot the weights it runs; to accept that, launch with "
+                            "allow_open_network:=true (ROBOT_RL_ALLOW_OPEN_NETWORK=1), else use network:=secure"]),
     ("learner_open_network", ["network lan (ROBOT_RL_NETWORK=lan) with a real robot's file", "allow_open_network"]),
     ("actor_typo", ["unknown parameter 'episode' for node actor (did you mean 'episodes'?); known: ", "actor_id"]),
     ("actor_type", ["parameter 'episodes' of node actor must be an integer (default 0), got 'abc'"]),

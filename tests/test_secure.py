@@ -370,8 +370,14 @@ def _wheels_or_skip():
 def test_secure_mode_writes_the_role_s_profile_and_openssl_config(folders):
     _wheels_or_skip()
     for name, role in (("server", "server"), ("arm1", "robot")):
-        env = ros_environment(base=_base(ROBOT_RL_NETWORK="secure", ROBOT_RL_CERTS=str(folders[name]),
-                                         ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", ROS_STATIC_PEERS="10.1.1.1"))
+        shell = _base(ROBOT_RL_NETWORK="secure", ROBOT_RL_CERTS=str(folders[name]),
+                      ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", ROS_STATIC_PEERS="10.1.1.1")
+        # The host's own graph (every node but the learner and the link's network half): loopback only, no TLS.
+        host = ros_environment(base=shell)
+        assert host["FASTDDS_DEFAULT_PROFILES_FILE"] == str(FASTDDS_PROFILE_PATH) and "OPENSSL_CONF" not in host
+        assert host["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "LOCALHOST" and host["ROS_DOMAIN_ID"] == "158"
+        assert ros_env.network_summary(host).startswith("network secure: this host's own graph (shared memory")
+        env = ros_environment(base=host, graph="link")  # the learner link, as the learner makes it from that
         profile, openssl_conf = Path(env["FASTDDS_DEFAULT_PROFILES_FILE"]), Path(env["OPENSSL_CONF"])
         assert profile == folders[name] / "fastdds_secure.xml" and openssl_conf == folders[name] / "openssl_secure.cnf"
         assert env["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SYSTEM_DEFAULT"  # the profile decides, not rmw
@@ -400,18 +406,19 @@ def test_secure_mode_writes_the_role_s_profile_and_openssl_config(folders):
             assert [v.text for v in tls.iter(f"{NS}verify")] == ["VERIFY_PEER"]
             assert peers.findtext(f".//{NS}tcpv4/{NS}physical_port") == "7651"
             assert peers.find(f".//{NS}tcpv4/{NS}port") is None
-        assert ros_env.network_summary(env) == (
+        assert ros_env.network_summary(env, graph="link") == (
             f"network secure: TLS as {role} {name}, server {SERVER}:7651, certificates {folders[name]}, "
-            f"{secure.read_host_folder(folders[name]).validity()}, discovery SYSTEM_DEFAULT, domain 158, "
+            f"{secure.read_host_folder(folders[name]).validity()}, discovery SYSTEM_DEFAULT, domain 159, "
             f"profile {profile}")
         # A child process inherits both files: they are the mode's, not the user's; the same files are reused.
         stamp = profile.stat().st_mtime_ns
         assert ros_env._user_profile(env) is None
-        assert ros_environment(base=env) == env and profile.stat().st_mtime_ns == stamp
+        assert ros_environment(base=env, graph="link") == env and profile.stat().st_mtime_ns == stamp
         # A child in another mode drops them.
         local = ros_environment(base={**env, "ROBOT_RL_NETWORK": "local", "ROS_AUTOMATIC_DISCOVERY_RANGE": ""})
         assert local["FASTDDS_DEFAULT_PROFILES_FILE"] == str(FASTDDS_PROFILE_PATH) and "OPENSSL_CONF" not in local
-        lan = ros_environment(base={**env, "ROBOT_RL_NETWORK": "lan", "ROS_AUTOMATIC_DISCOVERY_RANGE": ""})
+        lan = ros_environment(base={**env, "ROBOT_RL_NETWORK": "lan", "ROS_AUTOMATIC_DISCOVERY_RANGE": ""},
+                              graph="link")
         assert is_lan_profile(lan["FASTDDS_DEFAULT_PROFILES_FILE"]) and "OPENSSL_CONF" not in lan
 
 
@@ -456,7 +463,8 @@ def test_fastdds_openssl_requires_peer_certificates_only_with_the_generated_conf
     checks that the wheel's libssl took it; without it, the check refuses."""
     _wheels_or_skip()
     code = ("import os; from robot_rl.ros.env import ensure_ros_environment, network_summary; "
-            "ensure_ros_environment(); print(os.environ['OPENSSL_CONF']); print(network_summary())")
+            "ensure_ros_environment(graph='link'); print(os.environ['OPENSSL_CONF']); "
+            "print(network_summary(graph='link'))")
     env = {**_base(ROBOT_RL_NETWORK="secure", ROBOT_RL_CERTS=str(folders["server"])), "PYTHONPATH": str(REPO_ROOT)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -1,8 +1,8 @@
 """robot_rl's `secure` network mode between simulated hosts (tests/hosts.py: own network, mount, UTS and IPC
 namespaces joined by a bridge): a robot host and a server host with certificates of one run (`robot-rl certs`)
 exchange 200 kB messages on the project's weights, transitions and command topics, two processes of the robot host
-talk to each other, a `local`-mode process of the server host gets the weights, a process started on the robot host
-once the run is under way (the "latecomer": a recorder, a second teleop) sees the whole graph by node name and talks
+talk to each other, a `local`-mode process of the server host (on the link's domain) gets the weights, a process
+started on the robot host once the run is under way (the "latecomer") sees the whole graph by node name and talks
 both ways with the robot host's processes and the learner, and intruders on a third host get nothing in and nothing
 out:
 
@@ -17,7 +17,9 @@ A second test sends 1 MB messages both ways at 20 Hz over one TLS connection (it
 A third has an impostor take the server's address and port with a valid *robot* certificate of the run: the robot
 refuses it in the handshake (one role per certificate: a robot's is for clientAuth only).
 
-Every ROS process runs inside a host with this test's own ROS_DOMAIN_ID; all addresses exist only inside the namespaces. Each
+Every process here is on the learner link (the secure transport itself), as the learner and robot_rl.ros.link's
+network half are; that the robot's own graph stays on its host is tests/test_insiders.py's. Every ROS process runs
+inside a host with this test's own ROS_DOMAIN_ID; all addresses exist only inside the namespaces. Each
 host gets its own /etc/machine-id (Fast DDS tells hosts apart by it). Skips (with the reason) where namespaces
 cannot be made, rclpy or the openssl command is missing.
 """
@@ -31,15 +33,15 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 
-from hosts import hosts, hosts_unavailable
+from hosts import hosts, hosts_unavailable, own_machine_ids
 
 from ros_harness import allocate_domain_id
 
 DOMAIN_ID = allocate_domain_id()
+LINK_DOMAIN_ID = DOMAIN_ID + 1  # robot_rl.ros.env.link_domain_id: the learner link's
 SUBNET = "10.232.0"
 ROBOT, SERVER, INTRUDER = f"{SUBNET}.1", f"{SUBNET}.2", f"{SUBNET}.3"  # hosts() numbers hosts in the order given
 PORT = 7650
@@ -59,8 +61,8 @@ NODE = r"""
 import faulthandler, json, os, sys, time
 from robot_rl.ros.env import ensure_ros_environment, network_summary
 
-ensure_ros_environment()
-print("NETWORK " + network_summary(), flush=True)
+ensure_ros_environment(graph="link")  # the learner link: robot_rl.ros.link's network half, the learner
+print("NETWORK " + network_summary(graph="link"), flush=True)
 import rclpy
 from rclpy.duration import Duration
 from std_msgs.msg import UInt8MultiArray
@@ -224,21 +226,13 @@ def _base_environment() -> dict[str, str]:
 def _environment(**variables: str) -> dict[str, str]:
     from robot_rl.ros.env import ros_environment
 
-    return ros_environment(domain_id=DOMAIN_ID, base={**_base_environment(), **variables})
+    return ros_environment(base={**_base_environment(), "ROS_DOMAIN_ID": str(DOMAIN_ID), **variables})
 
 
 def _result(name: str, output: str, errors: str) -> dict:
     lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
     assert lines, f"{name} printed no RESULT line; stderr: {errors[-3000:]}"
     return json.loads(lines[-1][len("RESULT "):])
-
-
-def _own_machine_ids(machines) -> None:
-    """Give each host its own /etc/machine-id (bind-mounted in its own mount namespace), as real computers have:
-    Fast DDS tells hosts apart by it."""
-    for machine in machines:
-        machine.run(["sh", "-c", f"echo {uuid.uuid4().hex} > /dev/shm/machine-id && "
-                                 "mount --bind /dev/shm/machine-id /etc/machine-id"])
 
 
 class _Graph:
@@ -344,8 +338,9 @@ def test_secure_mode_connects_the_run_s_hosts_and_shuts_intruders_out(certificat
         "learner": ("server", secure_server, {"publish": [WEIGHTS], "subscribe": [TRANSITIONS],
                                               "wait_for": {WEIGHTS: 3}, "expect": {TRANSITIONS: ["actor", "latecomer"]},
                                               **until_stop}),
-        # Another process of the server host, in the local mode: it reaches the learner through shared memory.
-        "evaluator": ("server", _environment(ROBOT_RL_NETWORK="local"), {
+        # Another process of the server host, in the local mode on the link's domain: it reaches the learner through
+        # shared memory (as the link's network half does on the learner's host).
+        "evaluator": ("server", _environment(ROBOT_RL_NETWORK="local", ROS_DOMAIN_ID=str(LINK_DOMAIN_ID)), {
             "publish": [], "subscribe": [WEIGHTS], "wait_for": {}, "expect": {WEIGHTS: "learner"}, **until_stop}),
         "actor": ("robot", secure_robot, {"publish": [TRANSITIONS, COMMAND], "subscribe": [WEIGHTS],
                                           "wait_for": {TRANSITIONS: 1, COMMAND: 1}, "expect": {WEIGHTS: "learner"},
@@ -369,7 +364,7 @@ def test_secure_mode_connects_the_run_s_hosts_and_shuts_intruders_out(certificat
            for name, env in intruders.items()},
     }
     with hosts(["robot", "server", "intruder"], subnet=SUBNET) as machines:
-        _own_machine_ids(machines)
+        own_machine_ids(machines)
         graph = _Graph(machines, roles, root / "logs")
         # Deadlines are failure detectors (the run is under way in about 10 s on two idle cores; secure start-ups
         # of six processes beside a loaded machine's other work took over 30 s).
@@ -477,7 +472,7 @@ def test_secure_mode_carries_megabyte_messages_both_ways_at_once(certificates):
     }
     started = time.monotonic()
     with hosts(["robot", "server"], subnet=SUBNET) as machines:
-        _own_machine_ids(machines)
+        own_machine_ids(machines)
         graph = _Graph(machines, roles, certificates["root"] / "logs-megabyte")
         graph.start_first("learner", deadline_s=15)
         graph.start("actor", deadline_s=15)
@@ -505,7 +500,7 @@ def test_a_robot_certificate_of_the_run_cannot_pose_as_the_server(certificates):
                        {"publish": [TRANSITIONS], "subscribe": [WEIGHTS], "wait_for": {TRANSITIONS: 1},
                         "expect": {WEIGHTS: "learner"}})}
     with hosts(["robot", "server"], subnet=SUBNET) as machines:  # the second host has the server's address
-        _own_machine_ids(machines)
+        own_machine_ids(machines)
         graph = _Graph(machines, roles, logs)
         answers_file = logs / "impostor.out"
         with open(answers_file, "w") as out, open(logs / "impostor.err", "w") as err:

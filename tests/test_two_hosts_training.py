@@ -10,7 +10,8 @@ has its own hostname and /dev/shm, and the link's addresses exist only inside th
 
 Checked: the learner receives and acknowledges the robot's transitions and trains to its budget, its weights reach
 the actor, the learner's launch ends on its own (status 0), the robot side stops on SIGINT (130), and the drivers'
-topics stay on the robot host (the learner subscribes to the actor's transitions only). Skips (with the reason) where
+topics stay on the robot host (on the learner link, the learner subscribes to the actor's transitions only, and no
+node of the robot's own graph is there: robot_rl.ros.link carries the learner's topics). Skips (with the reason) where
 namespaces cannot be made.
 """
 
@@ -38,11 +39,12 @@ CLOCK_OFFSET_S = 86400  # the server's monotonic clock, ahead of the robot's
 DEADLINE_S = 200.0
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-# Lists, from the robot host, who subscribes to each topic of the graph (the learner's host is seen by discovery).
+# Lists, from the robot host, who subscribes to each topic of the learner link (the learner's host is seen by
+# discovery).
 GRAPH_PROBE = r"""
 import json, time
 from robot_rl.ros.env import ensure_ros_environment
-ensure_ros_environment()  # this host's network mode, as every robot_rl process has it
+ensure_ros_environment(graph="link")  # the learner link of this host's network mode, as the link's network half
 import rclpy
 
 rclpy.init()
@@ -54,7 +56,7 @@ while time.monotonic() - start < 90.0:
     for topic, _ in node.get_topic_names_and_types():
         subscribers.setdefault(topic, set()).update(i.node_name for i in node.get_subscriptions_info_by_topic(topic))
     nodes = set().union(*subscribers.values()) if subscribers else set()
-    if seen_s is None and {"learner", "actor"} <= nodes:
+    if seen_s is None and {"learner", "link_network"} <= nodes:
         seen_s = time.monotonic() - start
     if seen_s is not None and time.monotonic() - start > seen_s + 3.0:
         break  # three more seconds for the rest of their endpoints
@@ -168,7 +170,10 @@ def test_robot_host_and_server_host_train_one_policy(network):
             subscribers = graph["subscribers"]
             learner_topics = sorted(t for t, names in subscribers.items() if "learner" in names)
             assert learner_topics == ["/actor/transitions"], graph
-            assert any("actor" in names for names in subscribers.values()), graph
+            # On the link: the learner and the link's network half only; the robot's nodes are on its own graph.
+            named = set().union(*subscribers.values()) - {"_NODE_NAME_UNKNOWN_"}  # a name not yet discovered
+            assert named <= {"learner", "link_network"}, graph
+            assert "link_network" in subscribers.get("/learner/weights", []), graph
 
             server_rc = server_launch.wait(timeout=max(1.0, deadline - time.monotonic()))
             assert server_rc == 0, logs["server"].read_text()[-3000:]

@@ -2,7 +2,7 @@
 
 Every ROS process of the project gets the same environment (see /work/shared/ROS2-NOTES.md):
 
-- ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` (``SUBNET`` in the lan mode) unless the caller already chose a range:
+- ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` (``SUBNET`` on the lan mode's link) unless the caller already chose a range:
   DDS discovery otherwise multicasts on every interface, and this workplace forbids traffic to non-loopback addresses;
 - ``ROS_DOMAIN_ID``: the one asked for, else the one already set, else 0;
 - ``RMW_IMPLEMENTATION=rmw_fastrtps_cpp`` (the only middleware shipped as a wheel);
@@ -26,6 +26,12 @@ Every ROS process of the project gets the same environment (see /work/shared/ROS
   discovery range ``SYSTEM_DEFAULT``, so the profile decides); a ``FASTDDS_DEFAULT_PROFILES_FILE`` the user set (any
   file but the shipped one and the generated ones) wins over ``local`` and ``lan``, and ``secure`` refuses one, as it
   refuses an ``OPENSSL_CONF`` of the user's (either would take certificate verification away);
+- the graph (:data:`GRAPHS`): in ``lan`` and ``secure`` each host has two. ``host``, every node but the learner (the
+  drivers, the actor, the teleop: what the launcher gives every process), keeps to the host: the shipped profile on
+  ``ROS_DOMAIN_ID``, discovery ``LOCALHOST`` unless the user chose a range, and no other host can reach it. ``link``,
+  the learner and robot_rl.ros.link's network half, gets the mode's profile and discovery (above) on the link domain
+  (:func:`link_domain_id`: ``ROBOT_RL_LINK_DOMAIN_ID``, else the one after ``ROS_DOMAIN_ID``). A process picks its
+  graph when it sets itself up (``ensure_ros_environment(graph="link")``); in ``local`` both are one graph;
 - ``LD_LIBRARY_PATH`` with the venv's ``lib/`` and ``site-packages/ros_*.libs`` plus
   ``_ROS_WHEELS_BOOTSTRAP_COMPLETE=1``, so the ``ros_wheels_bootstrapper`` .pth does not re-execute the child;
 - ``AMENT_PREFIX_PATH`` starting with the venv prefix (package look-ups).
@@ -65,6 +71,12 @@ NETWORK_MODES = {
               "made by robot-rl certs) to one TCP port of the learner's host; shared memory within a host",
 }
 LAN_DISCOVERY_RANGE = "SUBNET"
+# The two graphs of a host in the lan and secure modes: "host", the host's own nodes (drivers, actor, teleop, safety:
+# shared memory and 127.0.0.1 only, on ROS_DOMAIN_ID), and "link", the learner link between hosts (the learner and
+# the link process's network half, robot_rl.ros.link, on the link domain). In the local mode both are the same graph.
+GRAPHS = ("host", "link")
+LINK_DOMAIN_VARIABLE = "ROBOT_RL_LINK_DOMAIN_ID"
+_RANGE_WRITTEN = "_ROBOT_RL_HOST_DISCOVERY_RANGE"  # set where ROS_AUTOMATIC_DISCOVERY_RANGE is ours, not the user's
 # Discovery ranges that reach other hosts: set explicitly, without ROBOT_RL_NETWORK, they make the mode lan.
 WIDE_DISCOVERY_RANGES = ("SUBNET", "SYSTEM_DEFAULT")
 CERTS_VARIABLE = "ROBOT_RL_CERTS"
@@ -233,9 +245,10 @@ def network_choice(base: Mapping[str, str] | None = None) -> tuple[str, str]:
 
 
 ALLOW_OPEN_NETWORK_VARIABLE = "ROBOT_RL_ALLOW_OPEN_NETWORK"
-LAN_WARNING = ("network lan is open: any host that reaches this network can read this ROS graph and publish to it "
-               "(commands, teleop, e-stop, weights, transitions); use it on a network you trust, or "
-               "ROBOT_RL_NETWORK=secure (docs/two_machines.md)")
+LAN_WARNING = ("network lan is open: any host that reaches this network can read the learner link (transitions, "
+               "weights) and publish to it (weights the actor runs, acknowledgements, files); the robot's own "
+               "topics stay on this host; use it on a network you trust, or ROBOT_RL_NETWORK=secure "
+               "(docs/two_machines.md)")
 """The warning every node logs at start-up in the lan mode."""
 
 
@@ -253,8 +266,22 @@ def open_network_problem(robot_is_sim: bool, base: Mapping[str, str] | None = No
     if mode != "lan" or robot_is_sim or open_network_allowed(base):
         return None
     return (f"network lan ({why or NETWORK_VARIABLE + '=lan'}) with a real robot's file: any host on the network could "
-            f"command this robot; to accept that, launch with allow_open_network:=true "
+            f"send this robot the weights it runs; to accept that, launch with allow_open_network:=true "
             f"({ALLOW_OPEN_NETWORK_VARIABLE}=1), else use network:=secure (docs/two_machines.md)")
+
+
+def link_domain_id(base: Mapping[str, str] | None = None) -> int:
+    """The learner link's domain in the lan and secure modes: ROBOT_RL_LINK_DOMAIN_ID where it is set, else the one
+    after ROS_DOMAIN_ID (every host that sets the same ROS_DOMAIN_ID derives the same link domain)."""
+    base = os.environ if base is None else base
+    raw = base.get(LINK_DOMAIN_VARIABLE, "").strip()
+    if raw:
+        try:
+            return _resolve_domain_id(int(raw), {})
+        except (ValueError, RosEnvironmentError):
+            raise RosEnvironmentError(f"{LINK_DOMAIN_VARIABLE}={raw!r} must be a ROS domain id, an integer in "
+                                      f"[0, {MAX_DOMAIN_ID}], other than ROS_DOMAIN_ID") from None
+    return (_resolve_domain_id(None, base) + 1) % (MAX_DOMAIN_ID + 1)
 
 
 def network_mode(base: Mapping[str, str] | None = None) -> str:
@@ -305,8 +332,8 @@ def _secure_host(env: Mapping[str, str]):
     return host
 
 
-def network_summary(env: Mapping[str, str] | None = None) -> str:
-    """One line naming the network mode and what it uses (every node logs it at start-up)."""
+def network_summary(env: Mapping[str, str] | None = None, graph: str = "host") -> str:
+    """One line naming the network mode and what it uses in `graph` (every node logs it at start-up)."""
     env = os.environ if env is None else env
     profile = env.get("FASTDDS_DEFAULT_PROFILES_FILE") or "Fast DDS defaults"
     owner = " (set by the user: it wins over the mode)" if _user_profile(env) is not None else ""
@@ -315,6 +342,11 @@ def network_summary(env: Mapping[str, str] | None = None) -> str:
     named = other_host_variables(env)
     if mode == "local" and named and not owner:  # ROBOT_RL_NETWORK=local: the shipped profile keeps to loopback
         why = f"{NETWORK_VARIABLE}=local, so {' / '.join(named)} ignored: this host only"
+    if mode != "local" and graph == "host":
+        where = "its own profile" if owner else "shared memory and 127.0.0.1 only"
+        return (f"network {mode}" + (f" ({why})" if why else "") + f": this host's own graph ({where}, domain "
+                f"{env.get('ROS_DOMAIN_ID')}, profile {profile}{owner}); the learner link crosses between hosts on "
+                f"domain {link_domain_id(env)} through the link process (robot_rl.ros.link)")
     if mode == "secure":
         from robot_rl.ros.secure import CertificateError, read_host_folder
 
@@ -345,18 +377,32 @@ def ros_environment(
     domain_id: int | None = None,
     base: Mapping[str, str] | None = None,
     profile: str | os.PathLike[str] | None = None,
+    graph: str = "host",
 ) -> dict[str, str]:
-    """Return a copy of `base` (default: os.environ) set up for a ROS 2 process on `domain_id` (see module doc)."""
+    """Return a copy of `base` (default: os.environ) set up for a ROS 2 process on `domain_id` (see module doc) in
+    one of the host's :data:`GRAPHS`: in the lan and secure modes, ``host`` keeps to this host (the shipped profile,
+    ROS_DOMAIN_ID) and ``link`` joins the learner link between hosts (the mode's profile, :func:`link_domain_id`)."""
+    if graph not in GRAPHS:
+        raise ValueError(f"graph {graph!r} is not one of {GRAPHS}")
     env = dict(os.environ if base is None else base)
     mode = network_mode(env)
-    discovery = env.get("ROS_AUTOMATIC_DISCOVERY_RANGE", "").strip()
-    if mode == "secure":
-        env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = SECURE_DISCOVERY_RANGE  # the generated profile decides discovery
-    elif not discovery:
-        env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = LAN_DISCOVERY_RANGE if mode == "lan" else DEFAULT_DISCOVERY_RANGE
-    elif discovery not in DISCOVERY_RANGES:
+    link = graph == "link" and mode != "local"
+    # A range written for a host graph (the user set none) is no choice of the user's: a link process started from
+    # that environment (the learner) picks the link's own.
+    discovery = "" if env.pop(_RANGE_WRITTEN, "") else env.get("ROS_AUTOMATIC_DISCOVERY_RANGE", "").strip()
+    if discovery and discovery not in DISCOVERY_RANGES:
         raise RosEnvironmentError(f"ROS_AUTOMATIC_DISCOVERY_RANGE={discovery!r} is not one of {DISCOVERY_RANGES}")
+    if mode == "secure" and link:  # the generated profile decides discovery
+        env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = SECURE_DISCOVERY_RANGE
+    elif link and not discovery:
+        env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = LAN_DISCOVERY_RANGE
+    elif not discovery or mode == "secure":
+        env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = DEFAULT_DISCOVERY_RANGE
+        if mode != "local":
+            env[_RANGE_WRITTEN] = "1"
     env["ROS_DOMAIN_ID"] = str(_resolve_domain_id(domain_id, env))
+    if link:
+        env["ROS_DOMAIN_ID"] = env[LINK_DOMAIN_VARIABLE] = str(link_domain_id(env))
     env["RMW_IMPLEMENTATION"] = RMW_IMPLEMENTATION
     user = _user_profile(env) if profile is None else None
     openssl_conf = _user_openssl_conf(env)
@@ -366,20 +412,21 @@ def ros_environment(
                 raise RosEnvironmentError(
                     f"{NETWORK_VARIABLE}=secure writes its own {variable}, and {variable}={value} would replace it "
                     f"(and certificate verification with it): unset {variable}, or use another mode")
+        host = _secure_host(env)
+        env[CERTS_VARIABLE] = str(host.folder)  # absolute: a child in another working directory finds it too
+    if link and mode == "secure" and profile is None:
         from robot_rl.ros.lan import LanSettingError, link_mbit
         from robot_rl.ros.secure import CertificateError, write_network_files
 
-        host = _secure_host(env)
         try:
             fastdds_profile, openssl_config = write_network_files(host, link_mbit(env))
         except (CertificateError, LanSettingError) as error:
             raise RosEnvironmentError(str(error)) from None
         env["FASTDDS_DEFAULT_PROFILES_FILE"], env["OPENSSL_CONF"] = str(fastdds_profile), str(openssl_config)
         env["RMW_FASTRTPS_PUBLICATION_MODE"] = "AUTO"  # the profile's publish modes (pacing) apply
-        env[CERTS_VARIABLE] = str(host.folder)  # absolute: a child in another working directory finds it too
     elif user is not None:
         env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(user)
-    elif mode == "lan" and profile is None:
+    elif link and mode == "lan" and profile is None:
         from robot_rl.ros.lan import LanSettingError, link_mbit, write_lan_profile
         from robot_rl.ros.secure import CertificateError
 
@@ -398,7 +445,7 @@ def ros_environment(
 
 
 def ensure_ros_environment(
-    domain_id: int | None = None, profile: str | os.PathLike[str] | None = None
+    domain_id: int | None = None, profile: str | os.PathLike[str] | None = None, graph: str = "host"
 ) -> dict[str, str]:
     """Apply :func:`ros_environment` to os.environ before rclpy is imported; return the variables that were set.
 
@@ -407,7 +454,7 @@ def ensure_ros_environment(
     configuration, or, in the secure mode, if the OpenSSL that Fast DDS uses does not require peer certificates
     (robot_rl.ros.secure.check_fastdds_openssl).
     """
-    wanted = ros_environment(domain_id, base=os.environ, profile=profile)
+    wanted = ros_environment(domain_id, base=os.environ, profile=profile, graph=graph)
     if "rclpy" in sys.modules:
         conflicts = {k: (os.environ.get(k), wanted.get(k)) for k in _CONFIG_KEYS if os.environ.get(k) != wanted.get(k)}
         if conflicts:
@@ -429,7 +476,7 @@ def ensure_ros_environment(
     for key in _CONFIG_KEYS:  # a mode without a profile file (lan) unsets the one a parent process set
         if key not in wanted and os.environ.pop(key, None) is not None:
             changed[key] = ""
-    if network_mode(wanted) == "secure" and profile is None:
+    if network_mode(wanted) == "secure" and graph == "link" and profile is None:
         from robot_rl.ros.secure import CertificateError, check_fastdds_openssl
 
         try:  # the OpenSSL that Fast DDS will use read OPENSSL_CONF: it requires peer certificates

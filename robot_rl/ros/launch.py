@@ -40,7 +40,8 @@ Example (every key shown; ``$(...)`` substitutions work in any string value)::
     - node: {pkg: robot_rl, exec: scripted_teleop, if: "$(equals $(var device) scripted)"}
 
 Substitutions (they nest, as in ROS 2): ``$(var NAME)`` (a declared arg), ``$(env NAME)`` / ``$(env NAME default)``,
-``$(dirname)`` (the launch file's folder), ``$(equals A B)`` / ``$(not-equals A B)`` (text comparison),
+``$(dirname)`` (the launch file's folder), ``$(network)`` (the network mode the processes get: local, lan or
+secure; our extension), ``$(equals A B)`` / ``$(not-equals A B)`` (text comparison),
 ``$(not X)``, ``$(and X Y)``, ``$(or X Y)``; the last five give ``true`` / ``false`` (and read true/false/1/0).
 ``cmd`` and ``args`` are substituted first, then split into words like a shell command line, so an argument such as
 ``camera_driver:="python3 -m my_driver --fps 30"`` becomes several words; quote a substitution (``'$(var path)'``)
@@ -97,6 +98,7 @@ EXECUTABLES: dict[str, dict[str, str]] = {
         "scripted_teleop": "robot_rl.sim.scripted_teleop",
         "doctor": "robot_rl.ros.doctor",
         "file_share": "robot_rl.ros.file_share",
+        "link": "robot_rl.ros.link",
     }
 }
 
@@ -299,6 +301,7 @@ _SUBSTITUTIONS: dict[str, tuple[str, int, float]] = {
     "var": ("$(var NAME)", 1, 1),
     "env": ("$(env NAME [default])", 1, math.inf),
     "dirname": ("$(dirname)", 0, 0),
+    "network": ("$(network)", 0, 0),
     "equals": ("$(equals A B)", 2, 2),
     "not-equals": ("$(not-equals A B)", 2, 2),
     "not": ("$(not X)", 1, 1),
@@ -359,6 +362,8 @@ class _Context:
             return value
         if kind == "dirname":
             return str(self.path.parent)
+        if kind == "network":
+            return self._network_mode(key)
         if kind in ("equals", "not-equals"):
             return "true" if (args[0] == args[1]) == (kind == "equals") else "false"
         values = [_truth(arg) for arg in args]
@@ -366,6 +371,19 @@ class _Context:
             raise self.error(f"key {key!r}: {source} needs true or false, got {', '.join(map(repr, args))}")
         result = not values[0] if kind == "not" else all(values) if kind == "and" else any(values)
         return "true" if result else "false"
+
+
+    def _network_mode(self, key: str) -> str:
+        """The mode the launch gives its processes: a declared ``network`` argument's, unless auto, else the
+        environment's (robot_rl.ros.env.network_choice)."""
+        from robot_rl.ros.env import NETWORK_VARIABLE, RosEnvironmentError, network_mode
+
+        chosen = self.variables.get(NETWORK_ARGUMENT, "").strip()
+        base = {**os.environ, NETWORK_VARIABLE: chosen} if chosen not in ("", NETWORK_AUTO) else os.environ
+        try:
+            return network_mode(base)
+        except RosEnvironmentError as error:
+            raise self.error(f"key {key!r}: $(network): {error}") from None
 
 
 def load_launch_file(path: str | os.PathLike[str], arguments: Mapping[str, str] | None = None) -> LaunchDescription:

@@ -1061,7 +1061,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the learner node until SIGINT / SIGTERM or the end of its budget; returns the exit status."""
     from robot_rl.ros.node_util import run_node
 
-    status = run_node(LearnerNode, list(sys.argv if argv is None else argv), NODE_NAME, PARAMETERS, check_parameters)
+    status = run_node(LearnerNode, list(sys.argv if argv is None else argv), NODE_NAME, PARAMETERS, check_parameters,
+                      graph="link")
     if any(thread.name == BUILDER_THREAD and thread.is_alive() for thread in threading.enumerate()):
         # Stopped while the agent was being built: a JAX compile cannot be interrupted, and an interpreter exit with a
         # thread inside XLA aborts the process. Nothing is lost by not waiting (the transition log has it all).

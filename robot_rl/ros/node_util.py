@@ -151,7 +151,7 @@ cheap (no ROS, no JAX): it runs on the command line's values before anything sta
 
 
 def run_node(build: Callable[[], object], argv: list[str], name: str, parameters: ParameterTable | None = None,
-             check: ParameterCheck | None = None) -> int:
+             check: ParameterCheck | None = None, graph: str = "host") -> int:
     """Run one node object until SIGINT / SIGTERM (or until it says it is finished); returns the exit status.
 
     With the node's `parameters` (and `check`), the command line's parameter values are checked first
@@ -164,7 +164,8 @@ def run_node(build: Callable[[], object], argv: list[str], name: str, parameters
     :func:`spin_callbacks`), ``finished`` (leave the loop), ``stop(executor, signal_number)`` (called once the loop
     ends, to hand control back, drain or checkpoint) and ``exit_status``.
     A :class:`NodeStartupError` from `build()` (or a parameter given on the command line that the node does not
-    declare) is logged as one line and its status returned.
+    declare) is logged as one line and its status returned. `graph`: the host graph the node joins in the lan and
+    secure modes (:data:`robot_rl.ros.env.GRAPHS`; the learner's is ``link``).
     """
     if parameters is not None:
         try:
@@ -177,7 +178,7 @@ def run_node(build: Callable[[], object], argv: list[str], name: str, parameters
     # A crash in native code (DDS, OpenCV, MuJoCo) then prints the Python stack of every thread before the process
     # dies, so a node that exits by a signal says where.
     faulthandler.enable()
-    ensure_ros_environment()
+    ensure_ros_environment(graph=graph)
     import logging
 
     import rclpy
@@ -206,7 +207,7 @@ def run_node(build: Callable[[], object], argv: list[str], name: str, parameters
             stop_watch()
         from robot_rl.ros.env import LAN_WARNING, network_mode, network_summary
 
-        host.node.get_logger().info(network_summary())  # which network mode and profile this node uses
+        host.node.get_logger().info(network_summary(graph=graph))  # which network mode and profile this node uses
         if network_mode() == "lan":
             host.node.get_logger().warning(LAN_WARNING)
         executor = SingleThreadedExecutor()
