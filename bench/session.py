@@ -150,7 +150,7 @@ def main(args: Args) -> dict:
         raise SystemExit(f"bench/session.py: cannot make namespaced hosts: {reason}")
     if args.smoke:
         args = dataclasses.replace(args, seconds=30.0, obs_mode="state", kills=1, dead_s=3.0, outage_s=5.0,
-                                   learner_lost_after_s=1.5, checkpoint_every=100, sample_every_s=1.0)
+                                   learner_lost_after_s=1.5, checkpoint_every=25, sample_every_s=1.0)
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="session-", dir=args.out))
     hosts_args = two_hosts.Args(

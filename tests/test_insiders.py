@@ -230,7 +230,7 @@ def test_insiders_on_the_server_host_and_a_third_host_reach_nothing_of_the_robot
     robot_env = ros_environment(base=shells["robot"])  # what the launcher gives every process of the robot host
     # lan: the mode's own profile reaches any domain; secure: one TLS listener per process, on the link's domain.
     ours = [domain, link_domain] if network == "lan" else [link_domain]
-    insider = {"topics": ROBOT_TOPICS, "graph": "link", "stop_file": str(stop_file), "cap_s": 90.0, "linger_s": 4.0,
+    insider = {"topics": ROBOT_TOPICS, "graph": "link", "stop_file": str(stop_file), "cap_s": 90.0, "linger_s": 2.5,
                "wait_for_transitions": False, "wait_for_nodes": []}
     insiders = {  # name: (host, environment, config)
         "server": ("server", ros_environment(base=shells["server"]),
