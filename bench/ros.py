@@ -887,7 +887,7 @@ def write_driver_policy(path: Path) -> None:
     DRIVER_IMAGE_SIZE and the state, as the learner node builds it for a real robot's task."""
     from robot_rl.agents.sac import SACAgent
     from robot_rl.policy_file import weights_message, write_policy_file
-    from robot_rl.ros.learner_node import robot_task_spaces
+    from robot_rl.ros.learner_params import robot_task_spaces
     from robot_rl.train import TrainConfig
 
     spec, action_dim = robot_task_spaces(str(DRIVER_ROBOT), "pixels", DRIVER_IMAGE_SIZE)
@@ -1028,7 +1028,7 @@ def write_diffusion_policy(folder: Path) -> Path:
     from robot_rl.policies.config import DiffusionConfig
     from robot_rl.policies.diffusion import DiffusionPolicy
     from robot_rl.policies.normalizer import Normalizer
-    from robot_rl.ros.learner_node import robot_task_spaces
+    from robot_rl.ros.learner_params import robot_task_spaces
 
     spec, action_dim = robot_task_spaces(str(DRIVER_ROBOT), "pixels", DRIVER_IMAGE_SIZE)
     rng = np.random.default_rng(0)

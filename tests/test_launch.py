@@ -1311,7 +1311,7 @@ def diffusion_policy_folder(folder: Path, robot: str) -> Path:
     from robot_rl.policies.config import DiffusionConfig
     from robot_rl.policies.diffusion import DiffusionPolicy
     from robot_rl.policies.normalizer import Normalizer
-    from robot_rl.ros.learner_node import robot_task_spaces
+    from robot_rl.ros.learner_params import robot_task_spaces
 
     spec, action_dim = robot_task_spaces(robot, "pixels", 64)
     rng = np.random.default_rng(0)

@@ -188,7 +188,7 @@ def learner(*params: str) -> list[str]:
     (learner("-p", "eval_every:=-2"), "eval_every=-2 must be >= -1"),
 ])
 def test_the_learner_checks_its_parameters_by_its_twins_rules_without_jax(argv, words):
-    from robot_rl.ros.learner_node import NODE_NAME, PARAMETERS, check_parameters
+    from robot_rl.ros.learner_params import NODE_NAME, PARAMETERS, check_parameters
 
     with pytest.raises(NodeStartupError) as error:
         check_command_line(argv, NODE_NAME, PARAMETERS, check_parameters)
@@ -197,7 +197,7 @@ def test_the_learner_checks_its_parameters_by_its_twins_rules_without_jax(argv, 
 
 def test_a_resumed_learner_run_is_not_held_to_a_new_runs_settings(tmp_path):
     from robot_rl.learner_server import checkpoint_dir
-    from robot_rl.ros.learner_node import NODE_NAME, PARAMETERS, check_parameters
+    from robot_rl.ros.learner_params import NODE_NAME, PARAMETERS, check_parameters
 
     (tmp_path / "checkpoint").mkdir()
     (tmp_path / "checkpoint" / "learner.json").write_text("{}")

@@ -112,22 +112,23 @@ def test_a_range_names_its_rule_and_the_special_values_it_allows():
 ])
 def test_learner_parameters_are_checked_by_the_rules_of_their_in_process_twins(given, message):
     # TrainConfig / LearnerConfig / SACConfig / LearnerServer check the node's parameters: one rule, the twin's
-    from robot_rl.ros.learner_node import PARAMETERS, NodeStartupError, _checked_train_config, check_server_settings
+    from robot_rl.ros.learner_params import PARAMETERS, check_server_settings, checked_train_config
+    from robot_rl.ros.node_util import NodeStartupError
 
     settings = {name: default for name, default, _ in PARAMETERS} | given
     with pytest.raises(NodeStartupError) as error:
         check_server_settings(settings)
-        _checked_train_config(settings)
+        checked_train_config(settings)
     assert message in str(error.value) and error.value.status == 2, str(error.value)
 
 
 def test_the_learner_defaults_and_steps_0_pass_their_twins():
-    from robot_rl.ros.learner_node import PARAMETERS, _checked_train_config, check_server_settings
+    from robot_rl.ros.learner_params import PARAMETERS, check_server_settings, checked_train_config
 
     settings = {name: default for name, default, _ in PARAMETERS}
     for steps in (0, 5):  # 0: run until stopped
         check_server_settings(settings | {"steps": steps})
-        assert _checked_train_config(settings | {"steps": steps}).steps == (steps or 1)
+        assert checked_train_config(settings | {"steps": steps}).steps == (steps or 1)
 
 
 def test_a_bounded_teardown_that_hangs_prints_the_stacks_and_exits_with_the_status():

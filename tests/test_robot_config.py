@@ -161,7 +161,7 @@ def test_missing_file_and_unknown_name(tmp_path):
 
 def test_a_real_robot_task_gets_its_spaces_from_the_robot_file():
     """The learner of a task that is not a sim task builds its observation spec from the robot file's cameras."""
-    from robot_rl.ros.learner_node import robot_task_spaces
+    from robot_rl.ros.learner_params import robot_task_spaces
     from robot_rl.ros.node_util import NodeStartupError
 
     spec, action_dim = robot_task_spaces("franka_fr3", "pixels", 96)
@@ -183,7 +183,7 @@ def test_a_real_robot_file_decides_the_runs_spaces_and_episode_length_whatever_t
 
     from robot_rl.loop import run_episode_steps, sim_run_steps
     from robot_rl.robot_io import observed_sensors
-    from robot_rl.ros.learner_node import run_spaces
+    from robot_rl.ros.learner_params import run_spaces
     from robot_rl.ros.node_util import NodeStartupError
     from robot_rl.train import TrainConfig
 
@@ -206,7 +206,7 @@ def test_a_real_robot_file_decides_the_runs_spaces_and_episode_length_whatever_t
 def test_the_learner_refuses_a_real_robots_run_it_cannot_observe_before_ros_starts(tmp_path):
     from ros_harness import third_party_robot_file
 
-    from robot_rl.ros.learner_node import NODE_NAME, PARAMETERS, check_parameters
+    from robot_rl.ros.learner_params import NODE_NAME, PARAMETERS, check_parameters
     from robot_rl.ros.node_util import NodeStartupError, check_command_line
 
     real = third_party_robot_file(tmp_path / "arm.yaml", sim=False)

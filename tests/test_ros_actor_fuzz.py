@@ -47,7 +47,7 @@ def valid_joints() -> np.ndarray:
 def untrained_pixel_agent(image_size: int = 64):
     """An untrained SAC agent seeing the robot file's two cameras at `image_size` and the state."""
     from robot_rl.agents.sac import SACAgent
-    from robot_rl.ros.learner_node import robot_task_spaces
+    from robot_rl.ros.learner_params import robot_task_spaces
     from robot_rl.train import TrainConfig
 
     spec, action_dim = robot_task_spaces(str(ROBOT), "pixels", image_size)

@@ -103,7 +103,7 @@ def validated_head_on_a_folder_base(work: Path) -> Path:
     from robot_rl.policies.normalizer import Normalizer
     from robot_rl.policies.residual import FrozenBase, ResidualPolicy, residual_observation_spec
     from robot_rl.policy_file import write_policy_file
-    from robot_rl.ros.learner_node import robot_task_spaces
+    from robot_rl.ros.learner_params import robot_task_spaces
 
     spec, action_dim = robot_task_spaces("franka_fr3", "pixels", 64)
     tiny = DiffusionConfig(obs_horizon=2, prediction_horizon=8, action_horizon=4, down_dims=(16, 32), groups=4,

@@ -283,7 +283,7 @@ def test_recorded_transforms_are_compared_with_the_robot_files_cameras(tmp_path)
     import zarr
 
     from robot_rl.robot_config import load_robot_config
-    from robot_rl.ros.learner_node import check_demo_images
+    from robot_rl.ros.learner_params import check_demo_images
     from robot_rl.ros.node_util import NodeStartupError
     from robot_rl.vision import transform_mismatches
 
