@@ -5,8 +5,9 @@ One long pixel run of `bench/two_hosts.py` (PickCube in the sim mirror, the sim 
 fast as the learner takes the data, at a quarter of its usual gradient steps per transition, the learner on a server
 host, two namespaced hosts set up with the standard ROS 2 variables only, so
 the nodes choose `lan`), with its fault drills: the server side killed with -9 and started again on the same run
-folder (`--kills` times) and the robot's link down for `--outage-s` (the robot file's learner_lost.action hold). A
-sampler reads the learner's status and its run folder all along.
+folder (`--kills` times), the robot's link down for `--outage-s` (the robot file's learner_lost.action hold) and
+the robot host's link node killed with -9 once (`--kill-link`; its launch restarts it). A sampler reads the
+learner's status and its run folder all along.
 
 Figures: ``checkpoints`` (each checkpoint's seconds and bytes against the transitions received so far, every learner
 start's) and ``checkpoint_growth`` (the last one's seconds and bytes over the first's); ``ack_gap_outside_faults_s``
@@ -18,7 +19,7 @@ two-host run's own figures (``run``).
 
     python bench/session.py --seconds 2200         # >= 30k pixel transitions, two kills, a 30 s outage (results.md)
     python bench/session.py --seconds 7200         # longer
-    python bench/session.py --smoke                # a short state run, one kill, a 5 s outage (tests run this)
+    python bench/session.py --smoke                # a short state run, one kill, a 5 s outage, the link killed
 
 (bench/two_hosts.py's own `--smoke` is what its stop tests start; the figures of a two-host run with its drills are
 checked through this bench's smoke run.)
@@ -63,6 +64,8 @@ class Args:
     """seconds the server side stays dead at each kill"""
     outage_s: float = 30.0
     """seconds the robot's link is down (once)"""
+    kill_link: bool = True
+    """kill -9 the robot host's link node once (its launch restarts it)"""
     learner_lost_after_s: float = 5.0
     """the robot file's learner_lost.after_s (its action: hold)"""
     checkpoint_every: int = 500
@@ -158,7 +161,7 @@ def main(args: Args) -> dict:
         image_size=args.image_size, out=args.out, link_down_s=args.outage_s, kill_server_s=args.dead_s,
         kill_server_times=args.kills, checkpoint_every=args.checkpoint_every, control="lockstep", learner_lost="hold",
         learner_lost_after_s=args.learner_lost_after_s, updates_per_transition=args.updates_per_transition,
-        max_weight_lag=args.max_weight_lag)
+        max_weight_lag=args.max_weight_lag, kill_link=args.kill_link)
     sampler = Sampler(work / "server" / "learner_status.json", work / "server", args.sample_every_s)
     sampler.start()
     try:
@@ -166,7 +169,8 @@ def main(args: Args) -> dict:
     finally:
         sampler.stop()
     actor = two_hosts._read(work / "robot1" / "actor_status.json") or {}
-    windows = [run["link_down"]["unix_window"], *(kill["unix_window"] for kill in run.get("kill_server", []))]
+    windows = [run["link_down"]["unix_window"], *(kill["unix_window"] for kill in run.get("kill_server", [])),
+               *([run["kill_link"]["unix_window"]] if "kill_link" in run else [])]
     begin, end = run["unix_window"]  # from the actor's first step with the learner's weights
     gaps = _outside([gap for gap in actor.get("ack_gaps", {}).get("gaps", []) if begin <= gap[0] < end], windows)
     checkpoints = sorted(sampler.checkpoints.values())

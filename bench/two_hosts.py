@@ -27,7 +27,9 @@ transitions and pose commands all along: ``intruder_received`` (messages of the 
 
 Fault drills (each a JSON section of its run, with the unix times it spans): ``link_down`` (the first robot host's
 link down for ``--link-down-s``), ``kill_server`` (a list: every server-host process killed with -9, the server side
-started again ``--kill-server-s`` later on the same run folder; ``--kill-server-times`` in a row), ``robot_dies`` (the first of two or more robot hosts loses its link
+started again ``--kill-server-s`` later on the same run folder; ``--kill-server-times`` in a row), ``kill_link``
+(``--kill-link``: the first robot host's link node killed with -9: when a new one ran, when the actor had
+acknowledgements again, its gap without them), ``robot_dies`` (the first of two or more robot hosts loses its link
 and every process mid-episode); ``--learner-lost hold`` runs them with a robot file whose actor holds while the
 learner is away.
 
@@ -176,6 +178,9 @@ class Args:
     side again (same run folder) this many seconds later, and measure what was lost and how soon training resumed"""
     kill_server_times: int = 1
     """how many times the kill_server drill runs in each run (one after the other)"""
+    kill_link: bool = False
+    """fault drill (lan, secure): kill -9 the first robot host's link node (robot_rl.ros.link; its launch restarts
+    it), then measure how soon the actor had acknowledgements again and how long it went without"""
     checkpoint_every: int = 500
     """the learner's checkpoint_every (received transitions between checkpoints)"""
     updates_per_transition: float = 1.0
@@ -325,6 +330,37 @@ def _kill_server_drill(server: Host, restart: Callable[[], subprocess.Popen], le
                               for source, through in acked.items()),
             "acks_again_s_after_restart": acks_s, "newer_weights_at_actors_s_after_restart": weights_s,
             "restarted": process.poll() is None, "unix_window": [round(killed_unix, 3), round(time.time(), 3)]}
+
+
+LINK_HOST_HALF = "robot_rl.ros.link --ros-args"  # the link node as the launcher starts it (not its network half)
+
+
+def _kill_link_drill(robot: Host, actor_file: Path, args: Args) -> dict:
+    """Kill -9 the link node of `robot` (the launcher restarts it after its respawn delay; its network half ends with
+    it): how soon a new link ran and the actor had acknowledgements again. The actor's gap without them is read from
+    its final status (`_ack_gap_at`)."""
+    time.sleep(max(0.0, args.seconds / 8))
+    killed = robot.pids(LINK_HOST_HALF)
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
+    killed_unix, killed_at = time.time(), time.monotonic()
+    relinked_s = acks_s = None
+    through = None
+    while time.monotonic() - killed_at < 60 and acks_s is None:
+        if relinked_s is None and set(robot.pids(LINK_HOST_HALF)) - set(killed):
+            relinked_s = round(time.monotonic() - killed_at, 1)
+            through = (_read(actor_file) or {}).get("acked_through", -1)  # acknowledged before the new link
+        elif relinked_s is not None and (_read(actor_file) or {}).get("acked_through", -1) > through:
+            acks_s = round(time.monotonic() - killed_at, 1)
+        time.sleep(0.1)
+    return {"killed": len(killed), "link_again_s_after_kill": relinked_s, "acks_again_s_after_kill": acks_s,
+            "unix_window": [round(killed_unix, 3), round(time.time(), 3)]}
+
+
+def _ack_gap_at(actor: dict, unix: float) -> float | None:
+    """The actor's longest gap without acknowledgements that spans `unix` (its ack_gaps, gaps of 1 s and more)."""
+    spans = [seconds for start, seconds in actor.get("ack_gaps", {}).get("gaps", []) if start <= unix <= start + seconds]
+    return round(max(spans), 2) if spans else None
 
 
 def _robot_dies_drill(machines, robots: list[Host], learner_file: Path, actor_files: list[Path], args: Args
@@ -482,6 +518,8 @@ def run(args: Args, mode: str, rate: float, obs_mode: str, work: Path) -> dict:
 
                 drills["kill_server"] = [_kill_server_drill(server, restart, learner_file, actor_files, args)
                                          for _ in range(args.kill_server_times)]
+            if args.kill_link and robots and mode != "local":
+                drills["kill_link"] = _kill_link_drill(robots[0], actor_files[0], args)
             if args.robot_dies and len(robots) >= 2:
                 drills["robot_dies"] = _robot_dies_drill(machines, robots, learner_file, actor_files, args)
             time.sleep(max(0.0, args.seconds - (time.monotonic() - start)))
@@ -497,6 +535,8 @@ def run(args: Args, mode: str, rate: float, obs_mode: str, work: Path) -> dict:
                         os.killpg(process.pid, signal.SIGKILL)
                         process.wait()
         finals = [_read(p) or a for p, a in zip(actor_files, actors1)]  # written as the actors stopped
+        if "kill_link" in drills:
+            drills["kill_link"]["ack_gap_s"] = _ack_gap_at(finals[0], drills["kill_link"]["unix_window"][0])
         intrusion = _intrusion(intruder, work, _read(learner_file) or learner1, finals) if intruder else None
         lost, unacked = _acked_lost(_read(learner_file) or learner1, finals)
         link0, link1 = learner0.get("link", {}), learner1.get("link", {})

@@ -281,6 +281,17 @@ class Host:
                 process.wait(timeout=5)
         self._processes.clear()
 
+    def pids(self, command_part: str) -> list[int]:
+        """Pids of this host's processes whose command line contains `command_part` (arguments joined by spaces)."""
+        namespace = _net_namespace(self._holder, self.pid)
+        found = []
+        for pid in _in_namespace(namespace) if namespace is not None else ():
+            with contextlib.suppress(OSError):
+                with open(f"/proc/{pid}/cmdline", "rb") as file:
+                    if command_part in file.read().replace(b"\0", b" ").decode(errors="replace"):
+                        found.append(pid)
+        return found
+
     def kill_all(self) -> int:
         """Kill -9 every process in this host's network namespace but its holder (the host "dies" as a machine's
         power cut would take its processes: no goodbye on the wire); returns how many were killed."""

@@ -61,13 +61,17 @@ def test_session_bench_smoke(tmp_path):
     (kill,) = run["kill_server"]
     assert kill["restarted"] and kill["acks_again_s_after_restart"] is not None, kill
     assert kill["newer_weights_at_actors_s_after_restart"] is not None, kill
+    # The robot's link node died (kill -9): its launch started a new one, and acknowledgements came back through it.
+    link = run["kill_link"]
+    assert link["killed"] == 1 and link["link_again_s_after_kill"] is not None, link
+    assert link["acks_again_s_after_kill"] is not None, link
     assert session["acked_lost"] == 0 and run["acked_lost"] == 0, session
     # The session's own figures: checkpoints timed and sized, the sampler's slopes, the actor's acknowledgement gaps.
     assert session["checkpoints"], session  # every 25 transitions: some before the kill, some after
     assert all(c["seconds"] >= 0 and c["bytes"] > 0 for c in session["checkpoints"]), session
     assert session["received"] > 0 and session["link_bytes_per_transition"] > 0, session
     assert session["ack_gap_longest_s"] >= session["ack_gap_outside_faults_s"] >= 0, session
-    assert len(session["fault_windows"]) == 2, session
+    assert len(session["fault_windows"]) == 3, session
 
 
 def _marked(marker: str) -> dict[int, str]:
