@@ -359,7 +359,8 @@ def _kill_link_drill(robot: Host, actor_file: Path, args: Args) -> dict:
 
 def _ack_gap_at(actor: dict, unix: float) -> float | None:
     """The actor's longest gap without acknowledgements that spans `unix` (its ack_gaps, gaps of 1 s and more)."""
-    spans = [seconds for start, seconds in actor.get("ack_gaps", {}).get("gaps", []) if start <= unix <= start + seconds]
+    gaps = actor.get("ack_gaps", {}).get("gaps", [])
+    spans = [seconds for start, seconds in gaps if start <= unix <= start + seconds]
     return round(max(spans), 2) if spans else None
 
 

@@ -2,7 +2,7 @@
 
 Every ROS process of the project gets the same environment (see /work/shared/ROS2-NOTES.md):
 
-- ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` (``SUBNET`` on the lan mode's link) unless the caller already chose a range:
+- ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` (``SUBNET`` on the lan mode's link) unless the caller chose a range:
   DDS discovery otherwise multicasts on every interface, and this workplace forbids traffic to non-loopback addresses;
 - ``ROS_DOMAIN_ID``: the one asked for, else the one already set, else 0;
 - ``RMW_IMPLEMENTATION=rmw_fastrtps_cpp`` (the only middleware shipped as a wheel);
