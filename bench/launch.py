@@ -242,7 +242,8 @@ def measure_launcher(folder: Path) -> dict:
     """The launcher's own reaction times, with tiny Python children (no ROS nodes)."""
     import yaml
 
-    from robot_rl.ros.launch import Launcher, load_launch_file
+    from robot_rl.ros.launch import Launcher
+    from robot_rl.ros.launch_file import load_launch_file
 
     child, boss = folder / "child.py", folder / "boss.py"
     child.write_text(textwrap.dedent(CHILD))

@@ -561,7 +561,8 @@ def run_doctor(cfg: Doctor) -> None:
 
 
 def run_launch(cfg: Launch) -> None:
-    from robot_rl.ros.launch import LaunchError, launch
+    from robot_rl.ros.launch import launch
+    from robot_rl.ros.launch_file import LaunchError
 
     try:
         status = launch(cfg.file, cfg.arguments, domain_id=cfg.domain_id, grace_s=cfg.grace_s, dry_run=cfg.dry_run)

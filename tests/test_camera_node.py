@@ -125,7 +125,7 @@ def test_a_launch_file_starts_the_camera_node_by_its_executable_name(tmp_path):
     import yaml
 
     from robot_rl.drivers import camera_node
-    from robot_rl.ros.launch import load_launch_file
+    from robot_rl.ros.launch_file import load_launch_file
 
     path = tmp_path / "cameras.yaml"
     path.write_text(yaml.safe_dump({"launch": [{"node": {

@@ -334,7 +334,7 @@ def test_a_stop_while_a_child_starts_waits_for_its_handlers_when_held(held):
 
 
 def test_the_launcher_holds_stops_only_for_the_projects_nodes():
-    from robot_rl.ros.launch import ProcessSpec
+    from robot_rl.ros.launch_file import ProcessSpec
 
     assert ProcessSpec("learner", (sys.executable, "-m", "robot_rl.ros.learner_node")).holds_stops_while_starting
     assert not ProcessSpec("driver", (sys.executable, "-m", "their_driver.node")).holds_stops_while_starting

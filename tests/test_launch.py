@@ -32,10 +32,10 @@ from ros_harness import allocate_domain_id
 import yaml
 
 from robot_rl.cli import main
-from robot_rl.ros.launch import (
+from robot_rl.ros.launch import Launcher
+from robot_rl.ros.launch_file import (
     LaunchDescription,
     LaunchError,
-    Launcher,
     load_launch_file,
     parse_cli_arguments,
     render_param_value,

@@ -246,7 +246,8 @@ def test_a_launch_network_argument_of_auto_lets_the_environment_decide(tmp_path,
     decide; given (network:=local), it overrides them."""
     import yaml
 
-    from robot_rl.ros.launch import Launcher, load_launch_file
+    from robot_rl.ros.launch import Launcher
+    from robot_rl.ros.launch_file import load_launch_file
 
     _wheels_or_skip()
     for name in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "FASTDDS_DEFAULT_PROFILES_FILE", "ROBOT_RL_NETWORK"):
@@ -420,7 +421,8 @@ def test_lan_with_a_real_robots_file_takes_an_explicit_allow_open_network(tmp_pa
     variable for every process); the sim mirror's file, and the other modes, need nothing."""
     import yaml
 
-    from robot_rl.ros.launch import Launcher, load_launch_file
+    from robot_rl.ros.launch import Launcher
+    from robot_rl.ros.launch_file import load_launch_file
 
     lan, peers, local = {"ROBOT_RL_NETWORK": "lan"}, {"ROS_STATIC_PEERS": "10.77.0.2"}, {}
     assert "launch with allow_open_network:=true (ROBOT_RL_ALLOW_OPEN_NETWORK=1)" in ros_env.open_network_problem(
