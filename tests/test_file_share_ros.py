@@ -2,7 +2,9 @@
 MB; a second process that lacks it fetches it once, paced, byte-identical; a second fetch comes from the cache without
 a transfer; a host whose own copy differs by one byte stops with one line naming the file and both hashes (with and
 without the digest it expects, as learner weights carry for their base); a path that does not exist is one error
-line and exit status 2 for the node.
+line and exit status 2 for the node. Through the learner link (robot_rl.ros.link, lan on one host) a folder and a
+base cross both ways, and the file topics loop nowhere (without the link's own-publisher filter: 19,909 offers
+relayed in a minute).
 
 Runs as a client script in a private network namespace with its own ROS_DOMAIN_ID (tests/ros_harness.py).
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -187,6 +190,110 @@ def client() -> dict:
     return summary
 
 
+# A process of the host's own graph that fetches one bundle by name (as an actor fetches its base) and prints where.
+HOST_FETCH = r"""
+import sys, threading
+from robot_rl.ros.env import ensure_ros_environment
+ensure_ros_environment()
+import rclpy
+from rclpy.executors import SingleThreadedExecutor
+from robot_rl.ros.file_share import FileShare
+rclpy.init()
+node = rclpy.create_node("actor")
+executor = SingleThreadedExecutor()
+executor.add_node(node)
+threading.Thread(target=executor.spin, daemon=True).start()
+share = FileShare(node, wait_s=60.0)
+print("FETCHED " + str(share.fetch(sys.argv[1], "base")), flush=True)
+share.close()
+executor.shutdown()
+node.destroy_node()
+rclpy.try_shutdown()
+"""
+
+
+def link_client() -> dict:
+    """Files cross the learner link both ways (robot_rl.ros.link; lan, every graph on this one host): the `file_share`
+    node of the host's own graph offers a folder that a node on the link (the learner's place) fetches, and a bundle
+    offered on the link reaches a process of the host's graph (an actor fetching its base)."""
+    os.environ["ROBOT_RL_NETWORK"] = "lan"
+    from robot_rl.ros.env import ensure_ros_environment, ros_environment
+
+    host = ros_environment()  # what the launcher gives every process
+    host["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
+    ensure_ros_environment(graph="link")
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+
+    from robot_rl.ros.file_share import FileShare
+
+    work = Path(tempfile.mkdtemp(prefix="file-share-link-"))
+    for folder in ("offer", "fetch", "base", "actor"):
+        (work / folder).mkdir()
+    make_payload(work / "offer" / "pick.zarr")
+    make_payload(work / "base" / "policy")
+    os.environ["ROBOT_RL_FILE_CACHE"] = str(work / "cache")
+    summary: dict = {}
+    link = subprocess.Popen([sys.executable, "-m", "robot_rl.ros.link"], env=host, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    offering = subprocess.Popen([sys.executable, "-m", "robot_rl.ros.file_share", "--ros-args", "-p",
+                                 "offer:=pick.zarr", "-p", f"rate_mb_s:={RATE_MB_S}"], cwd=work / "offer", env=host,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    os.chdir(work / "fetch")
+    rclpy.init()
+    node = rclpy.create_node("learner")
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    threading.Thread(target=executor.spin, daemon=True).start()
+    share = FileShare(node, wait_s=60.0, rate_mb_s=RATE_MB_S)
+    try:
+        path = share.fetch("pick.zarr", "demo_path")
+        summary.update(identical=same_tree(work / "offer" / "pick.zarr", path), received=share.received_bytes)
+        share.offer("policy", work / "base" / "policy")
+        fetched = subprocess.run([sys.executable, "-c", HOST_FETCH, "policy"], cwd=work / "actor", timeout=90,
+                                 env={**host, "ROBOT_RL_FILE_CACHE": str(work / "actor-cache")},
+                                 capture_output=True, text=True)
+        lines = [line for line in fetched.stdout.splitlines() if line.startswith("FETCHED ")]
+        summary.update(base_fetched=bool(lines) and same_tree(work / "base" / "policy", Path(lines[-1][8:])),
+                       base_log=(fetched.stdout + fetched.stderr)[-2000:])
+    finally:
+        share.close()
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+        for process in (offering, link):
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        summary.update(link_exit=link.returncode, link_log=link.stdout.read())
+        shutil.rmtree(work, ignore_errors=True)
+        print("RESULT " + json.dumps(summary), flush=True)
+    return summary
+
+
+def test_files_cross_the_learner_link_both_ways_and_loop_nowhere():
+    """The file topics go both ways through the link: each half must not send back what it relayed itself."""
+    from ros_harness import run_ros_script
+
+    summary, stderr, returncode = run_ros_script(__file__, "link", allocate_domain_id(), 120)
+    context = json.dumps(summary)[-3000:] + stderr[-2000:]
+    assert summary.get("identical") and summary["received"] == sum(SIZES.values()), context
+    assert summary["base_fetched"], context
+    assert summary["link_exit"] == 0, context
+    relayed = [line for line in summary["link_log"].splitlines() if "[link]: stopping" in line]
+    assert relayed, summary["link_log"][-3000:]
+    counts = dict(item.rsplit(" ", 1) for item in relayed[-1].split("relayed ", 1)[1].split(", "))
+    # Two offers, and two transfers of chunks each answered by a progress request: a loop would relay without end.
+    from robot_rl.file_share import CHUNK_SIZE
+
+    chunks = 2 * (sum(SIZES.values()) // CHUNK_SIZE + len(SIZES))
+    assert int(counts["/files/offer"]) <= 10, counts
+    assert 0 < int(counts["/files/chunk"]) <= 1.2 * chunks and int(counts["/files/request"]) <= 1.2 * chunks, counts
+    assert returncode == 0, stderr[-3000:]
+
+
 def test_a_folder_crosses_once_verified_and_a_differing_copy_stops():
     from ros_harness import run_ros_script
 
@@ -222,4 +329,4 @@ def test_a_folder_crosses_once_verified_and_a_differing_copy_stops():
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).parent))
-    client()
+    link_client() if sys.argv[1:2] == ["link"] else client()
