@@ -344,6 +344,22 @@ class Hosts:
         _check(h.pid, [_tool("ip") or "ip", "link", "set", "dev", h.link, "up"])
 
 
+# A ROS network choice a host's user makes in its own shell: a process started in a host gets none of the caller's.
+NETWORK_VARIABLES = ("ROS_AUTOMATIC_DISCOVERY_RANGE", "FASTDDS_DEFAULT_PROFILES_FILE", "OPENSSL_CONF",
+                     "ROS_STATIC_PEERS", "ROBOT_RL_NETWORK", "ROBOT_RL_CERTS", "RMW_FASTRTPS_PUBLICATION_MODE",
+                     "ROBOT_RL_LINK_DOMAIN_ID")
+
+
+def user_shell(**variables: str) -> dict[str, str]:
+    """A user's shell on one host: the caller's environment without its ROS network choice (NETWORK_VARIABLES), the
+    repository on PYTHONPATH, unbuffered output, and `variables` (the host's own: its domain, peers, certificates)."""
+    env = {k: v for k, v in os.environ.items() if k not in NETWORK_VARIABLES}
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env.update(PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p))
+    env.update(variables)
+    return env
+
+
 def own_machine_ids(machines: Hosts) -> None:
     """Give each host its own /etc/machine-id (bind-mounted in its own mount namespace), as real computers have:
     Fast DDS tells hosts apart by it."""

@@ -26,7 +26,6 @@ namespaces cannot be made, rclpy or (secure) the openssl command is missing.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -37,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from hosts import hosts, hosts_unavailable, own_machine_ids
+from hosts import hosts, hosts_unavailable, own_machine_ids, user_shell
 
 from ros_harness import allocate_domain_id
 
@@ -177,14 +176,8 @@ for graph in graphs:
 
 
 def _shell(domain_id: int, **variables: str) -> dict[str, str]:
-    """A user's shell on one host: this test's domain, the variables its mode takes, none of this process's."""
-    dropped = ("ROS_AUTOMATIC_DISCOVERY_RANGE", "FASTDDS_DEFAULT_PROFILES_FILE", "OPENSSL_CONF", "ROS_STATIC_PEERS",
-               "ROBOT_RL_NETWORK", "ROBOT_RL_CERTS", "RMW_FASTRTPS_PUBLICATION_MODE", "ROBOT_RL_LINK_DOMAIN_ID")
-    env = {k: v for k, v in os.environ.items() if k not in dropped}
-    env.update(ROS_DOMAIN_ID=str(domain_id), PYTHONUNBUFFERED="1", ROBOT_RL_LINK_MBIT="1000",
-               PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p))
-    env.update(variables)
-    return env
+    """A user's shell on one host: this test's domain and the variables its mode takes."""
+    return user_shell(ROS_DOMAIN_ID=str(domain_id), ROBOT_RL_LINK_MBIT="1000", **variables)
 
 
 def _plain_fast_dds(domain_id: int, peer: str) -> dict[str, str]:

@@ -36,7 +36,7 @@ import time
 
 import pytest
 
-from hosts import hosts, hosts_unavailable, own_machine_ids
+from hosts import hosts, hosts_unavailable, own_machine_ids, user_shell
 
 from ros_harness import allocate_domain_id
 
@@ -214,13 +214,7 @@ with socket.create_server(("", port)) as listener:
 
 def _base_environment() -> dict[str, str]:
     """This test process's environment without any ROS network choice (each host's process gets its own)."""
-    dropped = ("ROS_AUTOMATIC_DISCOVERY_RANGE", "FASTDDS_DEFAULT_PROFILES_FILE", "OPENSSL_CONF", "ROS_STATIC_PEERS",
-               "ROBOT_RL_NETWORK", "ROBOT_RL_CERTS")
-    env = {k: v for k, v in os.environ.items() if k not in dropped}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH", "")) if p)
-    env["PYTHONUNBUFFERED"] = "1"
-    env["ROBOT_RL_LINK_MBIT"] = "10000"  # an unshaped link: paced to it, megabyte messages at 20 Hz still fit
-    return env
+    return user_shell(ROBOT_RL_LINK_MBIT="10000")  # an unshaped link: megabyte messages at 20 Hz still fit the pace
 
 
 def _environment(**variables: str) -> dict[str, str]:

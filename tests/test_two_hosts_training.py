@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from hosts import hosts, hosts_unavailable, time_namespaces_unavailable
+from hosts import hosts, hosts_unavailable, time_namespaces_unavailable, user_shell
 
 from ros_harness import allocate_domain_id
 
@@ -69,10 +69,7 @@ rclpy.shutdown()
 
 def _host_environment(peer_address: str, certs: Path | None = None) -> dict[str, str]:
     """A user's shell on one host: the domain id, the peer named (lan) or the host's certificates (secure)."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "FASTDDS_DEFAULT_PROFILES_FILE", "ROBOT_RL_NETWORK")}
-    env.update(ROS_DOMAIN_ID=str(DOMAIN_ID), PYTHONUNBUFFERED="1",
-               PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p))
+    env = user_shell(ROS_DOMAIN_ID=str(DOMAIN_ID))
     if certs is None:
         env["ROS_STATIC_PEERS"] = peer_address
     else:

@@ -28,8 +28,9 @@ Every ROS process of the project gets the same environment (see /work/shared/ROS
   refuses an ``OPENSSL_CONF`` of the user's (either would take certificate verification away);
 - the graph (:data:`GRAPHS`): in ``lan`` and ``secure`` each host has two. ``host``, every node but the learner (the
   drivers, the actor, the teleop: what the launcher gives every process), keeps to the host: the shipped profile on
-  ``ROS_DOMAIN_ID``, discovery ``LOCALHOST`` unless the user chose a range, and no other host can reach it. ``link``,
-  the learner and robot_rl.ros.link's network half, gets the mode's profile and discovery (above) on the link domain
+  ``ROS_DOMAIN_ID``, discovery ``LOCALHOST`` (in lan, unless the user chose a range), and no other host can reach
+  it. ``link``, the learner and robot_rl.ros.link's network half, gets the mode's profile and discovery (above) on
+  the link domain
   (:func:`link_domain_id`: ``ROBOT_RL_LINK_DOMAIN_ID``, else the one after ``ROS_DOMAIN_ID``). A process picks its
   graph when it sets itself up (``ensure_ros_environment(graph="link")``); in ``local`` both are one graph;
 - ``LD_LIBRARY_PATH`` with the venv's ``lib/`` and ``site-packages/ros_*.libs`` plus

@@ -150,7 +150,6 @@ class LinkHalf:
         # oldest, as DDS would).
         self._pending = {i: collections.deque(maxlen=qos.TOPICS[r.topic].stream.depth) for i, r in enumerate(ROUTES)}
         self._remake_acks = self._other_stopping = False
-        self._own_participant: bytes | None = None
         self.finished = False
         self.exit_status = 0
         self.relayed = collections.Counter()
@@ -164,6 +163,7 @@ class LinkHalf:
                     events = SubscriptionEventCallbacks(matched=self._on_learner_matched)
                 self.node.create_subscription(UInt8MultiArray, route.topic, _Forward(self, index),
                                               qos.topic_qos(route.topic), raw=True, event_callbacks=events)
+        self._own_participant = self._find_own_participant()
         self._wake = self.node.create_guard_condition(self._publish_pending)
         self.node.create_timer(0.2, self._publish_pending)  # what the middleware refused, again
         self._reader = threading.Thread(target=self._read, name="link-reader", daemon=True)
@@ -173,24 +173,20 @@ class LinkHalf:
     def _publisher(self, topic: str):
         return self.node.create_publisher(self._msg, topic, qos.topic_qos(topic))
 
-    def own_participant(self) -> bytes | None:
-        """The GID prefix of this process's participant (found from one of its own publishers)."""
-        if self._own_participant is None:
-            name, namespace = self.node.get_name(), self.node.get_namespace()
-            for index in self._publishers:
-                for info in self.node.get_publishers_info_by_topic(ROUTES[index].topic):
-                    if info.node_name == name and info.node_namespace == namespace:
-                        self._own_participant = bytes(info.endpoint_gid[:_PARTICIPANT_BYTES])
-                        break
-                if self._own_participant is not None:
-                    break
-        return self._own_participant
+    def _find_own_participant(self) -> bytes:
+        """The GID prefix of this process's participant, from one of its own publishers (rmw lists a process's own
+        endpoints as it makes them)."""
+        name, namespace = self.node.get_name(), self.node.get_namespace()
+        for index in self._publishers:
+            for info in self.node.get_publishers_info_by_topic(ROUTES[index].topic):
+                if info.node_name == name and info.node_namespace == namespace:
+                    return bytes(info.endpoint_gid[:_PARTICIPANT_BYTES])
+        raise RuntimeError("the link cannot find its own publishers in the graph")
 
     def forward(self, index: int, payload: bytes, info) -> None:
         """A message published in this half's graph: to the other half, unless this process published it."""
-        gid = (info or {}).get("publisher_gid") or {}
-        publisher = bytes(gid.get("data", b""))[:_PARTICIPANT_BYTES]
-        if ROUTES[index].enters(self.side) and publisher == self.own_participant():
+        publisher = bytes((info.get("publisher_gid") or {}).get("data", b""))[:_PARTICIPANT_BYTES]
+        if ROUTES[index].enters(self.side) and publisher == self._own_participant:
             return  # our own relay of what came from the other side
         try:
             self._frames.send(index, payload)
