@@ -479,6 +479,8 @@ def test_in_lan_and_secure_a_host_s_own_graph_keeps_to_it_and_only_the_link_cros
     for bad in ("x", "-1", "233"):
         with pytest.raises(RosEnvironmentError, match=f"ROBOT_RL_LINK_DOMAIN_ID='{bad}' must be a ROS domain id"):
             ros_environment(base={**user, "ROBOT_RL_LINK_DOMAIN_ID": bad}, graph="link")
+    with pytest.raises(RosEnvironmentError, match="ROBOT_RL_LINK_DOMAIN_ID=5 is ROS_DOMAIN_ID too"):
+        ros_environment(base={**user, "ROBOT_RL_LINK_DOMAIN_ID": "5"})  # every node's start (the launcher's too)
     # local: one graph, the same for both
     local = {"ROS_DOMAIN_ID": "5"}
     assert ros_environment(base=local, graph="link") == ros_environment(base=local)

@@ -404,6 +404,9 @@ def ros_environment(
     env["ROS_DOMAIN_ID"] = str(_resolve_domain_id(domain_id, env))
     if link:
         env["ROS_DOMAIN_ID"] = env[LINK_DOMAIN_VARIABLE] = str(link_domain_id(env))
+    elif mode != "local" and str(link_domain_id(env)) == env["ROS_DOMAIN_ID"]:  # the host graph (every node's start)
+        raise RosEnvironmentError(f"{LINK_DOMAIN_VARIABLE}={env[LINK_DOMAIN_VARIABLE]} is ROS_DOMAIN_ID too: the "
+                                  "learner link needs a domain of its own, or the robot's graph would be on it")
     env["RMW_IMPLEMENTATION"] = RMW_IMPLEMENTATION
     user = _user_profile(env) if profile is None else None
     openssl_conf = _user_openssl_conf(env)
