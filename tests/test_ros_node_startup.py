@@ -71,6 +71,11 @@ def bad_starts(work: Path) -> dict[str, list[str]]:
                            "-p", "image_size:=4"],
         "teleop_rate": [sys.executable, "-m", "robot_rl.drivers.teleop_node", "--device", "keyboard", "--ros-args",
                         "-p", "rate_hz:=0.0"],
+        # a node started by hand in a shell whose network settings cannot work
+        "sim_secure_without_certs": ["env", "-u", "ROBOT_RL_CERTS", "ROBOT_RL_NETWORK=secure", sys.executable, "-m",
+                                     "robot_rl.sim.node", "--mode", "lockstep"],
+        "link_secure_without_certs": ["env", "-u", "ROBOT_RL_CERTS", "ROBOT_RL_NETWORK=secure", sys.executable, "-m",
+                                      "robot_rl.ros.link"],
     }
 
 
@@ -318,6 +323,8 @@ def error_lines(output: str) -> list[str]:
                      "weight_wait_s=0.0 must be > 0"]),
     ("sim_image_size", ["image_size=4 must be an int in [16, 640]"]),
     ("teleop_rate", ["rate_hz=0.0 must be a finite number > 0"]),
+    ("sim_secure_without_certs", ["ROBOT_RL_NETWORK=secure needs ROBOT_RL_CERTS="]),
+    ("link_secure_without_certs", ["ROBOT_RL_NETWORK=secure needs ROBOT_RL_CERTS="]),
 ])
 def test_bad_parameters_and_policy_files_are_one_error_line_and_exit_2(summary, case, words):
     result = summary["bad_starts"][case]

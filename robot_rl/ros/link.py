@@ -149,7 +149,7 @@ class LinkHalf:
         # What the other half sent, to publish here: as many per topic as its QoS keeps (a slow graph loses the
         # oldest, as DDS would).
         self._pending = {i: collections.deque(maxlen=qos.TOPICS[r.topic].stream.depth) for i, r in enumerate(ROUTES)}
-        self._remake_acks = self._other_stopping = False
+        self._remake_acks = self._other_stopping = self._stopping = False
         self.finished = False
         self.exit_status = 0
         self.relayed = collections.Counter()
@@ -244,7 +244,7 @@ class LinkHalf:
                 self.relayed[ROUTES[index].topic] += 1
 
     def _other_half_gone(self) -> None:
-        if self.finished:
+        if self.finished or self._stopping:  # this half closed the socket itself
             return
         other = "network" if self.side == HOST else "host"
         self.finished = True
@@ -256,6 +256,7 @@ class LinkHalf:
 
     def stop(self, executor, signal_number) -> None:
         """Leave the loop: the other half follows (its socket closes)."""
+        self._stopping = True
         if signal_number:
             try:
                 self._frames.send(_CONTROL, _STOPPING)

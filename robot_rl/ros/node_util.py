@@ -173,12 +173,16 @@ def run_node(build: Callable[[], object], argv: list[str], name: str, parameters
         except NodeStartupError as error:
             log_error_line(name, str(error))
             return error.status
-    from robot_rl.ros.env import ensure_ros_environment
+    from robot_rl.ros.env import RosEnvironmentError, ensure_ros_environment
 
     # A crash in native code (DDS, OpenCV, MuJoCo) then prints the Python stack of every thread before the process
     # dies, so a node that exits by a signal says where.
     faulthandler.enable()
-    ensure_ros_environment(graph=graph)
+    try:
+        ensure_ros_environment(graph=graph)
+    except RosEnvironmentError as error:  # the network settings of the user's shell (a node started by hand)
+        log_error_line(name, str(error))
+        return 2  # a configuration error, as a NodeStartupError's: the launcher does not respawn it
     import logging
 
     import rclpy
