@@ -83,7 +83,7 @@ class Children:
 
 def expert_success(task: str, episodes: int, obs_mode: str) -> float:
     """The scripted expert's success rate on the evaluation seeds (held-out, as the policies are evaluated)."""
-    from robot_rl.loop import make_env
+    from robot_rl.sim.loop import make_env
     from robot_rl.sim.evaluate import EVAL_SEED_OFFSET, evaluate
     from robot_rl.sim.expert import make_expert
 
@@ -126,7 +126,7 @@ def main() -> int:
     os.environ.setdefault("MUJOCO_GL", "egl")
     work = args.keep or Path(tempfile.mkdtemp(prefix="bench_bc_"))
     work.mkdir(parents=True, exist_ok=True)
-    cli = [sys.executable, "-m", "robot_rl.cli"]
+    cli = [sys.executable, "-m", "robot_rl.apps.cli"]
     started = time.monotonic()
     demos = work / "demos.zarr"
     children = Children()
@@ -180,6 +180,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from robot_rl import interrupts
+    from robot_rl.core import interrupts
 
     sys.exit(interrupts.run_program(main))  # a stop ends what the bench started

@@ -10,7 +10,7 @@ What is measured (milliseconds, on this machine), from a generated 640x480 30 fp
 moving scene, so JPEG costs what a camera frame costs):
 
 1. ``baseline``: what the node cannot go below: ``cv2_read_ms`` (one ``VideoCapture.read`` of the file: demux and
-   MJPG decode) and ``jpeg_encode_ms`` (robot_rl.vision.encode_compressed of one frame at ``--jpeg-quality``).
+   MJPG decode) and ``jpeg_encode_ms`` (robot_rl.core.vision.encode_compressed of one frame at ``--jpeg-quality``).
 2. Per format (``raw_bgr8``, ``jpeg``): robot_rl.drivers.camera_node's CameraNode runs in this process at 30 Hz
    (best-effort, its default) while a subscriber runs in a process of its own. ``capture_to_publish_ms``: from the
    moment the frame was handed over by OpenCV (its stamp) to the return of ``publish`` (conversion and the
@@ -84,7 +84,7 @@ def write_video(path: str, frames: int = VIDEO_FRAMES) -> None:
 def baseline(video: str, quality: int, passes: int = 3) -> dict:
     import cv2
 
-    from robot_rl.vision import encode_compressed
+    from robot_rl.core.vision import encode_compressed
 
     cv2.setNumThreads(1)
     capture = cv2.VideoCapture(video)
@@ -110,7 +110,7 @@ def baseline(video: str, quality: int, passes: int = 3) -> dict:
 
 def role_subscriber(topic: str, compressed: bool) -> int:
     """Record (stamp, arrival) of every message on `topic` until SIGINT / SIGTERM; print them as JSON."""
-    from robot_rl.ros.env import ensure_ros_environment
+    from robot_rl.ros.net.env import ensure_ros_environment
 
     ensure_ros_environment()
     import rclpy
@@ -119,7 +119,7 @@ def role_subscriber(topic: str, compressed: bool) -> int:
 
     from robot_rl.ros import qos
     from robot_rl.ros.convert import stamp_to_seconds
-    from robot_rl.interrupts import StopFlag, install_stop_signals
+    from robot_rl.core.interrupts import StopFlag, install_stop_signals
 
     flag = StopFlag()
     install_stop_signals(flag)
@@ -192,7 +192,7 @@ def measure(video: str, fmt: str, seconds: float, quality: int, settle_s: float 
 def run_inner(args) -> int:
     import rclpy
 
-    from robot_rl.ros.env import ensure_ros_environment
+    from robot_rl.ros.net.env import ensure_ros_environment
 
     ensure_ros_environment()
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -241,6 +241,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from robot_rl import interrupts
+    from robot_rl.core import interrupts
 
     sys.exit(interrupts.run_program(main))  # a stop ends what the bench started

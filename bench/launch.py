@@ -51,8 +51,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from robot_rl import interrupts  # noqa: E402
-from robot_rl.interrupts import STOP_SIGNALS  # noqa: E402
+from robot_rl.core import interrupts  # noqa: E402
+from robot_rl.core.interrupts import STOP_SIGNALS  # noqa: E402
 
 LAUNCH_DIR = REPO_ROOT / "launch"
 FILES = ("teleop_record.yaml", "robot_train.yaml", "sim_train.yaml", "sim_eval.yaml")
@@ -76,9 +76,9 @@ class Launch:
     """`robot-rl launch FILE args` in a private network namespace; its output is read line by line as it comes."""
 
     def __init__(self, name: str, arguments: dict, domain_id: int):
-        from robot_rl.ros.env import private_network_command
+        from robot_rl.ros.net.env import private_network_command
 
-        argv = [sys.executable, "-m", "robot_rl.cli", "launch", str(LAUNCH_DIR / name),
+        argv = [sys.executable, "-m", "robot_rl.apps.cli", "launch", str(LAUNCH_DIR / name),
                 *(f"{key}:={value}" for key, value in arguments.items()), "--domain-id", str(domain_id)]
         self.name = name
         self.started = time.monotonic()

@@ -23,10 +23,10 @@ import time
 import jax
 import numpy as np
 
-from robot_rl.agents import SACAgent, SACConfig
+from robot_rl.agents.sac import SACAgent, SACConfig
 from robot_rl.data.replay import ReplayBuffer
-from robot_rl.train import TrainConfig
-from robot_rl.types import Batch, ObservationSpec
+from robot_rl.apps.train import TrainConfig
+from robot_rl.core.types import Batch, ObservationSpec
 
 CONTROL_HZ = 10.0
 ACTION_DIM = 4

@@ -11,7 +11,7 @@ What happens:
 1. *Prepare* a run folder as a kill -9 drill leaves it: a learner node starts fresh (``demos`` scripted demos), a
    stand-in actor (this process) streams ``--transitions`` transitions in episodes of 25 steps (the last one left
    open), the node checkpoints every ``--checkpoint-every`` transitions and trains; then it is killed with SIGKILL.
-2. *Respawn* ``--runs`` times: ``python -m robot_rl.ros.learner_node`` starts on that run folder while the stand-in
+2. *Respawn* ``--runs`` times: ``python -m robot_rl.ros.nodes.learner_node`` starts on that run folder while the stand-in
    actor re-sends its next transition every 50 ms (an actor re-sends what is not acknowledged). Measured from just
    before the process is spawned: the arrival of the acknowledgement of that transition (``ack_s``) and the moment
    the node starts training (``training_starts_s``: agent built, checkpoint restored, gradient step compiled, logged
@@ -54,7 +54,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from robot_rl import interrupts  # noqa: E402
+from robot_rl.core import interrupts  # noqa: E402
 
 INNER_FLAG = "ROBOT_RL_BENCH_STARTUP_INNER"
 DOMAIN_ID = 95
@@ -71,7 +71,7 @@ class StandInActor:
     """One actor source on /actor/transitions (zero observations of the run's spec) and the acks it gets back."""
 
     def __init__(self, spec, action_dim: int):
-        from robot_rl.ros.env import ensure_ros_environment
+        from robot_rl.ros.net.env import ensure_ros_environment
 
         ensure_ros_environment()
         import rclpy
@@ -79,7 +79,7 @@ class StandInActor:
         from std_msgs.msg import UInt8MultiArray
 
         from robot_rl.ros import qos
-        from robot_rl.transport import make_source
+        from robot_rl.wire.transport import make_source
 
         self.rclpy = rclpy
         rclpy.init()
@@ -98,7 +98,7 @@ class StandInActor:
 
     def _on_ack(self, msg) -> None:
         from robot_rl.ros.convert import msg_to_bytes
-        from robot_rl.transport import decode_ack
+        from robot_rl.wire.transport import decode_ack
 
         through = decode_ack(msg_to_bytes(msg)).get(self.source, -1)
         if through > self.acked:
@@ -108,7 +108,7 @@ class StandInActor:
             self.acked = through
 
     def _transition(self, seq: int):
-        from robot_rl.transport import StampedTransition
+        from robot_rl.wire.transport import StampedTransition
 
         step = seq % EPISODE_LENGTH
         obs = {k: np.zeros(s.shape, s.dtype) for k, s in self.spec.entries}
@@ -119,7 +119,7 @@ class StandInActor:
 
     def send(self, seqs) -> None:
         from robot_rl.ros.convert import bytes_to_msg
-        from robot_rl.transport import encode_transitions
+        from robot_rl.wire.transport import encode_transitions
 
         self._pub.publish(bytes_to_msg(encode_transitions(self.source, [self._transition(s) for s in seqs])))
 
@@ -153,7 +153,7 @@ class StandInActor:
 
 def role_echo() -> int:
     """A bare rclpy node that acknowledges every transition at once: the middleware's floor for a respawn."""
-    from robot_rl.ros.env import ensure_ros_environment
+    from robot_rl.ros.net.env import ensure_ros_environment
 
     ensure_ros_environment()
     import rclpy
@@ -161,7 +161,7 @@ def role_echo() -> int:
 
     from robot_rl.ros import qos
     from robot_rl.ros.convert import bytes_to_msg, msg_to_bytes
-    from robot_rl.transport import decode_transitions, encode_ack
+    from robot_rl.wire.transport import decode_transitions, encode_ack
 
     rclpy.init()
     node = rclpy.create_node("bench_echo_learner")
@@ -178,7 +178,7 @@ def role_echo() -> int:
 
 
 def start_learner(run_dir: Path, args, log_file) -> subprocess.Popen:
-    command = [sys.executable, "-m", "robot_rl.ros.learner_node", "--ros-args",
+    command = [sys.executable, "-m", "robot_rl.ros.nodes.learner_node", "--ros-args",
                "-p", f"run_dir:={run_dir}", "-p", f"obs_mode:={args.obs_mode}", "-p", f"demos:={args.demos}",
                "-p", f"checkpoint_every:={args.checkpoint_every}", "-p", f"image_size:={args.image_size}"]
     return subprocess.Popen([*orphan_guard(), *command], stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
@@ -230,7 +230,7 @@ def median(values) -> float | None:
 
 
 def run_inner(args) -> int:
-    from robot_rl.transport import decode_weights
+    from robot_rl.wire.transport import decode_weights
 
     started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="bench-learner-startup-"))

@@ -33,11 +33,11 @@ def rerun_in_private_network(script: str, argv: Sequence[str], *, bench: str, do
     """Run `python script *argv` in a private network namespace with `inner_flag` (and `extra_env`) set in its
     environment; returns its exit status (124 after `timeout_s`; 2 with one JSON error line where no namespace can be
     made). At the end its whole process group gets SIGINT, then SIGKILL, also when a stop request ends the wait (SIGINT,
-    or SIGTERM where :func:`robot_rl.interrupts.handling` raises it, as in the benches' entry points): that one goes on
+    or SIGTERM where :func:`robot_rl.core.interrupts.handling` raises it, as in the benches' entry points): that one goes on
     to the caller once the inner bench is stopped. Should this process die first, even by SIGKILL, the kernel sends
     the inner bench SIGTERM (``setpriv --pdeathsig``)."""
-    from robot_rl import interrupts
-    from robot_rl.ros.env import RosEnvironmentError, private_network_command, ros_environment
+    from robot_rl.core import interrupts
+    from robot_rl.ros.net.env import RosEnvironmentError, private_network_command, ros_environment
 
     env = ros_environment(domain_id=domain_id)
     env[inner_flag] = "1"
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.role == "check":
         return role_check(args.domain_id)
-    from robot_rl.ros.env import RosEnvironmentError, network_namespace_problem, ros_environment
+    from robot_rl.ros.net.env import RosEnvironmentError, network_namespace_problem, ros_environment
 
     try:
         ros_environment(domain_id=args.domain_id)  # the ROS wheels are there
@@ -165,6 +165,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from robot_rl import interrupts
+    from robot_rl.core import interrupts
 
     sys.exit(interrupts.run_program(main))  # a stop ends what the bench started

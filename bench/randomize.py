@@ -80,7 +80,7 @@ def one_run(args: Args, mode: str, seed: int, folder: Path) -> dict:
     """Train one seed (randomized or not), validate it; the figures of both."""
     run_dir = folder / f"{mode}-s{seed}"
     log = folder / f"{mode}-s{seed}.log"
-    train = [sys.executable, "-m", "robot_rl.cli", "train", "--task", args.task, "--obs-mode", args.obs_mode,
+    train = [sys.executable, "-m", "robot_rl.apps.cli", "train", "--task", args.task, "--obs-mode", args.obs_mode,
              "--demos", str(args.demos), "--steps", str(args.steps), "--eval-every", str(args.steps),
              "--eval-episodes", str(args.eval_episodes), "--seed", str(seed), "--no-video", "--run-dir", str(run_dir)]
     if "pixels" in args.obs_mode:
@@ -90,7 +90,7 @@ def one_run(args: Args, mode: str, seed: int, folder: Path) -> dict:
         if args.colour and "pixels" in args.obs_mode:
             train += ["--sac.image-encoder.augment-colour", str(args.colour)]
     run(train, log)
-    validate = [sys.executable, "-m", "robot_rl.cli", "validate", "--policy", str(run_dir), "--suite", args.suite,
+    validate = [sys.executable, "-m", "robot_rl.apps.cli", "validate", "--policy", str(run_dir), "--suite", args.suite,
                 "--episodes", str(args.validation_episodes), "--workers", "1", "--no-video",
                 "--out", str(run_dir / "validation")]
     run(validate, log)
@@ -135,6 +135,6 @@ def main(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    from robot_rl import interrupts
+    from robot_rl.core import interrupts
 
     sys.exit(interrupts.run_program(lambda: main(tyro.cli(Args))))  # a stop ends what the bench started

@@ -35,8 +35,8 @@ import numpy as np
 import tyro
 
 from robot_rl.data.episodes import EpisodeDataset
-from robot_rl.loop import make_env, writer_for_env
-from robot_rl.reward_classifier import (
+from robot_rl.sim.loop import make_env, writer_for_env
+from robot_rl.agents.reward_classifier import (
     RewardClassifierConfig,
     binary_metrics,
     save_atomically,

@@ -12,7 +12,7 @@ Usage::
 What is measured (every figure has p50 / p99 / n; times in ms):
 
 1. ``obs_to_command_*``: observation -> command latency through a real lock-step actor node
-   (``python -m robot_rl.ros.actor_node -p mode:=lockstep -p weights_path:=FILE``, SAC policy on CPU). A separate
+   (``python -m robot_rl.ros.nodes.actor_node -p mode:=lockstep -p weights_path:=FILE``, SAC policy on CPU). A separate
    process plays the robot: it publishes one complete sensor frame (``/tcp_pose``, ``/tcp_twist``,
    ``/gripper/state``, ``/sim/object_state`` or the two cameras, one header stamp; ``/task/reward`` +
    ``/task/success`` before every frame after the first, as the sim node does) and times until the
@@ -63,7 +63,7 @@ What is measured (every figure has p50 / p99 / n; times in ms):
 Network rule: the script re-executes itself inside a private network namespace (``unshare -n``, only ``lo``) and
 refuses to run (one JSON error line, exit 2) where none can be made; every ROS process runs with
 ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` and its own ``ROS_DOMAIN_ID`` (90-97, one per measurement; with
-``--domain-id N`` all on N: the measurements run one after another) from ``robot_rl.ros.env.ros_environment``. Child
+``--domain-id N`` all on N: the measurements run one after another) from ``robot_rl.ros.net.env.ros_environment``. Child
 processes run one measurement at a time and are stopped after it and at the end, also on errors or ``--timeout``
 (partial figures are still printed, with ``errors``). Figures are percentiles on a shared machine (``loadavg_1m_*`` is
 recorded): compare ratios and baselines from the same run, not absolutes across runs.
@@ -94,7 +94,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from robot_rl import interrupts  # noqa: E402
+from robot_rl.core import interrupts  # noqa: E402
 
 INNER_FLAG = "ROBOT_RL_BENCH_ROS_INNER"
 NETNS_FLAG = "ROBOT_RL_BENCH_ROS_NETNS"
@@ -136,7 +136,7 @@ def log(message: str) -> None:
 
 
 def pixel_spec(image_size: int):
-    from robot_rl.types import ObservationSpec
+    from robot_rl.core.types import ObservationSpec
 
     return ObservationSpec.from_shapes({
         "state": ((STATE_SIZE,), np.float32),
@@ -147,10 +147,10 @@ def pixel_spec(image_size: int):
 
 def weights_payload(spec, version: int = 1, seed: int = 0) -> bytes:
     """encode_weights of a fresh SACAgent (TrainConfig().sac) for `spec`, as learner_server._weights_message does."""
-    from robot_rl.agents import SACAgent
-    from robot_rl.config_io import config_to_json
-    from robot_rl.train import TrainConfig
-    from robot_rl.transport import WeightsMessage, encode_weights
+    from robot_rl.agents.sac import SACAgent
+    from robot_rl.core.config_io import config_to_json
+    from robot_rl.apps.train import TrainConfig
+    from robot_rl.wire.transport import WeightsMessage, encode_weights
 
     sac = TrainConfig().sac
     agent = SACAgent.create(seed, spec, ACTION_DIM, sac)
@@ -161,7 +161,7 @@ def weights_payload(spec, version: int = 1, seed: int = 0) -> bytes:
 
 def start_rclpy(node_name: str):
     """(rclpy, node, executor) in this process; the environment must come from ros_environment()."""
-    from robot_rl.ros.env import ensure_ros_environment
+    from robot_rl.ros.net.env import ensure_ros_environment
 
     ensure_ros_environment()
     import rclpy
@@ -241,7 +241,7 @@ def role_robot(args) -> None:
     from sensor_msgs.msg import Image, JointState
     from std_msgs.msg import Bool, Float32, Float32MultiArray
 
-    from robot_rl.loop import make_env
+    from robot_rl.sim.loop import make_env
     from robot_rl.ros import qos
     from robot_rl.ros.convert import (
         floats_to_msg,
@@ -290,10 +290,10 @@ def role_robot(args) -> None:
 
     # The policy alone (timed after the ROS loop so the two do not compete), built and compiled while the actor node
     # starts up.
-    from robot_rl.actor import Actor
+    from robot_rl.actor.session import Actor
     from robot_rl.agents.sac import SACAgent, SACConfig
-    from robot_rl.config_io import config_from_json
-    from robot_rl.transport import decode_weights
+    from robot_rl.core.config_io import config_from_json
+    from robot_rl.wire.transport import decode_weights
 
     actor = None  # no weights: the baseline run against the echo node
     policy_obs = {"state": state, **({"object_state": object_state} if not pixels else {}),
@@ -397,8 +397,8 @@ def camera_scene(width: int, height: int) -> np.ndarray:
 
 def driver_robot():
     """(robot file config, its arm kinematics, arm joints whose TCP is the file's home pose) of DRIVER_ROBOT."""
-    from robot_rl.kinematics import ArmKinematics
-    from robot_rl.robot_config import load_robot_config
+    from robot_rl.core.kinematics import ArmKinematics
+    from robot_rl.actor.robot_config import load_robot_config
     from robot_rl.sim.robot import HOME_QPOS
 
     robot = load_robot_config(str(DRIVER_ROBOT))
@@ -461,7 +461,7 @@ def role_driver(args) -> None:
     # The policy, built and compiled while the actor node starts up (timed after the ROS loop).
     actor = spec = None  # no weights: the baseline run against the echo node
     if args.weights:
-        from robot_rl.policy_file import actor_from_weights, read_policy_file
+        from robot_rl.wire.policy_file import actor_from_weights, read_policy_file
 
         weights = read_policy_file(args.weights)
         spec = weights.observation_spec
@@ -511,7 +511,7 @@ def actor_step_costs(robot, kinematics, q, streams, actor, spec, calls: int) -> 
     the step); ``kinematics``: forward kinematics of joint_states and the IK solve of a command; ``policy``:
     Actor.policy_action on the resulting observation."""
     from robot_rl.ros.convert import compressed_image_from_msg, image_from_msg
-    from robot_rl.vision import ImageTransform, to_rgb
+    from robot_rl.core.vision import ImageTransform, to_rgb
 
     images: dict[str, list[float]] = {}
     obs = {key: np.zeros(entry.shape, entry.dtype) for key, entry in spec.entries}
@@ -578,7 +578,7 @@ def role_feeder(args) -> None:
 
     from robot_rl.ros import qos
     from robot_rl.ros.convert import bytes_to_msg, msg_to_bytes
-    from robot_rl.transport import StampedTransition, decode_ack, encode_transitions, make_source
+    from robot_rl.wire.transport import StampedTransition, decode_ack, encode_transitions, make_source
 
     source = make_source("bench_feeder")
     rng = np.random.default_rng(0)
@@ -655,10 +655,10 @@ def role_weights_sub(args) -> None:
     from robot_rl.agents.sac import SACAgent, SACConfig
     from robot_rl.ros import qos
     from robot_rl.ros.convert import msg_to_bytes
-    from robot_rl.config_io import config_from_json
-    from robot_rl.transport import decode_weights
+    from robot_rl.core.config_io import config_from_json
+    from robot_rl.wire.transport import decode_weights
 
-    from robot_rl.train import TrainConfig
+    from robot_rl.apps.train import TrainConfig
 
     # An actor already has its agent when new weights arrive: build them up front (the spec comes with the weights).
     agents = {pixel_spec(size): SACAgent.create(0, pixel_spec(size), ACTION_DIM, TrainConfig().sac)
@@ -698,12 +698,12 @@ def role_weights_pub(args) -> None:
     rclpy, node, executor = start_rclpy("bench_weights_pub")
     from std_msgs.msg import String, UInt8MultiArray
 
-    from robot_rl.agents import SACAgent
+    from robot_rl.agents.sac import SACAgent
     from robot_rl.ros import qos
     from robot_rl.ros.convert import bytes_to_msg
-    from robot_rl.config_io import config_to_json
-    from robot_rl.train import TrainConfig
-    from robot_rl.transport import WeightsMessage, encode_weights
+    from robot_rl.core.config_io import config_to_json
+    from robot_rl.apps.train import TrainConfig
+    from robot_rl.wire.transport import WeightsMessage, encode_weights
 
     acks: dict[int, dict] = {}
     node.create_subscription(String, WEIGHTS_ACK_TOPIC,
@@ -764,7 +764,7 @@ class Children:
 
     def start(self, name: str, argv: list[str], domain_id: int, extra_env: dict[str, str] | None = None
               ) -> subprocess.Popen:
-        from robot_rl.ros.env import ros_environment
+        from robot_rl.ros.net.env import ros_environment
 
         env = ros_environment(domain_id=domain_id)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
@@ -842,8 +842,8 @@ class WeightFiles:
     def __init__(self, tmp: Path, args):
         import threading
 
-        from robot_rl.loop import make_env
-        from robot_rl.types import ObservationSpec
+        from robot_rl.sim.loop import make_env
+        from robot_rl.core.types import ObservationSpec
 
         env = make_env("PickCube-v0", obs_mode="state")
         spec = ObservationSpec.from_space(env.observation_space)
@@ -886,9 +886,9 @@ def write_driver_policy(path: Path) -> None:
     """A policy file of an untrained SAC agent (TrainConfig().sac) seeing DRIVER_ROBOT's cameras at
     DRIVER_IMAGE_SIZE and the state, as the learner node builds it for a real robot's task."""
     from robot_rl.agents.sac import SACAgent
-    from robot_rl.policy_file import weights_message, write_policy_file
-    from robot_rl.ros.learner_params import robot_task_spaces
-    from robot_rl.train import TrainConfig
+    from robot_rl.wire.policy_file import weights_message, write_policy_file
+    from robot_rl.ros.nodes.learner_params import robot_task_spaces
+    from robot_rl.apps.train import TrainConfig
 
     spec, action_dim = robot_task_spaces(str(DRIVER_ROBOT), "pixels", DRIVER_IMAGE_SIZE)
     write_policy_file(path, weights_message(SACAgent.create(0, spec, action_dim, TrainConfig().sac), version=1))
@@ -915,7 +915,7 @@ def bench_latency(children: Children, files: WeightFiles, args, obs_mode: str, b
     frames = args.frames if obs_mode == "state" else args.pixel_frames
     weights = files.path(obs_mode)
     actor = children.start(f"actor_{obs_mode}", [
-        sys.executable, "-m", "robot_rl.ros.actor_node", "--ros-args",
+        sys.executable, "-m", "robot_rl.ros.nodes.actor_node", "--ros-args",
         "-p", f"obs_mode:={obs_mode}", "-p", "mode:=lockstep", "-p", "reset_service:=none",
         "-p", f"weights_path:={weights}", "-p", "stream_transitions:=false", "-p", "max_episode_steps:=1000000",
         "-p", "actor_id:=bench"], domain)
@@ -960,7 +960,7 @@ def bench_driver_latency(children: Children, files: WeightFiles, args) -> dict:
     weights = files.path("driver")
     domain = DOMAINS["latency_640x480"]
     actor = children.start("actor_640x480", [
-        sys.executable, "-m", "robot_rl.ros.actor_node", "--ros-args", "-p", f"robot:={DRIVER_ROBOT}",
+        sys.executable, "-m", "robot_rl.ros.nodes.actor_node", "--ros-args", "-p", f"robot:={DRIVER_ROBOT}",
         "-p", "obs_mode:=pixels", "-p", "mode:=lockstep", "-p", "reset_service:=none",
         "-p", f"weights_path:={weights}", "-p", "stream_transitions:=false", "-p", "max_episode_steps:=1000000",
         "-p", "actor_id:=bench"], domain)
@@ -1028,7 +1028,7 @@ def write_diffusion_policy(folder: Path) -> Path:
     from robot_rl.policies.config import DiffusionConfig
     from robot_rl.policies.diffusion import DiffusionPolicy
     from robot_rl.policies.normalizer import Normalizer
-    from robot_rl.ros.learner_params import robot_task_spaces
+    from robot_rl.ros.nodes.learner_params import robot_task_spaces
 
     spec, action_dim = robot_task_spaces(str(DRIVER_ROBOT), "pixels", DRIVER_IMAGE_SIZE)
     rng = np.random.default_rng(0)
@@ -1048,7 +1048,7 @@ def bench_realtime_diffusion(children: Children, tmp: Path, args) -> dict:
     children.start("rt_sim", [sys.executable, "-m", "robot_rl.sim.node", "--task", "PickCube-v0", "--ros-args",
                               "-p", f"robot:={DRIVER_ROBOT}"], domain)
     actor = children.start("rt_actor", [
-        sys.executable, "-m", "robot_rl.ros.actor_node", "--ros-args", "-p", f"robot:={DRIVER_ROBOT}",
+        sys.executable, "-m", "robot_rl.ros.nodes.actor_node", "--ros-args", "-p", f"robot:={DRIVER_ROBOT}",
         "-p", "obs_mode:=pixels", "-p", f"weights_path:={policy}", "-p", "device:=cpu", "-p", "deterministic:=true",
         "-p", "stream_transitions:=false", "-p", f"stats_path:={stats}"], domain)
     deadline = time.monotonic() + args.realtime_ticks / CONTROL_HZ + 90.0
@@ -1081,7 +1081,7 @@ def bench_transitions(children: Children, tmp: Path, args) -> dict:
     domain = DOMAINS["transitions"]
     run_dir = tmp / "learner_run"
     learner = children.start("learner", [
-        sys.executable, "-m", "robot_rl.ros.learner_node", "--ros-args", "-p", f"run_dir:={run_dir}",
+        sys.executable, "-m", "robot_rl.ros.nodes.learner_node", "--ros-args", "-p", f"run_dir:={run_dir}",
         "-p", "obs_mode:=pixels", "-p", f"image_size:={args.image_size}", "-p", "demos:=0",
         "-p", "updates_per_transition:=0.0"], domain)
     feeder = children.role("feeder", "feeder", domain, "--duration", str(args.duration),

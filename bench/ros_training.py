@@ -1,6 +1,6 @@
 """Training over ROS 2 vs in-process: the same task, seeds, demos, learner settings and env-step budget, trained by
 `robot-rl launch launch/sim_train.yaml` (sim node in lock-step + actor + learner as separate processes, no human) once
-per robot file, and once by `robot_rl.train.train` in one process; every final policy is evaluated in-process on the
+per robot file, and once by `robot_rl.apps.train.train` in one process; every final policy is evaluated in-process on the
 same eval seeds. Prints ONE JSON line: per robot file and seed the final success (in-process evaluation) and how the
 policy did while it acted over that robot's topics during training (``train_success_rate``, successes of the last 10
 training episodes, the actor's holds, rejected messages and waits).
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import tyro
 
-from robot_rl import interrupts
+from robot_rl.core import interrupts
 
 REPO = Path(__file__).resolve().parent.parent
 DOMAIN_ID = 95
@@ -70,10 +70,10 @@ SMOKE = dict(steps=30, seeds=(0,), demos=1, eval_episodes=1, robots=("sim_panda"
 
 
 def ros_run(args: Args, robot: str, seed: int, run_dir: Path) -> dict:
-    from robot_rl.ros.env import private_network_command, ros_environment
+    from robot_rl.ros.net.env import private_network_command, ros_environment
 
     command = private_network_command([
-        sys.executable, "-m", "robot_rl.cli", "launch", str(REPO / "launch" / "sim_train.yaml"),
+        sys.executable, "-m", "robot_rl.apps.cli", "launch", str(REPO / "launch" / "sim_train.yaml"),
         f"robot:={robot}", f"task:={args.task}", "obs_mode:=state", f"steps:={args.steps}", f"demos:={args.demos}",
         f"seed:={seed}", "human:=false", f"eval_episodes:={args.eval_episodes}", f"run_dir:={run_dir}",
         # evaluations as the in-process baseline's (at the start and the end), no validation (it has none)
@@ -117,7 +117,7 @@ def ros_run(args: Args, robot: str, seed: int, run_dir: Path) -> dict:
 
 
 def in_process_run(args: Args, seed: int, run_dir: Path) -> dict:
-    from robot_rl.train import TrainConfig, train
+    from robot_rl.apps.train import TrainConfig, train
 
     cfg = TrainConfig(task=args.task, obs_mode="state", demos=args.demos, steps=args.steps, seed=seed,
                       eval_every=args.steps, eval_episodes=args.eval_episodes, checkpoint_every=args.steps,
@@ -131,7 +131,7 @@ def in_process_run(args: Args, seed: int, run_dir: Path) -> dict:
 
 def robot_names(robots: tuple[str, ...]) -> dict[str, str]:
     """{robot file's name: the file as given}; RobotConfigError (one line naming the file and key) before any run."""
-    from robot_rl.robot_config import RobotConfigError, load_robot_config
+    from robot_rl.actor.robot_config import RobotConfigError, load_robot_config
 
     names = {load_robot_config(robot).name: robot for robot in robots}
     if len(names) != len(robots) or not robots:
@@ -170,8 +170,8 @@ def main(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    from robot_rl.robot_config import RobotConfigError
-    from robot_rl.ros.env import RosEnvironmentError
+    from robot_rl.actor.robot_config import RobotConfigError
+    from robot_rl.ros.net.env import RosEnvironmentError
 
     os.chdir(REPO)
     with interrupts.handling():  # SIGTERM unwinds as SIGINT does: what the bench started is stopped on the way out

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from robot_rl.safety import Safety, SafetyConfig
+from robot_rl.actor.safety import Safety, SafetyConfig
 
 POSITION = np.array([0.5, 0.0, 0.2])
 

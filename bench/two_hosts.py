@@ -71,13 +71,13 @@ INTRUDER_VERSION = 10**9  # the weights version an intruder's re-sent weights ca
 # prints one RESULT line with what it received and sent.
 INTRUDER = r"""
 import dataclasses, importlib, json, sys, time
-from robot_rl.ros.env import ensure_ros_environment
+from robot_rl.ros.net.env import ensure_ros_environment
 ensure_ros_environment(graph="link")  # a stranger to the learner link
 import rclpy
 from geometry_msgs.msg import PoseStamped
 from std_msgs.msg import UInt8MultiArray
 from robot_rl.ros import qos
-from robot_rl.transport import (decode_transitions, decode_weights, encode_transitions, make_source,
+from robot_rl.wire.transport import (decode_transitions, decode_weights, encode_transitions, make_source,
                                  reversion_weights)
 
 seconds, version = float(sys.argv[1]), int(sys.argv[2])
@@ -179,7 +179,7 @@ class Args:
     kill_server_times: int = 1
     """how many times the kill_server drill runs in each run (one after the other)"""
     kill_link: bool = False
-    """fault drill (lan, secure): kill -9 the first robot host's link node (robot_rl.ros.link; its launch restarts
+    """fault drill (lan, secure): kill -9 the first robot host's link node (robot_rl.ros.nodes.link_node; its launch restarts
     it), then measure how soon the actor had acknowledgements again and how long it went without"""
     checkpoint_every: int = 500
     """the learner's checkpoint_every (received transitions between checkpoints)"""
@@ -332,7 +332,7 @@ def _kill_server_drill(server: Host, restart: Callable[[], subprocess.Popen], le
             "restarted": process.poll() is None, "unix_window": [round(killed_unix, 3), round(time.time(), 3)]}
 
 
-LINK_HOST_HALF = "robot_rl.ros.link --ros-args"  # the link node as the launcher starts it (not its network half)
+LINK_HOST_HALF = "robot_rl.ros.nodes.link_node --ros-args"  # the link node as the launcher starts it (not its network half)
 
 
 def _kill_link_drill(robot: Host, actor_file: Path, args: Args) -> dict:
@@ -440,7 +440,7 @@ def _launch(host: Host, side: str, args: Args, obs_mode: str, run_dir: Path, pee
             ) -> subprocess.Popen:
     # lan: the hosts set up as a ROS user sets up any graph (ROS_STATIC_PEERS naming the other host, nothing else):
     # the nodes choose the lan mode from it (the launch files' network:=auto).
-    argv = [sys.executable, "-m", "robot_rl.cli", "launch", "--grace-s", "5", "launch/sim_train.yaml",
+    argv = [sys.executable, "-m", "robot_rl.apps.cli", "launch", "--grace-s", "5", "launch/sim_train.yaml",
             f"side:={side}", f"network:={'auto' if network == 'lan' else network}", f"mode:={args.control}",
             f"obs_mode:={obs_mode}",
             f"image_size:={args.image_size}", "steps:=0", "demos:=5", "eval_every:=0", "eval_episodes:=0",
@@ -464,7 +464,7 @@ def run(args: Args, mode: str, rate: float, obs_mode: str, work: Path) -> dict:
         processes = []
         certs: dict[str, Path] = {}
         if mode == "secure":
-            from robot_rl.ros.certs import create_certificates  # robot-rl certs ca / request / sign, one disk
+            from robot_rl.ros.net.certs import create_certificates  # robot-rl certs ca / request / sign, one disk
 
             create_certificates(work / "certs", server=server.address, robots=[r.name for r in robots])
             certs = {h: work / "certs" / h for h in ("server", *(r.name for r in robots))}
@@ -608,6 +608,6 @@ def main(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    from robot_rl import interrupts
+    from robot_rl.core import interrupts
 
     sys.exit(interrupts.run_program(lambda: main(tyro.cli(Args))))  # a stop ends what the bench started

@@ -41,8 +41,8 @@ class Args:
 def tiny_policy(folder: Path, task: str) -> Path:
     """A run folder holding a random SAC policy (16-unit layers) on `task`'s state observations."""
     from robot_rl.agents.sac import SACAgent, SACConfig
-    from robot_rl.loop import make_env
-    from robot_rl.policy_file import weights_message, write_policy_file
+    from robot_rl.sim.loop import make_env
+    from robot_rl.wire.policy_file import weights_message, write_policy_file
 
     env = make_env(task, obs_mode="state")
     try:
@@ -61,7 +61,7 @@ def main(args: Args) -> dict:
 
     from robot_rl.policies.checkpoint import load_policy
     from robot_rl.sim.evaluate import evaluate_policy
-    from robot_rl.validate import ValidateConfig, load_suite, validate
+    from robot_rl.apps.validate import ValidateConfig, load_suite, validate
 
     torch.set_num_threads(1)
     if args.policy is None and not args.smoke:
@@ -95,6 +95,6 @@ def main(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    from robot_rl import interrupts
+    from robot_rl.core import interrupts
 
     sys.exit(interrupts.run_program(lambda: main(tyro.cli(Args))))  # a stop ends what the bench started

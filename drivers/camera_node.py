@@ -38,6 +38,11 @@ first frame (one log line names the source and the reason), or a bad parameter.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # a program's start, before the heavy imports below
+    from robot_rl.core.startup import program_start
+
+    program_start()
+
 import argparse
 import collections
 import dataclasses

@@ -1,5 +1,5 @@
 """Human teleoperation: command type and device backends (no rclpy here; the twist <-> policy-action mapping is
-robot_rl.teleop_mapping).
+robot_rl.actor.teleop_mapping).
 
 Devices (each optional at run time; opening an absent one raises :class:`DeviceNotFound` saying what was looked
 for, how to fix it and which other device to use):
@@ -44,7 +44,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from robot_rl.teleop_mapping import vector3
+from robot_rl.actor.teleop_mapping import vector3
 
 EpisodeEvent = Literal["success", "failure", "reset"]
 EPISODE_EVENTS: tuple[str, ...] = ("success", "failure", "reset")

@@ -33,6 +33,11 @@ exit the node first publishes engaged=false, so the policy gets control back.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # a program's start, before the heavy imports below
+    from robot_rl.core.startup import program_start
+
+    program_start()
+
 import argparse
 import sys
 import time

@@ -64,7 +64,7 @@ class Policy(Protocol):
     kind: str
     """Registered kind name (robot_rl.policies.registry; for files and messages: the actor never branches on it)."""
     observation_spec: Any
-    """robot_rl.types.ObservationSpec of the entries it reads (shapes and dtypes)."""
+    """robot_rl.core.types.ObservationSpec of the entries it reads (shapes and dtypes)."""
     observation_keys: tuple[str, ...]
     """Observation entries it reads (the spec's keys)."""
     action_dim: int
@@ -156,7 +156,7 @@ def stack_history(history: Sequence[Observation], keys: Sequence[str], horizon: 
 
 
 class ChunkRunner:
-    """Runs any `Policy` as a one-action-per-call policy (`reset` / `act`, see robot_rl.core.Policy) for lock-step
+    """Runs any `Policy` as a one-action-per-call policy (`reset` / `act`, see robot_rl.core.protocols.Policy) for lock-step
     loops such as the sim evaluation: it queries a chunk when the previous one is used up (receding horizon)."""
 
     def __init__(self, policy: Policy, *, deterministic: bool = True, execute: int | None = None):

@@ -2,7 +2,7 @@
 
 A torch policy (diffusion, one-step) is a folder with ``policy.json`` (format, kind, config, observation spec, action
 size, training facts) and ``model.safetensors`` (weights and normaliser statistics); no pickle anywhere, no
-`torch.load`. A SAC policy is the learner's ``policy.msgpack`` (robot_rl.policy_file). :func:`load_policy` takes
+`torch.load`. A SAC policy is the learner's ``policy.msgpack`` (robot_rl.wire.policy_file). :func:`load_policy` takes
 either, or a run folder holding one, and returns a :class:`~robot_rl.policies.base.Policy`.
 """
 
@@ -120,7 +120,7 @@ def load_policy(path: str | Path, *, device: str = "auto", seed: int = 0) -> Pol
     if folder is not None:
         description, tensors = read_policy_files(folder)
         return files_builder(description.get("kind"))(description, tensors, resolve_device(device))
-    from robot_rl.policy_file import PolicyFileError, read_policy_file
+    from robot_rl.wire.policy_file import PolicyFileError, read_policy_file
 
     try:
         return policy_from_weights(read_policy_file(path), seed=seed, device=device)

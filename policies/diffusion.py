@@ -27,7 +27,7 @@ from robot_rl.policies.checkpoint import POLICY_CONFIG, POLICY_WEIGHTS, save_pol
 from robot_rl.policies.config import DiffusionConfig, is_int
 from robot_rl.policies.normalizer import Normalizer
 from robot_rl.policies.registry import DIFFUSION
-from robot_rl.types import ArraySpec, ObservationSpec
+from robot_rl.core.types import ArraySpec, ObservationSpec
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the schedulers are built from arguments; nothing is ever fetched
 from diffusers import DDIMScheduler, DDPMScheduler  # noqa: E402

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from robot_rl.config_io import config_from_json, config_to_json
+from robot_rl.core.config_io import config_from_json, config_to_json
 from robot_rl.policies.base import ActionChunk, Observation, PolicyBase, PolicyError
 from robot_rl.policies.registry import GAUSSIAN, LearnerPlan, PolicyKind
 
@@ -66,7 +66,7 @@ class GaussianPolicy(PolicyBase):
 
     def weights_message(self, *, version: int, transitions: int = 0, updates: int = 0):
         """This policy's weights as a `WeightsMessage` (what the learner broadcasts and policy files hold)."""
-        from robot_rl.transport import WeightsMessage
+        from robot_rl.wire.transport import WeightsMessage
 
         agent = self.agent
         return WeightsMessage(version=int(version), policy=agent.policy_to_bytes(),

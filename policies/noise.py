@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from robot_rl.config_io import config_to_json
+from robot_rl.core.config_io import config_to_json
 from robot_rl.policies.base import ActionChunk, Observation, Policy, PolicyError
 from robot_rl.policies.registry import CHUNK_KEYS, NOISE, LearnerPlan, PolicyKind
 from robot_rl.policies.residual import FrozenBase, HeadOnFrozenBase, load_base, run_base
@@ -59,7 +59,7 @@ class NoisePolicy(HeadOnFrozenBase):
     def __init__(self, base: Policy, head, bound: float = 1.5, *, execute: int | None = None,
                  path: str | None = None, seed: int = 0, repeat: bool = False):
         from robot_rl.policies.gaussian import GaussianPolicy
-        from robot_rl.types import ObservationSpec
+        from robot_rl.core.types import ObservationSpec
 
         if not (np.isfinite(bound) and bound > 0):
             raise PolicyError(f"noise bound={bound} must be > 0")

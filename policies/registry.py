@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from robot_rl.policies.base import Policy, PolicyError
 
-if TYPE_CHECKING:  # robot_rl.types imports flax and JAX; the registry is read without them (robot_rl.transport)
-    from robot_rl.types import ObservationSpec
+if TYPE_CHECKING:  # robot_rl.core.types imports flax and JAX; the registry is read without them (robot_rl.wire.transport)
+    from robot_rl.core.types import ObservationSpec
 
 GAUSSIAN = "gaussian"
 DIFFUSION = "diffusion"
@@ -50,7 +50,7 @@ class PolicyKind:
     aliases: tuple[str, ...] = ()
     """Other names it is read under (the command line's `--policy plain`, old run folders)."""
     options: tuple[str, ...] = ()
-    """The run options (robot_rl.train.TrainConfig fields) it reads; `base` among them: it runs on a frozen base."""
+    """The run options (robot_rl.apps.train.TrainConfig fields) it reads; `base` among them: it runs on a frozen base."""
     from_files: str | None = None
     """Where its builder from a policy folder's (description, tensors, device) is, as module:function (torch kinds)."""
     from_weights: str | None = None
@@ -165,10 +165,10 @@ def weights_builder(name: str) -> Callable[..., Policy]:
 
 
 def learner_plan(options: Any, observation_spec: Any, action_dim: int) -> LearnerPlan:
-    """The plan of a run whose options (a robot_rl.train.TrainConfig: `policy`, `sac` and the kind's `options`)
+    """The plan of a run whose options (a robot_rl.apps.train.TrainConfig: `policy`, `sac` and the kind's `options`)
     choose a learner-trained kind, over the robot's observations and actions; PolicyError for a base the run cannot
     use (loaded on the CPU)."""
-    from robot_rl.types import ObservationSpec
+    from robot_rl.core.types import ObservationSpec
 
     kind = kind_of(options.policy)
     if kind.plan is None:

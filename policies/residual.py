@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from robot_rl.config_io import config_from_json, config_to_json
+from robot_rl.core.config_io import config_from_json, config_to_json
 from robot_rl.policies.base import ActionChunk, ChunkRunner, Observation, Policy, PolicyBase, PolicyError
 from robot_rl.policies.registry import RESIDUAL, LearnerPlan, PolicyKind
 
@@ -32,7 +32,7 @@ BASE_ACTION_KEY = "base_action"
 
 def residual_observation_spec(base: Policy, head_keys: Sequence[str] | None = None):
     """The head's observation spec: the base's entries (or `head_keys` of them) plus `base_action`."""
-    from robot_rl.types import ArraySpec, ObservationSpec
+    from robot_rl.core.types import ArraySpec, ObservationSpec
 
     entries = dict(base.observation_spec.entries)
     if head_keys is not None:
@@ -80,7 +80,7 @@ class HeadOnFrozenBase(PolicyBase):
 
     def weights_message(self, *, version: int, transitions: int = 0, updates: int = 0):
         """The head's weights and this policy's config (the base by path) as a `WeightsMessage`."""
-        from robot_rl.transport import WeightsMessage
+        from robot_rl.wire.transport import WeightsMessage
 
         agent = self.head.agent
         return WeightsMessage(version=int(version), policy=agent.policy_to_bytes(),
@@ -138,7 +138,7 @@ class ResidualPolicy(HeadOnFrozenBase):
         self.action_dim = int(base.policy.action_dim)
         self.device = getattr(base.policy, "device", "cpu")
         # What the robot must provide: the base's entries and the head's, less the base action the policy adds.
-        from robot_rl.types import ObservationSpec
+        from robot_rl.core.types import ObservationSpec
 
         robot = dict(base.policy.observation_spec.entries)
         robot.update((k, v) for k, v in spec.entries if k != BASE_ACTION_KEY)
@@ -198,7 +198,7 @@ def run_base(options, load: Callable[..., FrozenBase], provided, action_dim: int
     """(the run's frozen base, `load(options.base)` on the CPU executing `options.base_execute` actions of each
     chunk, and the robot's observation spec `provided` less `base_action`); PolicyError naming --base when it does not
     load, or reads or acts otherwise than the run gives."""
-    from robot_rl.types import ObservationSpec
+    from robot_rl.core.types import ObservationSpec
 
     try:
         base = load(options.base, device="cpu", execute=options.base_execute)

@@ -1,7 +1,7 @@
 """Evaluate a policy in the sim mirror in-process: success rate with a 95 % interval, returns, lengths and a video.
 
 `robot-rl train` evaluates its policy with `evaluate`; `robot-rl eval` runs `evaluate_policy_file` on a saved
-policy (``<run_dir>/policy.msgpack``). Episodes run in the one episode loop (robot_rl.episode.EpisodeRunner), so
+policy (``<run_dir>/policy.msgpack``). Episodes run in the one episode loop (robot_rl.actor.runner.EpisodeRunner), so
 the policy's commands go through an `ActorSession` and the safety layer, as on the robot. Evaluation episodes use
 held-out seeds (`EVAL_SEED_OFFSET` + k) that training episodes (seed + k) and demos never use.
 """
@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from robot_rl.loop import EpisodeResult, as_actor, make_env
-from robot_rl.report import wilson_interval
-from robot_rl.types import ObservationSpec
+from robot_rl.sim.loop import EpisodeResult, as_actor, make_env
+from robot_rl.core.report import wilson_interval
+from robot_rl.core.types import ObservationSpec
 
 EVAL_SEED_OFFSET = 1_000_000
 VIDEO_EPISODES = 2
@@ -73,7 +73,7 @@ class Evaluation:
         return float(np.mean([e.steps for e in self.episodes]))
 
     def report_row(self, env_step: int) -> dict[str, Any]:
-        """This evaluation as a row of a run report's eval table (robot_rl.report.write_report)."""
+        """This evaluation as a row of a run report's eval table (robot_rl.core.report.write_report)."""
         return {"env_step": env_step, "episodes": len(self.episodes), "successes": self.successes,
                 "success_rate": self.success_rate, "mean_return": self.mean_return, "mean_length": self.mean_length,
                 "failure_modes": self.failure_modes}
@@ -102,14 +102,14 @@ def evaluate(
     should_stop: Callable[[], bool] | None = None,
     on_episode: Callable[[EpisodeResult], None] | None = None,
 ) -> Evaluation:
-    """Run `policy` (see robot_rl.loop.as_actor; an `Actor` should be deterministic) for `episodes` episodes with
+    """Run `policy` (see robot_rl.sim.loop.as_actor; an `Actor` should be deterministic) for `episodes` episodes with
     seeds seed, seed + 1, ..., through an `ActorSession` and the safety layer (the env's limits).
 
     With `video_path`, the first `video_episodes` episodes are filmed with the front and wrist cameras side by side
     and a "episode e/E  step t  success" caption. `should_stop` is checked between env steps; StopRequested is
     raised when it returns True.
     """
-    from robot_rl.episode import run_episodes
+    from robot_rl.actor.runner import run_episodes
     from robot_rl.sim.robot_adapter import SimLink, SimRobotAdapter, sim_runner
 
     if episodes < 1:
@@ -274,7 +274,7 @@ def saved_policy_fields(policy_path: str | Path) -> tuple[Path, dict[str, Any]]:
     """(where the saved policy is, what `eval.json` says about it): its path, and for a SAC policy file its weights
     version and the transitions and updates it was trained with."""
     from robot_rl.policies.checkpoint import find_policy_folder
-    from robot_rl.policy_file import read_policy_file, resolve_policy_path
+    from robot_rl.wire.policy_file import read_policy_file, resolve_policy_path
 
     folder = find_policy_folder(policy_path)
     located = folder if folder is not None else resolve_policy_path(policy_path)

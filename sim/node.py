@@ -28,7 +28,7 @@ command/gripper         std_msgs/Float64           in   gripper target in [0 clo
 
 Service ``reset`` (std_srvs/Trigger): resets the episode, publishes the new observation, then answers; the answer's
 message names that frame by its header stamp: it ends with ``'; frame stamp <sec>.<nanosec>'`` (nine digits;
-robot_rl.episode.reset_frame_stamp reads it), so a client takes that frame or a later one as the episode's first. The
+robot_rl.actor.runner.reset_frame_stamp reads it), so a client takes that frame or a later one as the episode's first. The
 node publishes its start-up frame (after its start-up reset) before it creates its command subscriptions and the
 reset service.
 
@@ -91,6 +91,11 @@ SIGINT / SIGTERM stop the node cleanly (exit status 0).
 """
 
 from __future__ import annotations
+
+if __name__ == "__main__":  # a program's start, before the heavy imports below
+    from robot_rl.core.startup import program_start
+
+    program_start()
 
 import argparse
 import dataclasses
@@ -157,7 +162,7 @@ class SimRobot:
     def __init__(self, task: str, obs_mode: str = "pixels", image_size: int = 64):
         import mujoco
 
-        from robot_rl.loop import make_env
+        from robot_rl.sim.loop import make_env
         from robot_rl.sim import robot as robot_model
 
         self.env = make_env(task, obs_mode=obs_mode, image_size=image_size)
@@ -335,7 +340,7 @@ class CameraStream:
     rendered: bool = True
     """False: the env observation's square image (native topics), True: rendered at width x height."""
     mount: Any = None
-    """The robot file's sim_mount of the camera (robot_rl.robot_config.SimMount), or None: the sim camera's pose."""
+    """The robot file's sim_mount of the camera (robot_rl.actor.robot_config.SimMount), or None: the sim camera's pose."""
 
 
 @dataclass(frozen=True)
@@ -385,7 +390,7 @@ class DriverProfile:
     def from_robot(cls, robot, obs_mode: str = "pixels", image_size: int = 64) -> DriverProfile:
         """What the `RobotConfig` `robot` describes, served by the sim; RobotConfigError (naming the file and the key)
         for what the sim cannot serve."""
-        from robot_rl.robot_config import RobotConfigError
+        from robot_rl.actor.robot_config import RobotConfigError
 
         def fail(message: str):
             raise RobotConfigError(f"{robot.path or robot.name}: {message}")
@@ -642,7 +647,7 @@ class SimNode:
     def _profile(config: SimNodeConfig) -> DriverProfile:
         if not config.robot:
             return DriverProfile.native(config.obs_mode, config.image_size)
-        from robot_rl.robot_config import RobotConfigError, load_robot_config
+        from robot_rl.actor.robot_config import RobotConfigError, load_robot_config
 
         try:
             return DriverProfile.from_robot(load_robot_config(config.robot), config.obs_mode, config.image_size)
@@ -698,7 +703,7 @@ class SimNode:
         self._step_and_publish()
 
     def _on_reset(self, request, response):
-        from robot_rl.episode import frame_stamp_text
+        from robot_rl.actor.runner import frame_stamp_text
         from robot_rl.ros.convert import stamp_from_seconds
 
         try:

@@ -3,9 +3,9 @@ per control step.
 
 The ROS actor node sends its safe commands to the sim node (robot_rl.sim.node); the in-process tools (`robot-rl
 train` and its evaluations, `eval`, `record`, `validate`) hand them to this adapter instead, behind a `SimLink` that
-the one episode loop (robot_rl.episode.EpisodeRunner, built by `sim_runner`) drives, so all go through the same
+the one episode loop (robot_rl.actor.runner.EpisodeRunner, built by `sim_runner`) drives, so all go through the same
 session and safety layer. A command is executed as the env's own delta action towards its target
-(`robot_rl.safety.sim_env_action`), so the env moves exactly as when stepped with the action the command came from.
+(`robot_rl.actor.safety.sim_env_action`), so the env moves exactly as when stepped with the action the command came from.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from robot_rl.safety import SafeCommand, Safety, SafetyConfig, check_sim_env, sim_env_action, sim_safety_config
+from robot_rl.actor.safety import SafeCommand, Safety, SafetyConfig, check_sim_env, sim_env_action, sim_safety_config
 
 if TYPE_CHECKING:
-    from robot_rl.episode import EpisodeEnd, EpisodeRunner
-    from robot_rl.loop import EpisodeResult
-    from robot_rl.transport import Outbox
+    from robot_rl.actor.runner import EpisodeEnd, EpisodeRunner
+    from robot_rl.sim.loop import EpisodeResult
+    from robot_rl.wire.transport import Outbox
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -83,7 +83,7 @@ def sensor_ages(env: gym.Env) -> dict[str, float]:
 @functools.lru_cache(maxsize=None)
 def _sensors_of(key: str) -> tuple[str, ...]:
     """The sensors behind observation key `key` (none for a reading without a sensor of its own: the wrench)."""
-    from robot_rl.sensors import sensors_for
+    from robot_rl.actor.sensors import sensors_for
 
     try:
         return sensors_for([key])
@@ -98,7 +98,7 @@ class SimRobotAdapter:
         check_sim_env(env, "SimRobotAdapter")
         limit = env.spec.max_episode_steps if env.spec is not None else None
         if not limit:
-            raise ValueError("SimRobotAdapter needs an env with a time limit (make it with robot_rl.loop.make_env)")
+            raise ValueError("SimRobotAdapter needs an env with a time limit (make it with robot_rl.sim.loop.make_env)")
         self.env = env
         self.max_episode_steps = int(limit)
         """The env's time limit: give it to the `ActorSession` so both end an episode at the same step."""
@@ -126,7 +126,7 @@ class SimRobotAdapter:
 
 
 class SimLink:
-    """A sim env as the `robot_rl.episode.RobotLink` the episode runner drives in-process: every reset and command
+    """A sim env as the `robot_rl.actor.runner.RobotLink` the episode runner drives in-process: every reset and command
     answers at once (lock-step), each frame one control period after the last on the link's own clock.
 
     Reset k uses the k-th of `seeds`; `on_reset(start)` sees each episode's start, `on_executed(executed)` each env
@@ -139,7 +139,7 @@ class SimLink:
     def __init__(self, adapter: SimRobotAdapter, seeds: Iterable[int | None], *,
                  on_reset: Callable[[RobotStart], None] | None = None,
                  on_executed: Callable[[ExecutedCommand], None] | None = None):
-        from robot_rl.episode import StepInputs
+        from robot_rl.actor.runner import StepInputs
 
         self.adapter = adapter
         self.seeds: Iterator[int | None] = iter(seeds)
@@ -240,7 +240,7 @@ class SimLink:
 
     def runner_config(self, episodes: int = 0):
         """The runner settings for this link: lock-step at the env's rate, its reset, `episodes` episodes."""
-        from robot_rl.episode import RunnerConfig
+        from robot_rl.actor.runner import RunnerConfig
 
         return RunnerConfig(mode="lockstep", control_dt=self.control_dt, reset="service", episodes=episodes,
                             frame_timeout_s=math.inf, reset_timeout_s=math.inf)
@@ -248,7 +248,7 @@ class SimLink:
     def episode_result(self, end: EpisodeEnd) -> EpisodeResult:
         """The episode `end` closed, as the in-process tools report it: its seed, env steps, reward and success, the
         task's failure mode if it failed, and the task's measurements at its end (the scene is as it left it)."""
-        from robot_rl.loop import EpisodeResult
+        from robot_rl.sim.loop import EpisodeResult
 
         task = self.adapter.env.unwrapped
         failure = None if self.episode_success else task.failure_mode()
@@ -259,13 +259,13 @@ class SimLink:
 
 def sim_runner(link: SimLink, actor, *, safety: Safety | None = None, source: str = "sim",
                outbox: Outbox | None = None, **options: Any) -> EpisodeRunner:
-    """The episode loop driving `actor` (a robot_rl.actor.Actor) on `link`'s sim env through an `ActorSession` and
+    """The episode loop driving `actor` (a robot_rl.actor.session.Actor) on `link`'s sim env through an `ActorSession` and
     the safety layer (the env's own limits unless `safety` is given), its transitions into `outbox` (default: none
     kept, for evaluations and recordings, which take them from the episode's end); `options` go to the
     `EpisodeRunner` (hooks, `uniform`, `log`); ValueError for a safety layer of another action size than the env's."""
-    from robot_rl.actor import ActorSession
-    from robot_rl.episode import EpisodeRunner
-    from robot_rl.transport import Outbox
+    from robot_rl.actor.session import ActorSession
+    from robot_rl.actor.runner import EpisodeRunner
+    from robot_rl.wire.transport import Outbox
 
     adapter = link.adapter
     safety = safety if safety is not None else Safety(adapter.safety_config())

@@ -2,7 +2,7 @@
 
 A robot file camera renders from the sim camera it maps to (its `sim_camera`, else the sim camera of its name: front,
 wrist) at the robot file's width x height (a square at the policy's image size where it gives no size), then becomes
-the policy's image by the same `robot_rl.vision.ImageTransform` the real actor applies (roi, then crop or resize). A
+the policy's image by the same `robot_rl.core.vision.ImageTransform` the real actor applies (roi, then crop or resize). A
 camera's `sim_mount` moves its sim camera once, when the env is built: before `robot_rl.sim.perturb.PerturbedEnv`
 keeps the model as built, so camera_pose perturbations jitter around the mount.
 """
@@ -17,9 +17,9 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from robot_rl.robot_config import SIM_CAMERAS, RobotConfig, SimMount
-from robot_rl.types import ObservationSpec
-from robot_rl.vision import ImageTransform
+from robot_rl.actor.robot_config import SIM_CAMERAS, RobotConfig, SimMount
+from robot_rl.core.types import ObservationSpec
+from robot_rl.core.vision import ImageTransform
 
 RENDER_SIDES = (16, 4096)
 """The frame sides [px] the sim renders a robot camera at (RobotEnv.camera_image)."""
@@ -153,7 +153,7 @@ class RobotCameras(gym.ObservationWrapper):
 def validation_env(task: str, spec: Any, robot: RobotConfig) -> gym.Env:
     """The sim env a policy with observation `spec` is validated in: its images through `robot`'s cameras
     (RobotCameras around a state-mode env), else make_env with the settings the spec needs."""
-    from robot_rl.loop import make_env
+    from robot_rl.sim.loop import make_env
     from robot_rl.sim.evaluate import env_settings_for
 
     spec = ObservationSpec.coerce(spec)

@@ -45,6 +45,11 @@ one log line, exit status 2. SIGINT / SIGTERM: clean exit 0.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # a program's start, before the heavy imports below
+    from robot_rl.core.startup import program_start
+
+    program_start()
+
 import argparse
 import dataclasses
 import sys
@@ -54,7 +59,7 @@ import numpy as np
 from robot_rl.ros import qos
 from robot_rl.ros.node_util import declare_parameters, relative_name, topic_publisher
 from robot_rl.sim.human import InterventionConfig, InterventionRule
-from robot_rl.teleop_mapping import action_to_twist
+from robot_rl.actor.teleop_mapping import action_to_twist
 
 NODE_NAME = "scripted_teleop"
 BASE_FRAME = "base"
@@ -185,7 +190,7 @@ class ScriptedSupervisor:
 
 def task_limits(task: str) -> dict[str, object]:
     """The task env's workspace box and action scaling (builds the env once and closes it)."""
-    from robot_rl.loop import make_env
+    from robot_rl.sim.loop import make_env
 
     env = make_env(task)
     try:
@@ -287,8 +292,8 @@ class ScriptedTeleopNode:
         from sensor_msgs.msg import JointState
         from trajectory_msgs.msg import JointTrajectory
 
-        from robot_rl.kinematics import ArmKinematics
-        from robot_rl.robot_config import load_robot_config
+        from robot_rl.core.kinematics import ArmKinematics
+        from robot_rl.actor.robot_config import load_robot_config
 
         robot = load_robot_config(name)
         if robot.arm.state != "joint_states" and robot.command.interface != "joint_trajectory":

@@ -63,7 +63,7 @@ def run(argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
 
 
 def ros_skip_reason() -> str | None:
-    from robot_rl.ros.env import RosEnvironmentError, find_ros_wheels, network_namespace_problem
+    from robot_rl.ros.net.env import RosEnvironmentError, find_ros_wheels, network_namespace_problem
 
     try:
         find_ros_wheels()

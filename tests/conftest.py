@@ -34,6 +34,10 @@ from pathlib import Path
 
 import pytest
 
+from robot_rl.core.startup import set_process_defaults
+
+set_process_defaults()  # as every robot_rl program does at its start (headless MuJoCo, no hub, JAX beside torch)
+
 # A session started with SIGINT ignored (a script's background job: `cmd &` without job control ignores it, and the
 # pytest workers inherit that through exec) would pass it on to every program a test starts, and a Ctrl-C sent by a
 # test would reach none of them while they start: tests check how programs meet a Ctrl-C, so Python's own handling.

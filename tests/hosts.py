@@ -22,8 +22,8 @@ Commands run in a host with ``nsenter --target PID --net --mount --uts --ipc`` (
 processes need nothing outside their own namespaces.
 
 Whatever ends the caller, nothing of the hosts outlives it. On leaving :func:`hosts` (normally, by an exception, by
-SIGINT or by SIGTERM: while the hosts are up, SIGTERM is raised as :class:`robot_rl.interrupts.Terminated` in the main
-thread, as SIGINT is as KeyboardInterrupt, through :func:`robot_rl.interrupts.handling`) every process started in a
+SIGINT or by SIGTERM: while the hosts are up, SIGTERM is raised as :class:`robot_rl.core.interrupts.Terminated` in the main
+thread, as SIGINT is as KeyboardInterrupt, through :func:`robot_rl.core.interrupts.handling`) every process started in a
 host is killed with its whole session, then every other process still in a host's namespaces (a "sweeper" process
 outside the hosts holds their network namespaces and kills what is in them), then the holders. Should the caller die
 without a word (``kill -9``), the kernel kills the holders and every process started with :meth:`Host.popen` /
@@ -49,7 +49,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 
-from robot_rl import interrupts
+from robot_rl.core import interrupts
 
 LINK = "eth0"  # each host's interface name (inside its own namespace)
 BRIDGE = "br0"  # the switch namespace's bridge (three or more hosts)
@@ -91,7 +91,7 @@ def _start_holder(options: Sequence[str], hostname: str | None, shm: bool) -> tu
     """Start `unshare options --fork` holding new namespaces; return (the unshare process, the holder's pid).
 
     The unshare process dies with the thread that called this (`_orphan_guard`), the holder with the unshare process
-    (``--kill-child``). Call it inside :func:`robot_rl.interrupts.uninterrupted` and keep what it returns before that
+    (``--kill-child``). Call it inside :func:`robot_rl.core.interrupts.uninterrupted` and keep what it returns before that
     ends: a stop request then cannot come between the start and the caller's record of it."""
     unshare = _tool("unshare")
     if unshare is None:
@@ -392,7 +392,7 @@ def hosts(names: Sequence[str], subnet: str = "10.231.0", rate_mbit: float | Non
     `rate_mbit` shapes each host's outgoing traffic with a tbf qdisc; `clock_offsets` puts the named hosts' monotonic
     and boot-time clocks that many seconds ahead (:func:`time_namespaces_unavailable` says where that cannot be).
     Everything started is killed and the namespaces (with their links) are gone on exit, also on exceptions, SIGINT
-    and SIGTERM (raised as KeyboardInterrupt / :class:`robot_rl.interrupts.Terminated` in the main thread while the
+    and SIGTERM (raised as KeyboardInterrupt / :class:`robot_rl.core.interrupts.Terminated` in the main thread while the
     hosts are up; a further one during the clean-up only counts as recorded, and is raised once it is done).
     """
     names = _validate(names, subnet)

@@ -40,7 +40,7 @@ def allocate_domain_id() -> int:
 def private_network_or_skip(argv: list[str]) -> list[str]:
     """`argv` wrapped to run in a private network namespace (only ``lo``); the test is skipped, with the reason,
     where no namespace can be made: ROS tests never run on the host's network."""
-    from robot_rl.ros.env import RosEnvironmentError, private_network_command
+    from robot_rl.ros.net.env import RosEnvironmentError, private_network_command
 
     try:
         return private_network_command(argv)
@@ -54,7 +54,7 @@ def run_ros_script(script: str, mode: str, domain_id: int, timeout: float, args:
 
     The script and every process it starts share one session, killed as a whole on a time-out.
     """
-    from robot_rl.ros.env import ros_environment
+    from robot_rl.ros.net.env import ros_environment
 
     env = ros_environment(domain_id=domain_id)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH", "")) if p)
@@ -79,9 +79,9 @@ def run_ros_script(script: str, mode: str, domain_id: int, timeout: float, args:
 def untrained_state_agent():
     """An untrained SAC agent for PickCube-v0's state observations (policy files and weights messages in tests)."""
     from robot_rl.agents.sac import SACAgent
-    from robot_rl.loop import make_env
-    from robot_rl.train import TrainConfig
-    from robot_rl.types import ObservationSpec
+    from robot_rl.sim.loop import make_env
+    from robot_rl.apps.train import TrainConfig
+    from robot_rl.core.types import ObservationSpec
 
     env = make_env("PickCube-v0", obs_mode="state")
     spec = ObservationSpec.from_space(env.observation_space)
@@ -102,7 +102,7 @@ def third_party_robot_file(path, *, sim: bool, max_episode_steps: int = 80, size
 
     import yaml
 
-    from robot_rl.robot_config import load_robot_config
+    from robot_rl.actor.robot_config import load_robot_config
 
     source = Path(load_robot_config("sim_panda_driver").path)
     data = yaml.safe_load(source.read_text())

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from robot_rl.actor import ActorSession
-from robot_rl.actor_policy import PolicySettings, PolicySlot
+from robot_rl.actor.session import ActorSession
+from robot_rl.actor.policy_slot import PolicySettings, PolicySlot
 from robot_rl.policies.base import PolicyError
-from robot_rl.robot_config import load_robot_config
-from robot_rl.safety import Safety, SafetyConfig
+from robot_rl.actor.robot_config import load_robot_config
+from robot_rl.actor.safety import Safety, SafetyConfig
 
 STATE_KEYS = ("state", "object_state")
 
@@ -48,7 +48,7 @@ def make(robot_name="sim_panda", **settings):
 
 
 def weights(agent, version, transitions=0, done=False):
-    from robot_rl.policy_file import weights_message
+    from robot_rl.wire.policy_file import weights_message
 
     return dataclasses.replace(weights_message(agent, version=version, transitions=transitions), training_done=done)
 
@@ -87,7 +87,7 @@ def test_weights_for_other_observations_or_actions_are_refused(agent):
         f"the learner's policy reads ['object_state', 'state']; this actor builds ['state'] from robot file "
         f"{slot.robot.path}: start the learner with robot:={slot.robot.path} (or the same obs_mode / cameras)")
     assert slot.session.actor is None
-    from robot_rl.types import ObservationSpec
+    from robot_rl.core.types import ObservationSpec
 
     wrench = ObservationSpec.from_shapes({"state": ((14,), "float32"), "wrench": ((6,), "float32")})
     assert "wrist force/torque reading (observation key wrench)" in slot.check_spec(wrench, 4)
@@ -98,9 +98,9 @@ def test_a_learner_trained_for_another_robot_file_is_one_line_naming_both_key_li
     otherwise: the refusal names what each side has and how to make them agree."""
     from ros_harness import third_party_robot_file
 
-    from robot_rl.actor_policy import observation_mismatch
-    from robot_rl.robot_io import observed_sensors
-    from robot_rl.types import ObservationSpec
+    from robot_rl.actor.policy_slot import observation_mismatch
+    from robot_rl.actor.robot_io import observed_sensors
+    from robot_rl.core.types import ObservationSpec
 
     robot = load_robot_config(third_party_robot_file(tmp_path / "arm.yaml", sim=False))
     keys, _ = observed_sensors(robot, "pixels", ())
@@ -139,7 +139,7 @@ def test_a_silent_learner_is_away_after_the_robot_file_s_time_and_hold_holds(age
 
 
 def test_a_real_robot_refuses_an_unvalidated_policy_file_unless_allowed(agent, tmp_path):
-    from robot_rl.policy_file import write_policy_file
+    from robot_rl.wire.policy_file import write_policy_file
 
     path = write_policy_file(tmp_path / "policy.msgpack", weights(agent, 1))
     real = tmp_path / "real_panda.yaml"

@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from robot_rl.actor import Actor, ActorSession, ActorStep, SessionStep
+from robot_rl.actor.session import Actor, ActorSession, ActorStep, SessionStep
 from robot_rl.policies.base import PolicyBase
-from robot_rl.safety import Safety, SafetyConfig
-from robot_rl.sensors import MissingSensors, SensorCache, sensors_for
-from robot_rl.transport import Outbox, make_source
+from robot_rl.actor.safety import Safety, SafetyConfig
+from robot_rl.actor.sensors import MissingSensors, SensorCache, sensors_for
+from robot_rl.wire.transport import Outbox, make_source
 
 SOURCE = make_source("arm-1", "test")
 START_POSITION = np.array([0.5, 0.0, 0.15])
@@ -334,9 +334,9 @@ def test_a_held_command_cuts_the_episode_in_the_learners_replay(tmp_path):
     """The transitions before and after a held command are not joined: every stored next observation is the one
     that followed that transition's command (obs(2) was never the start of a transition)."""
     from robot_rl.agents.sac import SACConfig
-    from robot_rl.learner import Learner, LearnerConfig
-    from robot_rl.learner_server import LearnerServer
-    from robot_rl.transport import decode_transitions
+    from robot_rl.learner.learner import Learner, LearnerConfig
+    from robot_rl.learner.server import LearnerServer
+    from robot_rl.wire.transport import decode_transitions
 
     policy = StubPolicy([[0.1, 0.0, 0.0, 0.0], [0.1, 0.0, 0.0, 0.0], [math.nan, 0.0, 0.0, 0.0], [0.0, 0.1, 0.0, 0.0]])
     session = new_session(policy, max_episode_steps=5)

@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from robot_rl.agents import SACAgent, SACConfig
-from robot_rl.types import Batch, ObservationSpec
+from robot_rl.agents.sac import SACAgent, SACConfig
+from robot_rl.core.types import Batch, ObservationSpec
 
 
 def optimal_action(states: np.ndarray) -> np.ndarray:

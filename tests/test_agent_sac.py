@@ -8,9 +8,9 @@ import numpy as np
 import optax
 import pytest
 
-from robot_rl.agents import ImageEncoderConfig, SACAgent, SACConfig
+from robot_rl.agents.sac import ImageEncoderConfig, SACAgent, SACConfig
 from robot_rl.agents.sac import actor_loss, critic_loss, critic_values, encode, subset_min
-from robot_rl.types import Batch, ObservationSpec
+from robot_rl.core.types import Batch, ObservationSpec
 
 SMALL = SACConfig(actor_hidden_dims=(32, 32), critic_hidden_dims=(32, 32), critic_ensemble_size=4,
                   image_encoder=ImageEncoderConfig(channels=(8, 8, 8), latent_dim=16))
@@ -184,7 +184,7 @@ def test_per_image_normalisation_sees_through_brightness_and_tint():
 
 def test_per_image_is_the_default_and_configs_saved_before_it_read_as_fixed():
     """A policy file or run folder written before the setting existed keeps the scaling it was trained with."""
-    from robot_rl.config_io import config_from_json, config_to_json
+    from robot_rl.core.config_io import config_from_json, config_to_json
 
     assert SACConfig().image_encoder.normalisation == "per_image"
     saved = config_to_json(SACConfig())

@@ -27,7 +27,7 @@ from hosts import hosts_unavailable
 
 REPO = Path(__file__).resolve().parents[1]
 MARK = "ROBOT_RL_TEST_PROCESS_MARK"  # environment variable whose value tells one test's processes apart
-NODES = ("robot_rl.ros.", "robot_rl.sim.")  # a node's command line: python -m robot_rl.ros.learner_node, ...
+NODES = ("robot_rl.ros.", "robot_rl.sim.")  # a node's command line: python -m robot_rl.ros.nodes.learner_node, ...
 
 
 def test_session_bench_smoke(tmp_path):
@@ -150,7 +150,7 @@ def test_two_hosts_bench_stopped_leaves_nothing(tmp_path, signum):
             _wait_for(marker, lambda found: sum(any(n in c for n in NODES) for c in found.values()) >= 4,
                       "graph of 4 nodes", process, timeout=180)
         else:
-            _wait_for(marker, lambda found: sum("robot_rl.cli launch" in c for c in found.values()) >= 2,
+            _wait_for(marker, lambda found: sum("robot_rl.apps.cli launch" in c for c in found.values()) >= 2,
                       "two launchers", process, timeout=120)
         stderr = _stop_and_check(marker, process, signum, 128 + signum, timeout=120)
         assert ("terminated" if signum == signal.SIGTERM else "interrupted") in stderr.splitlines(), stderr[-3000:]

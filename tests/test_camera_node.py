@@ -141,7 +141,7 @@ def test_a_launch_file_starts_the_camera_node_by_its_executable_name(tmp_path):
 
 
 def _client(video: str) -> int:
-    from robot_rl.ros.env import ensure_ros_environment
+    from robot_rl.ros.net.env import ensure_ros_environment
 
     ensure_ros_environment()
     import rclpy

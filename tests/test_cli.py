@@ -12,7 +12,7 @@ import cv2
 import numpy as np
 import pytest
 
-from robot_rl.cli import main
+from robot_rl.apps.cli import main
 from robot_rl.data.episodes import EpisodeDataset
 
 
@@ -53,7 +53,7 @@ def test_errors_are_one_clear_line(tmp_path):
 
 
 def test_console_script_help():
-    out = subprocess.run([sys.executable, "-m", "robot_rl.cli", "--help"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-m", "robot_rl.apps.cli", "--help"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0
     for sub in ("record", "info", "replay"):
         assert sub in out.stdout
@@ -63,7 +63,7 @@ def _help_texts(command: list[str]) -> tuple[dict[str, str], dict[str, str]]:
     """(option -> help text, group -> description) from tyro's boxed --help output, defaults removed."""
     import os
 
-    out = subprocess.run([sys.executable, "-m", "robot_rl.cli", *command, "--help"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "robot_rl.apps.cli", *command, "--help"], capture_output=True, text=True,
                          timeout=60, env={**os.environ, "COLUMNS": "100"})
     assert out.returncode == 0, out.stderr
     options: dict[str, list[str]] = {}
@@ -171,7 +171,7 @@ def test_bad_input_is_one_line_exit_2_and_creates_nothing(tmp_path, capsys, args
 
 
 def test_console_script_reports_a_bad_number_in_one_line():
-    out = subprocess.run([sys.executable, "-m", "robot_rl.cli", "train", "--sac.discount", "1.5"],
+    out = subprocess.run([sys.executable, "-m", "robot_rl.apps.cli", "train", "--sac.discount", "1.5"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert out.stderr.strip() == "error: invalid SACConfig: discount=1.5 must be in (0, 1]", out.stderr
@@ -190,7 +190,7 @@ def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
 
 
 def test_record_uses_trains_image_size_and_continues_the_seeds_when_appending(tmp_path, capsys):
-    from robot_rl.train import TrainConfig
+    from robot_rl.apps.train import TrainConfig
 
     out = tmp_path / "demos.zarr"
     assert run_cli(["record", "--episodes", "2", "--obs-mode", "pixels", "--out", out], capsys)[0] == 0
@@ -320,7 +320,7 @@ def test_ctrl_c_while_recording_keeps_the_finished_episodes(tmp_path):
     out = tmp_path / "demos.zarr"
     log = tmp_path / "record.log"  # a file, not a pipe nobody reads while the recorder runs (it would block on it)
     with open(log, "w") as log_file:
-        proc = subprocess.Popen([sys.executable, "-m", "robot_rl.cli", "record", "--episodes", "1000", "--obs-mode",
+        proc = subprocess.Popen([sys.executable, "-m", "robot_rl.apps.cli", "record", "--episodes", "1000", "--obs-mode",
                                  "state", "--out", str(out)], stdout=subprocess.DEVNULL, stderr=log_file, text=True,
                                 env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"},
                                 # a shell's background job ignores SIGINT, and so would the recorder started from it
@@ -387,7 +387,7 @@ def test_sigterm_during_an_export_cleans_up_and_exits_143(tmp_path, capsys):
     assert run_cli(["record", "--episodes", "2", "--obs-mode", "pixels", "--out", data], capsys)[0] == 0
     script = textwrap.dedent(f"""
         import os, signal, rich.progress
-        from robot_rl.cli import main
+        from robot_rl.apps.cli import main
 
         def advance(self, task_id, advance=1):  # after the first episode is written
             os.kill(os.getpid(), signal.SIGTERM)
@@ -405,17 +405,17 @@ def test_ctrl_c_while_the_console_script_imports_is_one_line_and_exit_130(monkey
     """The commands take seconds to import; a Ctrl-C then must not print an import traceback."""
     import importlib.abc
 
-    from robot_rl import console
+    from robot_rl.apps import console
 
     class InterruptedImport(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path=None, target=None):
-            if name == "robot_rl.cli":
+            if name == "robot_rl.apps.cli":
                 raise KeyboardInterrupt
             return None
 
-    from robot_rl import interrupts
+    from robot_rl.core import interrupts
 
-    monkeypatch.delitem(sys.modules, "robot_rl.cli", raising=False)
+    monkeypatch.delitem(sys.modules, "robot_rl.apps.cli", raising=False)
     monkeypatch.delitem(sys.modules, "jax", raising=False)  # else it leaves with os._exit (an XLA thread may run)
     monkeypatch.setattr(interrupts, "install_for_process", lambda: None)  # not this test process's handlers
     monkeypatch.setattr(sys, "meta_path", [InterruptedImport(), *sys.meta_path])
@@ -428,7 +428,7 @@ def test_ctrl_c_while_the_console_script_imports_is_one_line_and_exit_130(monkey
 def test_several_datasets_are_given_one_way_for_every_command():
     """`--dataset A B` and `--dataset A --dataset B` mean the same to train-bc and train-reward (argparse alone keeps
     only the last of a repeated option)."""
-    from robot_rl.cli import Command, parse_args
+    from robot_rl.apps.cli import Command, parse_args
 
     for command in (["train-bc", "--out", "o"], ["train-reward", "--out", "o"]):
         for given in (["--dataset", "a", "b"], ["--dataset", "a", "--dataset", "b"]):

@@ -4,7 +4,7 @@ import msgpack
 import numpy as np
 import pytest
 
-from robot_rl.codec import NDARRAY_EXT, CodecError, pack, unpack
+from robot_rl.core.codec import NDARRAY_EXT, CodecError, pack, unpack
 
 NUMERIC_DTYPES = ["bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64", "float16",
                   "float32", "float64", "complex64", "complex128", ">f4", ">i8"]

@@ -15,8 +15,8 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from robot_rl.robot_config import resolve_robot_path  # noqa: E402
-from robot_rl.validate import (  # noqa: E402
+from robot_rl.actor.robot_config import resolve_robot_path  # noqa: E402
+from robot_rl.apps.validate import (  # noqa: E402
     ValidateConfig, deployment_decision, deployment_problem, policy_digest, read_records, validate)
 
 ROBOT = "franka_fr3"  # a real robot's file: the gate applies (its suite: default)
@@ -31,14 +31,14 @@ def policies(root: Path) -> dict[str, Path]:
     import torch
 
     from robot_rl.agents.sac import SACAgent, SACConfig
-    from robot_rl.loop import make_env
+    from robot_rl.sim.loop import make_env
     from robot_rl.policies.diffusion import DiffusionConfig, DiffusionPolicy
     from robot_rl.policies.noise import NoisePolicy, noise_dim
     from robot_rl.policies.normalizer import Normalizer
     from robot_rl.policies.one_step import OneStepPolicy
     from robot_rl.policies.residual import FrozenBase, ResidualPolicy, residual_observation_spec
-    from robot_rl.policy_file import weights_message, write_policy_file
-    from robot_rl.types import ObservationSpec
+    from robot_rl.wire.policy_file import weights_message, write_policy_file
+    from robot_rl.core.types import ObservationSpec
 
     torch.set_num_threads(1)
     env = make_env("PickCube-v0", obs_mode="state")
@@ -114,7 +114,7 @@ def test_a_validated_policy_of_every_kind_passes_the_gate_and_a_changed_byte_is_
 
 
 def test_validate_exits_1_on_a_fail_verdict_and_0_on_a_pass(validated, tmp_path, capsys):
-    from robot_rl.cli import main
+    from robot_rl.apps.cli import main
 
     made, *_ = validated
     strict = tmp_path / "strict.yaml"
@@ -139,7 +139,7 @@ def test_validate_exits_1_on_a_fail_verdict_and_0_on_a_pass(validated, tmp_path,
 def test_eval_refuses_a_gpu_a_sac_policy_cannot_use_instead_of_ignoring_it(validated, capsys):
     import jax
 
-    from robot_rl.cli import main
+    from robot_rl.apps.cli import main
 
     if jax.default_backend() == "gpu":
         pytest.skip("JAX sees a GPU here")

@@ -7,10 +7,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from robot_rl.actor import Actor, ActorSession
-from robot_rl.episode import EpisodeRunner, HomePose, RunnerConfig, TickMeter
+from robot_rl.actor.session import Actor, ActorSession
+from robot_rl.actor.runner import EpisodeRunner, HomePose, RunnerConfig, TickMeter
 from robot_rl.policies.base import ActionChunk, PolicyBase
-from robot_rl.safety import Safety, SafetyConfig
+from robot_rl.actor.safety import Safety, SafetyConfig
 
 HOME = np.array([0.5, 0.0, 0.3])
 QUAT = np.array([0.0, 1.0, 0.0, 0.0])
@@ -186,7 +186,7 @@ def test_a_lost_reset_reply_times_out_and_the_reset_is_called_again():
 def test_a_frame_older_than_the_one_the_reset_reply_names_does_not_start_the_episode():
     """The sim node's reply names the reset's frame: a frame published before it (its start-up frame, still arriving
     when the reset was called before any frame had come) is not the episode's first."""
-    from robot_rl.episode import frame_stamp_text, reset_frame_stamp
+    from robot_rl.actor.runner import frame_stamp_text, reset_frame_stamp
 
     runner, robot, clock, _ = make(RunnerConfig(episodes=1))
     reply = "episode 0 reset" + frame_stamp_text(100, 500_000_000)

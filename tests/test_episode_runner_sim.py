@@ -1,4 +1,4 @@
-"""The in-process tools on the one episode loop (robot_rl.episode.EpisodeRunner over a sim link): the same episodes
+"""The in-process tools on the one episode loop (robot_rl.actor.runner.EpisodeRunner over a sim link): the same episodes
 as stepping the env directly, every command through the safety layer, stops between env steps."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from robot_rl.actor import Actor
-from robot_rl.loop import StepPolicy, make_env, record_episodes, writer_for_env
+from robot_rl.actor.session import Actor
+from robot_rl.sim.loop import StepPolicy, make_env, record_episodes, writer_for_env
 from robot_rl.sim.env import RobotEnv
 from robot_rl.sim.evaluate import StopRequested, evaluate
 from robot_rl.sim.expert import make_expert

@@ -1,4 +1,4 @@
-"""robot_rl.file_share without ROS: bundle digests, the receiving assembly, the cache and the wire messages."""
+"""robot_rl.wire.file_share without ROS: bundle digests, the receiving assembly, the cache and the wire messages."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from robot_rl import file_share as fs
-from robot_rl.file_share import CHUNK_SIZE, Assembly, FileShareError, Manifest, bundle_of
+from robot_rl.wire import file_share as fs
+from robot_rl.wire.file_share import CHUNK_SIZE, Assembly, FileShareError, Manifest, bundle_of
 
 
 def make_policy(folder: Path, seed: int = 0, size: int = 2 * CHUNK_SIZE + 1000) -> Path:
@@ -221,7 +221,7 @@ def test_wire_messages_round_trip_and_a_false_digest_is_refused(tmp_path):
     chunk = fs.decode_chunk(fs.encode_chunk(bundle.digest, "policy/policy.json", 0, b"abc"))
     assert (chunk["path"], chunk["offset"], chunk["data"]) == ("policy/policy.json", 0, b"abc")
     assert fs.decode_chunk(fs.encode_refusal(bundle.digest, "s", "gone"))["error"] == "gone"
-    from robot_rl.codec import pack, unpack
+    from robot_rl.core.codec import pack, unpack
 
     forged = unpack(fs.encode_offers("p", "h", "/n", [bundle]))
     forged["bundles"][0]["digest"] = "f" * 64
@@ -252,8 +252,8 @@ def test_cache_root_follows_the_environment(tmp_path):
 
 
 def test_weights_carry_their_files_digests():
-    from robot_rl.transport import TransportError, WeightsMessage, decode_weights, encode_weights
-    from robot_rl.types import ObservationSpec
+    from robot_rl.wire.transport import TransportError, WeightsMessage, decode_weights, encode_weights
+    from robot_rl.core.types import ObservationSpec
 
     spec = ObservationSpec.from_shapes({"state": ((3,), "float32")})
     message = WeightsMessage(1, b"w", spec, 2, {"base": "/runs/dp/policy"}, "residual",
@@ -261,7 +261,7 @@ def test_weights_carry_their_files_digests():
     assert decode_weights(encode_weights(message)).files == {"/runs/dp/policy": "c" * 64}
     plain = WeightsMessage(1, b"w", spec, 2, {}, "gaussian")
     assert b"files" not in encode_weights(plain) and decode_weights(encode_weights(plain)).files == {}
-    from robot_rl.codec import pack, unpack
+    from robot_rl.core.codec import pack, unpack
 
     bad = unpack(encode_weights(message))
     bad["files"] = {"x": "short"}
@@ -270,7 +270,7 @@ def test_weights_carry_their_files_digests():
 
 
 def test_the_deployment_gate_reads_the_same_policy_and_record_from_a_received_copy(tmp_path):
-    from robot_rl import validate
+    from robot_rl.apps import validate
 
     source = make_policy(tmp_path / "run" / "policy")
     (source / "validation.json").write_text(json.dumps({"format": validate.RECORD_FORMAT,
@@ -310,9 +310,9 @@ def learner_stub(share, tmp_path, resuming=False):
 
 
 def test_the_learner_fetches_a_base_and_demos_this_host_lacks_and_checks_those_it_has(tmp_path):
-    from robot_rl.ros.learner_node import LearnerNode
+    from robot_rl.ros.nodes.learner_node import LearnerNode
     from robot_rl.ros.node_util import NodeStartupError
-    from robot_rl.train import TrainConfig
+    from robot_rl.apps.train import TrainConfig
 
     cfg = TrainConfig(policy="residual", base=(tmp_path / "runs/dp/policy").resolve(), demos=0,
                       demo_path=tmp_path / "demos.zarr")

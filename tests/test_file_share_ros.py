@@ -1,8 +1,8 @@
-"""Files over ROS 2 between two processes (robot_rl.ros.file_share): the `file_share` node offers a folder of a few
+"""Files over ROS 2 between two processes (robot_rl.ros.nodes.file_share_node): the `file_share` node offers a folder of a few
 MB; a second process that lacks it fetches it once, paced, byte-identical; a second fetch comes from the cache without
 a transfer; a host whose own copy differs by one byte stops with one line naming the file and both hashes (with and
 without the digest it expects, as learner weights carry for their base); a path that does not exist is one error
-line and exit status 2 for the node. Through the learner link (robot_rl.ros.link, lan on one host) a folder and a
+line and exit status 2 for the node. Through the learner link (robot_rl.ros.nodes.link_node, lan on one host) a folder and a
 base cross both ways, and the file topics loop nowhere (without the link's own-publisher filter: 19,909 offers
 relayed in a minute).
 
@@ -47,10 +47,10 @@ def same_tree(a: Path, b: Path) -> bool:
 def base_flow(work: Path, learner, actor_node) -> dict:
     """The learner's weights name a base the actor's host lacks: the learner adds its digest to the weights it
     publishes, and the actor's PolicyFiles fetches it, then hands over the weights naming the fetched copy."""
-    from robot_rl.codec import pack, unpack
-    from robot_rl.file_share import bundle_of
-    from robot_rl.ros.file_share import PolicyFiles
-    from robot_rl.transport import WeightsMessage
+    from robot_rl.core.codec import pack, unpack
+    from robot_rl.wire.file_share import bundle_of
+    from robot_rl.ros.nodes.file_share_node import PolicyFiles
+    from robot_rl.wire.transport import WeightsMessage
 
     policy = work / "learner" / "runs" / "dp" / "policy"
     policy.mkdir(parents=True)
@@ -80,8 +80,8 @@ def base_flow(work: Path, learner, actor_node) -> dict:
 def late_conflict(work: Path, learner, watcher_node) -> dict:
     """A copy used here (a learner's demos) is watched: an offer of the same name with other bytes that comes later
     is one line, told to the node (which stops)."""
-    from robot_rl.file_share import bundle_of
-    from robot_rl.ros.file_share import FileShare
+    from robot_rl.wire.file_share import bundle_of
+    from robot_rl.ros.nodes.file_share_node import FileShare
 
     (work / "fetch" / "late.zarr").mkdir()
     (work / "fetch" / "late.zarr" / "zarr.json").write_text("{}")
@@ -102,14 +102,14 @@ def late_conflict(work: Path, learner, watcher_node) -> dict:
 
 
 def client() -> dict:
-    from robot_rl.ros.env import ensure_ros_environment
+    from robot_rl.ros.net.env import ensure_ros_environment
 
     ensure_ros_environment()
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
-    from robot_rl.file_share import FileShareError, bundle_of
-    from robot_rl.ros.file_share import FileShare
+    from robot_rl.wire.file_share import FileShareError, bundle_of
+    from robot_rl.ros.nodes.file_share_node import FileShare
 
     work = Path(tempfile.mkdtemp(prefix="file-share-"))
     (work / "offer").mkdir()
@@ -117,7 +117,7 @@ def client() -> dict:
     make_payload(work / "offer" / "pick.zarr")
     os.environ["ROBOT_RL_FILE_CACHE"] = str(work / "cache")
     env = dict(os.environ)
-    node_command = [sys.executable, "-m", "robot_rl.ros.file_share", "--ros-args", "-p",
+    node_command = [sys.executable, "-m", "robot_rl.ros.nodes.file_share_node", "--ros-args", "-p",
                     f"rate_mb_s:={RATE_MB_S}"]
     offering = subprocess.Popen([*node_command, "-p", "offer:=pick.zarr"], cwd=work / "offer", env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -193,11 +193,11 @@ def client() -> dict:
 # A process of the host's own graph that fetches one bundle by name (as an actor fetches its base) and prints where.
 HOST_FETCH = r"""
 import sys, threading
-from robot_rl.ros.env import ensure_ros_environment
+from robot_rl.ros.net.env import ensure_ros_environment
 ensure_ros_environment()
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
-from robot_rl.ros.file_share import FileShare
+from robot_rl.ros.nodes.file_share_node import FileShare
 rclpy.init()
 node = rclpy.create_node("actor")
 executor = SingleThreadedExecutor()
@@ -213,11 +213,11 @@ rclpy.try_shutdown()
 
 
 def link_client() -> dict:
-    """Files cross the learner link both ways (robot_rl.ros.link; lan, every graph on this one host): the `file_share`
+    """Files cross the learner link both ways (robot_rl.ros.nodes.link_node; lan, every graph on this one host): the `file_share`
     node of the host's own graph offers a folder that a node on the link (the learner's place) fetches, and a bundle
     offered on the link reaches a process of the host's graph (an actor fetching its base)."""
     os.environ["ROBOT_RL_NETWORK"] = "lan"
-    from robot_rl.ros.env import ensure_ros_environment, ros_environment
+    from robot_rl.ros.net.env import ensure_ros_environment, ros_environment
 
     host = ros_environment()  # what the launcher gives every process
     host["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
@@ -225,7 +225,7 @@ def link_client() -> dict:
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
-    from robot_rl.ros.file_share import FileShare
+    from robot_rl.ros.nodes.file_share_node import FileShare
 
     work = Path(tempfile.mkdtemp(prefix="file-share-link-"))
     for folder in ("offer", "fetch", "base", "actor"):
@@ -234,9 +234,9 @@ def link_client() -> dict:
     make_payload(work / "base" / "policy")
     os.environ["ROBOT_RL_FILE_CACHE"] = str(work / "cache")
     summary: dict = {}
-    link = subprocess.Popen([sys.executable, "-m", "robot_rl.ros.link"], env=host, stdout=subprocess.PIPE,
+    link = subprocess.Popen([sys.executable, "-m", "robot_rl.ros.nodes.link_node"], env=host, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
-    offering = subprocess.Popen([sys.executable, "-m", "robot_rl.ros.file_share", "--ros-args", "-p",
+    offering = subprocess.Popen([sys.executable, "-m", "robot_rl.ros.nodes.file_share_node", "--ros-args", "-p",
                                  "offer:=pick.zarr", "-p", f"rate_mb_s:={RATE_MB_S}"], cwd=work / "offer", env=host,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     os.chdir(work / "fetch")
@@ -286,7 +286,7 @@ def test_files_cross_the_learner_link_both_ways_and_loop_nowhere():
     assert relayed, summary["link_log"][-3000:]
     counts = dict(item.rsplit(" ", 1) for item in relayed[-1].split("relayed ", 1)[1].split(", "))
     # Two offers, and two transfers of chunks each answered by a progress request: a loop would relay without end.
-    from robot_rl.file_share import CHUNK_SIZE
+    from robot_rl.wire.file_share import CHUNK_SIZE
 
     chunks = 2 * (sum(SIZES.values()) // CHUNK_SIZE + len(SIZES))
     assert int(counts["/files/offer"]) <= 10, counts
@@ -297,7 +297,7 @@ def test_files_cross_the_learner_link_both_ways_and_loop_nowhere():
 def test_a_folder_crosses_once_verified_and_a_differing_copy_stops():
     from ros_harness import run_ros_script
 
-    from robot_rl.file_share import short
+    from robot_rl.wire.file_share import short
 
     summary, stderr, returncode = run_ros_script(__file__, "client", DOMAIN_ID, 60)
     context = json.dumps(summary)[-3000:] + stderr[-2000:]

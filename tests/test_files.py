@@ -1,10 +1,10 @@
-"""Atomic file writes (robot_rl.files)."""
+"""Atomic file writes (robot_rl.core.files)."""
 
 from __future__ import annotations
 
 import pytest
 
-from robot_rl.files import atomic_path, atomic_write_bytes, atomic_write_text
+from robot_rl.core.files import atomic_path, atomic_write_bytes, atomic_write_text
 
 
 def test_atomic_writes_replace_the_file_and_leave_nothing_else(tmp_path):
@@ -33,7 +33,7 @@ def test_a_failed_write_keeps_the_old_file_and_removes_its_temporary_one(tmp_pat
 
 
 def test_durable_steps_make_rename_and_remove_folders(tmp_path):
-    from robot_rl.files import fsync_file, fsync_tree, make_dirs_durably, remove_tree_durably, rename_durably
+    from robot_rl.core.files import fsync_file, fsync_tree, make_dirs_durably, remove_tree_durably, rename_durably
 
     assert make_dirs_durably(tmp_path / "a" / "b") == tmp_path / "a" / "b" and (tmp_path / "a" / "b").is_dir()
     (tmp_path / "a" / "b" / "f").write_bytes(b"x")

@@ -1,12 +1,12 @@
 """Insiders reach nothing of the robot's own graph: in `lan` and in `secure`, a process on the training server's host
 and one on a third host publish to the robot's command, teleop and e-stop topics and call its reset and parameter
 services, in the robot host's domain and in the learner link's, while the robot host runs its graph as
-`launch/robot_train.yaml side:=robot` does (every node on the host's own graph, robot_rl.ros.link carrying the
+`launch/robot_train.yaml side:=robot` does (every node on the host's own graph, robot_rl.ros.nodes.link_node carrying the
 learner's topics).
 
 Hosts (tests/hosts.py, joined by a bridge; addresses that exist only inside them, each its own machine id):
 
-- `robot`: the link (`python -m robot_rl.ros.link`, with the environment the launcher gives every process) and a
+- `robot`: the link (`python -m robot_rl.ros.nodes.link_node`, with the environment the launcher gives every process) and a
   stand-in for the robot's nodes, named `sim` like the sim node: it subscribes, best-effort so that it matches any
   publisher, to every command, teleop and e-stop topic, serves `/reset` (std_srvs/Trigger) and has a parameter
   `armed` (false), receives the learner's weights and acknowledgements, and publishes `/actor/transitions`.
@@ -55,7 +55,7 @@ COMMON = r"""
 import importlib, json, signal, sys, time
 cfg = json.loads(sys.argv[1])
 if not cfg.get("plain"):
-    from robot_rl.ros.env import ensure_ros_environment
+    from robot_rl.ros.net.env import ensure_ros_environment
     ensure_ros_environment(graph=cfg["graph"])
 import rclpy
 from rclpy.context import Context
@@ -182,7 +182,7 @@ def _shell(domain_id: int, **variables: str) -> dict[str, str]:
 
 def _plain_fast_dds(domain_id: int, peer: str) -> dict[str, str]:
     """The standard ROS 2 setup of a lab's machine: Fast DDS's own transports, SUBNET, a static peer."""
-    from robot_rl.ros.env import ros_environment
+    from robot_rl.ros.net.env import ros_environment
 
     env = ros_environment(base=_shell(domain_id, ROS_STATIC_PEERS=peer, ROS_AUTOMATIC_DISCOVERY_RANGE="SUBNET"),
                           graph="link")
@@ -205,14 +205,14 @@ def test_insiders_on_the_server_host_and_a_third_host_reach_nothing_of_the_robot
     pytest.importorskip("rclpy", reason="the ROS 2 wheels are not installed")
     if network == "secure" and shutil.which("openssl") is None:
         pytest.skip("the openssl command is not installed")
-    from robot_rl.ros.env import link_domain_id, ros_environment
+    from robot_rl.ros.net.env import link_domain_id, ros_environment
 
     domain = allocate_domain_id()
     link_domain = link_domain_id({"ROS_DOMAIN_ID": str(domain)})
     work = Path(tempfile.mkdtemp(prefix=f"insiders-{network}-"))
     stop_file = work / "stop"
     if network == "secure":
-        from robot_rl.ros.certs import create_certificates  # robot-rl certs ca / request / sign, on one disk
+        from robot_rl.ros.net.certs import create_certificates  # robot-rl certs ca / request / sign, on one disk
 
         create_certificates(work / "certs", server=SERVER, robots=["robot", "arm2"])
         shells = {name: _shell(domain, ROBOT_RL_NETWORK="secure", ROBOT_RL_CERTS=str(work / "certs" / folder))
@@ -245,7 +245,7 @@ def test_insiders_on_the_server_host_and_a_third_host_reach_nothing_of_the_robot
                 processes[name] = machines[host].popen(argv, env=env, cwd=REPO_ROOT, stdout=log,
                                                        stderr=subprocess.STDOUT)
 
-        start("link", "robot", [sys.executable, "-m", "robot_rl.ros.link"], robot_env)
+        start("link", "robot", [sys.executable, "-m", "robot_rl.ros.nodes.link_node"], robot_env)
         start("stand_in", "robot", [sys.executable, "-c", STAND_IN, json.dumps({"topics": ROBOT_TOPICS,
                                                                                "graph": "host"})], robot_env)
         for name, (host, env, config) in insiders.items():

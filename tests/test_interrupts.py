@@ -1,4 +1,4 @@
-"""Stop requests that Python would lose (robot_rl.interrupts) and a node start-up that would ignore them
+"""Stop requests that Python would lose (robot_rl.core.interrupts) and a node start-up that would ignore them
 (robot_rl.ros.node_util.watch_startup). Each case is a small subprocess: real signals, no JAX."""
 
 from __future__ import annotations
@@ -57,11 +57,11 @@ def run_script(body: str, *, signum: int | None = None, after_s: float = 0.0, af
     return process.returncode, early + "".join(rest), time.monotonic() - start
 
 
-# A command's skeleton, as robot_rl.console and robot_rl.cli.main run one: `job()` is the work, and a stop request
+# A command's skeleton, as robot_rl.apps.console and robot_rl.apps.cli.main run one: `job()` is the work, and a stop request
 # ends it with one line and 130 / 143.
 COMMAND = """
     import gc, os, signal, sys, time
-    from robot_rl import interrupts
+    from robot_rl.core import interrupts
 
     interrupts.install_for_process()
 
@@ -190,7 +190,7 @@ def test_an_interrupt_while_an_episode_is_committed_comes_once_it_is_committed(t
     status, stderr, _ = run_script(COMMAND + f"""
     import numpy as np
     from robot_rl.data import episodes
-    from robot_rl.types import ArraySpec
+    from robot_rl.core.types import ArraySpec
 
     original = getattr(episodes, {where!r})
 
@@ -243,8 +243,8 @@ def test_a_signal_before_the_command_s_own_handling_still_ends_it_as_stopped():
         time.sleep(2)
         print("not stopped", file=sys.stderr)
 
-    sys.modules["robot_rl.cli"] = types.SimpleNamespace(main=first_lines)
-    from robot_rl import console
+    sys.modules["robot_rl.apps.cli"] = types.SimpleNamespace(main=first_lines)
+    from robot_rl.apps import console
 
     console.main()
     """)
@@ -259,11 +259,11 @@ def test_a_node_start_up_that_ignores_signals_ends_within_the_grace_period():
     not cut short."""
     from ros_harness import private_network_or_skip
 
-    from robot_rl.ros.env import ros_environment
+    from robot_rl.ros.net.env import ros_environment
 
     body = """
     import sys, threading, time
-    from robot_rl import interrupts
+    from robot_rl.core import interrupts
     from robot_rl.ros.node_util import run_node
 
     class Host:
@@ -302,7 +302,7 @@ def test_a_node_start_up_that_ignores_signals_ends_within_the_grace_period():
 
 HELD_STOP_CHILD = """
 import signal, sys
-from robot_rl import interrupts
+from robot_rl.core import interrupts
 sys.stdin.readline()  # the parent sends this line once its SIGINT is sent: the handler below comes later
 received = []
 signal.signal(signal.SIGINT, lambda number, frame: received.append(number))
@@ -319,7 +319,7 @@ def test_a_stop_while_a_child_starts_waits_for_its_handlers_when_held(held):
     installs its handler only after a line the parent sends once the signal is sent)."""
     from contextlib import nullcontext
 
-    from robot_rl import interrupts
+    from robot_rl.core import interrupts
 
     with interrupts.held_stops() if held else nullcontext():
         child = subprocess.Popen([sys.executable, "-c", HELD_STOP_CHILD], cwd=REPO, stdin=subprocess.PIPE,
@@ -336,6 +336,6 @@ def test_a_stop_while_a_child_starts_waits_for_its_handlers_when_held(held):
 def test_the_launcher_holds_stops_only_for_the_projects_nodes():
     from robot_rl.ros.launch_file import ProcessSpec
 
-    assert ProcessSpec("learner", (sys.executable, "-m", "robot_rl.ros.learner_node")).holds_stops_while_starting
+    assert ProcessSpec("learner", (sys.executable, "-m", "robot_rl.ros.nodes.learner_node")).holds_stops_while_starting
     assert not ProcessSpec("driver", (sys.executable, "-m", "their_driver.node")).holds_stops_while_starting
     assert not ProcessSpec("camera", ("/usr/bin/camera_driver", "-m", "robot_rl.x")).holds_stops_while_starting

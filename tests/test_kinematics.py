@@ -8,7 +8,7 @@ import mujoco
 import numpy as np
 import pytest
 
-from robot_rl.kinematics import ArmKinematics, KinematicsError
+from robot_rl.core.kinematics import ArmKinematics, KinematicsError
 from robot_rl.sim import robot
 from robot_rl.sim.env import RobotEnv
 

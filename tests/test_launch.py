@@ -2,7 +2,7 @@
 every shipped launch file, run end to end.
 
 The launcher tests use tiny Python scripts written to tmp_path as children (no ROS needed); the SIGINT test runs the
-launcher as `python -m robot_rl.cli launch` in its own subprocess, the others run a `Launcher` in-process. The
+launcher as `python -m robot_rl.apps.cli launch` in its own subprocess, the others run a `Launcher` in-process. The
 shipped files run as `robot-rl launch` in a private network namespace (only `lo`) with their own ROS_DOMAIN_ID:
 sim_train (tiny budget) -> sim_eval on its policy; teleop_record with the scripted human -> robot_train on those
 demos, with the sim node standing in for the robot's drivers (checked by its doctor preflight first); teleop_record
@@ -31,7 +31,7 @@ import pytest
 from ros_harness import allocate_domain_id
 import yaml
 
-from robot_rl.cli import main
+from robot_rl.apps.cli import main
 from robot_rl.ros.launch import Launcher
 from robot_rl.ros.launch_file import (
     LaunchDescription,
@@ -41,14 +41,14 @@ from robot_rl.ros.launch_file import (
     render_param_value,
 )
 
-from robot_rl.ros.lan import is_lan_profile
+from robot_rl.ros.net.lan import is_lan_profile
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCH_DIR = REPO / "launch"
 
 
 def _wheels_or_skip() -> None:
-    from robot_rl.ros.env import RosEnvironmentError, find_ros_wheels
+    from robot_rl.ros.net.env import RosEnvironmentError, find_ros_wheels
 
     try:
         find_ros_wheels()
@@ -389,7 +389,7 @@ def test_dry_run_through_the_cli(tmp_path, capsys):
     main(["launch", str(path), "task:=PegInsert-v0", "--domain-id", "9", "--dry-run"])
     lines = capsys.readouterr().out.splitlines()
     assert lines == [
-        f"[learner] PYTHONUNBUFFERED=1 {sys.executable} -m robot_rl.ros.learner_node "
+        f"[learner] PYTHONUNBUFFERED=1 {sys.executable} -m robot_rl.ros.nodes.learner_node "
         "--ros-args -r __node:=learner -p task:=PegInsert-v0",
         "[helper] A=b PYTHONUNBUFFERED=1 echo hi",
     ]
@@ -460,7 +460,7 @@ def test_a_signal_to_the_launcher_stops_every_child_with_sigint(tmp_path, signum
         {"executable": {"cmd": _cmd(spawner, str(pids["two"]), str(pids["grandchild"])), "name": "two"}},
     ])
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "robot_rl.cli", "launch", str(path), "--domain-id", str(allocate_domain_id())],
+        [sys.executable, "-m", "robot_rl.apps.cli", "launch", str(path), "--domain-id", str(allocate_domain_id())],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
@@ -490,7 +490,7 @@ def test_children_of_a_killed_launcher_are_terminated(tmp_path):
     pids = {name: tmp_path / f"{name}.pid" for name in ("one", "two")}
     path = _write(tmp_path, [
         {"executable": {"cmd": _cmd(noting, str(pid)), "name": name}} for name, pid in pids.items()])
-    launcher = subprocess.Popen([sys.executable, "-m", "robot_rl.cli", "launch", str(path), "--domain-id", str(allocate_domain_id())],
+    launcher = subprocess.Popen([sys.executable, "-m", "robot_rl.apps.cli", "launch", str(path), "--domain-id", str(allocate_domain_id())],
                                 cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_for(lambda: all(p.exists() and p.read_text() for p in pids.values()), timeout=30)
@@ -760,7 +760,7 @@ def test_a_real_rclpy_node_reads_the_rendered_names_and_parameters(tmp_path):
                   ]}},
     ])
     out = subprocess.run(
-        private_network_or_skip([sys.executable, "-m", "robot_rl.cli", "launch", str(path), "--domain-id", str(allocate_domain_id())]),
+        private_network_or_skip([sys.executable, "-m", "robot_rl.apps.cli", "launch", str(path), "--domain-id", str(allocate_domain_id())]),
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )
     assert out.returncode == 0, out.stdout + out.stderr
@@ -825,7 +825,7 @@ def test_the_network_argument_sets_every_processs_network_mode(tmp_path, monkeyp
     local = Launcher(load_launch_file(path)).base_env
     assert local["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "LOCALHOST" and local["FASTDDS_DEFAULT_PROFILES_FILE"]
     # Every process gets the host graph's environment; the learner and the link's network half make the link's.
-    from robot_rl.ros.env import FASTDDS_PROFILE_PATH, network_mode, ros_environment
+    from robot_rl.ros.net.env import FASTDDS_PROFILE_PATH, network_mode, ros_environment
 
     lan = Launcher(load_launch_file(path, {"network": "lan"})).base_env
     assert lan["ROBOT_RL_NETWORK"] == "lan" and lan["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "LOCALHOST"
@@ -890,7 +890,7 @@ def test_the_parameter_check_finds_a_typo(tmp_path):
     ])
     problems = undeclared_parameters(load_launch_file(path))
     assert len(problems) == 2, problems
-    assert problems[0].startswith("learner: 'critcs' is not a parameter of robot_rl.ros.learner_node (it declares ")
+    assert problems[0].startswith("learner: 'critcs' is not a parameter of robot_rl.ros.nodes.learner_node (it declares ")
     assert "critics" in problems[0]
     assert problems[1].startswith("human: 'stuck.window' is not a parameter of robot_rl.sim.scripted_teleop")
 
@@ -1017,7 +1017,7 @@ def test_sim_train_human_can_be_switched_off():
 
 
 def test_teleop_record_uses_the_training_image_size():
-    from robot_rl.train import TrainConfig
+    from robot_rl.apps.train import TrainConfig
 
     (sim,) = [p for p in load_launch_file(LAUNCH_DIR / "teleop_record.yaml", {"out": "d.zarr"}).processes
               if p.name == "sim"]
@@ -1034,7 +1034,7 @@ class LaunchRun:
         from ros_harness import private_network_or_skip
 
         self.name, self.log = name, log
-        argv = [sys.executable, "-m", "robot_rl.cli", "launch", str(LAUNCH_DIR / name),
+        argv = [sys.executable, "-m", "robot_rl.apps.cli", "launch", str(LAUNCH_DIR / name),
                 *(f"{key}:={value}" for key, value in arguments.items()), "--domain-id", str(allocate_domain_id())]
         with open(log, "w") as out:
             self.process = subprocess.Popen(private_network_or_skip(argv), cwd=REPO, stdin=subprocess.DEVNULL,
@@ -1076,11 +1076,11 @@ def tiny_diffusion_base(folder: Path) -> Path:
     """A small diffusion policy for PickCube's state observation, fitted to nothing: a base for a noise head."""
     import numpy as np
 
-    from robot_rl.loop import make_env
+    from robot_rl.sim.loop import make_env
     from robot_rl.policies.config import DiffusionConfig
     from robot_rl.policies.diffusion import DiffusionPolicy
     from robot_rl.policies.normalizer import Normalizer
-    from robot_rl.types import ObservationSpec
+    from robot_rl.core.types import ObservationSpec
 
     env = make_env("PickCube-v0", obs_mode="state")
     spec = ObservationSpec.from_space(env.observation_space)
@@ -1108,7 +1108,7 @@ def sim_train_run(tmp_path_factory):
 
 
 def test_sim_train_trains_evaluates_and_ends(sim_train_run):
-    from robot_rl.policy_file import read_policy_file
+    from robot_rl.wire.policy_file import read_policy_file
 
     run_dir, status, out, _ = sim_train_run
     assert status == 0, out[-4000:]
@@ -1116,7 +1116,7 @@ def test_sim_train_trains_evaluates_and_ends(sim_train_run):
     assert result["received"] >= 60 and result["updates"] > 0 and result["final_eval_episodes"] == 1, result
     assert read_policy_file(run_dir / "policy.msgpack").version >= 1
     # The run ended in the sim: the learner validated its final policy and wrote the record next to it.
-    from robot_rl.validate import policy_digest, read_records
+    from robot_rl.apps.validate import policy_digest, read_records
 
     records = read_records(run_dir / "policy.msgpack")
     assert len(records) == 1 and records[0]["robot_name"] == "sim_panda" and records[0]["suite"] == "default", records
@@ -1151,7 +1151,7 @@ def test_sim_train_trains_evaluates_and_ends(sim_train_run):
     assert final is not None, actor
     assert not any("learner away?" in line or "max_weight_lag" in line for line in actor[final:]), actor[final:]
     # `robot-rl status` on the run folder: both nodes, the learner done, the robot's counts.
-    from robot_rl.run_status import format_status, read_run_status
+    from robot_rl.apps.run_status import format_status, read_run_status
 
     status = read_run_status(run_dir)
     assert [(n["node"], n["name"], n["stale"]) for n in status["nodes"]] == [("learner", "learner", False),
@@ -1178,7 +1178,7 @@ def test_sim_train_trains_a_noise_aliasing_head_on_a_diffusion_base(sim_train_ru
     """policy:=noise noise_aliasing:=true over ROS: the actor holds the (torch) base and the (JAX) head, its
     transitions carry the robot's action, the head's noise, the chunk step and the aliases, the learner accepts every
     one (none rejected) and trains, and its policy file is the noise head naming the base."""
-    from robot_rl.policy_file import read_policy_file
+    from robot_rl.wire.policy_file import read_policy_file
 
     run_dir, status, out, base = sim_train_run
     assert status == 0, out[-4000:]
@@ -1270,7 +1270,7 @@ def test_without_a_teleop_device_auto_keeps_the_launch_going(tmp_path):
     path = _write(tmp_path, [{"node": {"pkg": "robot_rl", "exec": "teleop_node", "name": "teleop",
                                        "args": "--device auto", "on_exit": "shutdown"}}])
     log = tmp_path / "launch.log"
-    argv = [sys.executable, "-m", "robot_rl.cli", "launch", str(path), "--domain-id", str(allocate_domain_id())]
+    argv = [sys.executable, "-m", "robot_rl.apps.cli", "launch", str(path), "--domain-id", str(allocate_domain_id())]
     with open(log, "w") as out:
         process = subprocess.Popen(private_network_or_skip(argv), cwd=REPO, stdin=subprocess.DEVNULL, stdout=out,
                                    stderr=subprocess.STDOUT, start_new_session=True)
@@ -1311,7 +1311,7 @@ def diffusion_policy_folder(folder: Path, robot: str) -> Path:
     from robot_rl.policies.config import DiffusionConfig
     from robot_rl.policies.diffusion import DiffusionPolicy
     from robot_rl.policies.normalizer import Normalizer
-    from robot_rl.ros.learner_params import robot_task_spaces
+    from robot_rl.ros.nodes.learner_params import robot_task_spaces
 
     spec, action_dim = robot_task_spaces(robot, "pixels", 64)
     rng = np.random.default_rng(0)

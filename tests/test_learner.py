@@ -10,11 +10,11 @@ import jax
 import numpy as np
 import pytest
 
-from robot_rl.actor import Actor
+from robot_rl.actor.session import Actor
 from robot_rl.agents.sac import SACConfig
 from robot_rl.data.episodes import EpisodeDataset
-from robot_rl.learner import CheckpointError, Learner, LearnerConfig
-from robot_rl.loop import make_env, record_episodes, writer_for_env
+from robot_rl.learner.learner import CheckpointError, Learner, LearnerConfig
+from robot_rl.sim.loop import make_env, record_episodes, writer_for_env
 from robot_rl.sim.expert import make_expert
 
 SMALL_SAC = SACConfig(actor_hidden_dims=(32, 32), critic_hidden_dims=(32, 32), critic_ensemble_size=4)

@@ -14,11 +14,11 @@ import pytest
 from gymnasium.wrappers import RescaleAction, TimeLimit, TransformObservation
 from scipy import stats
 
-from robot_rl.actor import Actor
+from robot_rl.actor.session import Actor
 from robot_rl.agents.sac import SACConfig
 from robot_rl.data.episodes import EpisodeDataset, EpisodeWriter
-from robot_rl.learner import Learner, LearnerConfig
-from robot_rl.types import ArraySpec
+from robot_rl.learner.learner import Learner, LearnerConfig
+from robot_rl.core.types import ArraySpec
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*precision lowered by casting:UserWarning")  # RescaleAction
 SMALL_SAC = SACConfig(actor_hidden_dims=(16, 16), critic_hidden_dims=(16, 16), critic_ensemble_size=2)
@@ -232,14 +232,14 @@ def test_a_reward_outside_the_target_bounds_is_refused_naming_the_option():
 def test_dense_rewards_whose_return_leaves_the_bounds_warn_once(caplog):
     bounded = dataclasses.replace(SMALL_SAC, target_bounds=(0.0, 1.0), discount=0.97)
     env = user_env()
-    with caplog.at_level(logging.WARNING, logger="robot_rl.learner"):
+    with caplog.at_level(logging.WARNING, logger="robot_rl.learner.learner"):
         learner = Learner(env.observation_space, env.action_space, bounded, SMALL_LEARNER)
         user_loop(env, learner, Actor(learner.agent), 3, end_episodes=True)
-    warnings = [r.getMessage() for r in caplog.records if r.name == "robot_rl.learner"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "robot_rl.learner.learner"]
     assert len(warnings) == 1, warnings
     assert "discounted return" in warnings[0] and "(0.0, 1.0)" in warnings[0] and "--sac.target-bounds" in warnings[0]
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="robot_rl.learner"):  # sparse: 1 on success, episode over
+    with caplog.at_level(logging.WARNING, logger="robot_rl.learner.learner"):  # sparse: 1 on success, episode over
         sparse = Learner(SPEC, 2, bounded, SMALL_LEARNER)
         for t in range(5):
             sparse.insert({"state": np.full(4, t, np.float32)}, np.zeros(2), float(t == 4), t == 4, False,
@@ -259,7 +259,7 @@ def test_action_spaces_other_than_a_box_in_minus_one_one_are_refused():
 def test_actions_outside_minus_one_one_are_stored_with_one_warning(caplog):
     learner = Learner(SPEC, 2, SMALL_SAC, SMALL_LEARNER)
     obs = {"state": np.zeros(4, np.float32)}
-    with caplog.at_level(logging.WARNING, logger="robot_rl.learner"):
+    with caplog.at_level(logging.WARNING, logger="robot_rl.learner.learner"):
         learner.insert(obs, np.array([1.0, -1.0]), 0.0, False, False, obs)
         assert not caplog.records
         for _ in range(3):
@@ -336,6 +336,6 @@ def test_demo_rewards_and_actions_are_checked_before_anything_is_added(tmp_path,
         learner.add_demos(wide)
     assert learner.demo.num_frames == 0
     assert Learner(SPEC, 2, SMALL_SAC, SMALL_LEARNER).add_demos(dataset) == 10  # no bounds: fine
-    with caplog.at_level(logging.WARNING, logger="robot_rl.learner"):  # 0.5 per step: a return of about 2.5
+    with caplog.at_level(logging.WARNING, logger="robot_rl.learner.learner"):  # 0.5 per step: a return of about 2.5
         assert learner.add_demos(write_dataset(tmp_path / "dense.zarr", reward=0.5)) == 10
     assert len(caplog.records) == 1 and "episode 0 has a discounted return of 2.45" in caplog.records[0].getMessage()

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from robot_rl.agents.sac import SACConfig
-from robot_rl.learner import Learner, LearnerConfig
-from robot_rl.learner_server import (
+from robot_rl.learner.learner import Learner, LearnerConfig
+from robot_rl.learner.server import (
     CHECKPOINT_DIR,
     LOG_DIR,
     MAX_POLL_GAP_S,
@@ -26,7 +26,7 @@ from robot_rl.learner_server import (
     checkpoint_server_state,
     compile_learner_step,
 )
-from robot_rl.transport import StampedTransition, TransportError, decode_weights, encode_transitions, make_source
+from robot_rl.wire.transport import StampedTransition, TransportError, decode_weights, encode_transitions, make_source
 
 SPEC = {"state": ((14,), np.float32), "object_state": ((10,), np.float32)}
 ACTION_DIM = 4
@@ -190,7 +190,7 @@ def test_step_arriving_after_its_episode_end_is_still_inserted(tmp_path):
 
 
 def test_frames_sent_once_are_joined_and_a_step_whose_next_frame_never_came_is_counted(tmp_path):
-    """Transitions sent as an actor first sends them (robot_rl.transport.StampedTransition.next_frame_follows): each
+    """Transitions sent as an actor first sends them (robot_rl.wire.transport.StampedTransition.next_frame_follows): each
     takes its next frame from the next step's transition, out of order too. The actor dies after step 3 of its
     second episode: steps 0-2 go in when it is abandoned, step 3 (its next frame never came) is counted, not
     inserted."""
@@ -202,7 +202,7 @@ def test_frames_sent_once_are_joined_and_a_step_whose_next_frame_never_came_is_c
     items = [dataclasses.replace(t, next_frame_follows=not (t.terminated or t.truncated)) for t in full + cut]
     first_sends = {t.seq for t in items}
     for batch in (items[2:4], items[0:2], items[4:]):  # a terminal step arrives last (a lost first send comes again
-        # with its next frame: robot_rl.transport.Outbox.due_messages)
+        # with its next frame: robot_rl.wire.transport.Outbox.due_messages)
         server.ingest(encode_transitions(SOURCE_A, batch, first_sends=first_sends))
     poll_until(server, clock, clock.now + 10.0)
     assert contents(server.learner.online) == expected(SOURCE_A, full + cut[:3])
@@ -761,7 +761,7 @@ def test_transitions_addressed_to_another_run_are_dropped_unacknowledged(tmp_pat
 
 
 def test_importing_the_server_does_not_import_jax():
-    code = "import sys, robot_rl.learner_server; print(sorted(m for m in ('jax', 'flax') if m in sys.modules))"
+    code = "import sys, robot_rl.learner.server; print(sorted(m for m in ('jax', 'flax') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
@@ -774,13 +774,13 @@ def test_importing_the_server_does_not_import_jax():
 ])
 def test_actor_session_to_server_end_to_end(tmp_path, lost_send):
     """ActorSession -> Outbox -> payload (maybe one lost) -> LearnerServer -> acks -> Outbox, over two episodes."""
-    from robot_rl.actor import ActorSession
-    from robot_rl.safety import Safety, SafetyConfig
-    from robot_rl.transport import Outbox, decode_ack, encode_ack
+    from robot_rl.actor.session import ActorSession
+    from robot_rl.actor.safety import Safety, SafetyConfig
+    from robot_rl.wire.transport import Outbox, decode_ack, encode_ack
 
     class Policy:
         def step(self, obs, *, uniform=False, now=None):
-            from robot_rl.actor import ActorStep
+            from robot_rl.actor.session import ActorStep
 
             action = np.array([0.5, -0.5, 0.0, 1.0], np.float32)
             return ActorStep(action, False, action)

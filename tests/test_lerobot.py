@@ -14,7 +14,7 @@ import pytest
 
 from robot_rl.data.episodes import DatasetError, DatasetReader, EpisodeDataset
 from robot_rl.data.lerobot import export_lerobot, import_lerobot
-from robot_rl.loop import make_env, writer_for_env
+from robot_rl.sim.loop import make_env, writer_for_env
 from robot_rl.sim.expert import make_expert
 
 STEP_ARRAYS = ("action", "reward", "terminated", "truncated", "intervention")

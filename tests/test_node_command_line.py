@@ -188,7 +188,7 @@ def learner(*params: str) -> list[str]:
     (learner("-p", "eval_every:=-2"), "eval_every=-2 must be >= -1"),
 ])
 def test_the_learner_checks_its_parameters_by_its_twins_rules_without_jax(argv, words):
-    from robot_rl.ros.learner_params import NODE_NAME, PARAMETERS, check_parameters
+    from robot_rl.ros.nodes.learner_params import NODE_NAME, PARAMETERS, check_parameters
 
     with pytest.raises(NodeStartupError) as error:
         check_command_line(argv, NODE_NAME, PARAMETERS, check_parameters)
@@ -196,26 +196,26 @@ def test_the_learner_checks_its_parameters_by_its_twins_rules_without_jax(argv, 
 
 
 def test_a_resumed_learner_run_is_not_held_to_a_new_runs_settings(tmp_path):
-    from robot_rl.learner_server import checkpoint_dir
-    from robot_rl.ros.learner_params import NODE_NAME, PARAMETERS, check_parameters
+    from robot_rl.learner.server import checkpoint_dir
+    from robot_rl.ros.nodes.learner_params import NODE_NAME, PARAMETERS, check_parameters
 
     (tmp_path / "checkpoint").mkdir()
     (tmp_path / "checkpoint" / "learner.json").write_text("{}")
     if not checkpoint_dir(tmp_path):
-        pytest.fail("this test's stand-in checkpoint is not one: update it to what robot_rl.learner_server reads")
+        pytest.fail("this test's stand-in checkpoint is not one: update it to what robot_rl.learner.server reads")
     argv = ["prog", "--ros-args", "-p", f"run_dir:={tmp_path}", "-p", "policy:=residual"]  # its base: in the checkpoint
     assert check_command_line(argv, NODE_NAME, PARAMETERS, check_parameters) is not None
     check_command_line(learner("-p", "obs_mode:=state"), NODE_NAME, PARAMETERS, check_parameters)  # a new run
 
 
 @pytest.mark.parametrize("module, argv, words", [
-    ("robot_rl.ros.actor_node", ["-p", "episodes:=-1", "-p", "weight_wait_s:=0.0"],
+    ("robot_rl.ros.nodes.actor_node", ["-p", "episodes:=-1", "-p", "weight_wait_s:=0.0"],
      "invalid parameters of node actor: episodes=-1 must be >= 1 (0: run until stopped); weight_wait_s=0.0 must be > 0"),
-    ("robot_rl.ros.actor_node", ["-p", "mode:=fast"], "mode='fast' must be one of '', 'lockstep', 'realtime'"),
-    ("robot_rl.ros.actor_node", ["-p", "action_dim:=5"], "action_dim=5 must be 4"),
-    ("robot_rl.ros.actor_node", ["-p", "eval_out:=auto"], "eval_out='auto' evaluates a saved policy"),
+    ("robot_rl.ros.nodes.actor_node", ["-p", "mode:=fast"], "mode='fast' must be one of '', 'lockstep', 'realtime'"),
+    ("robot_rl.ros.nodes.actor_node", ["-p", "action_dim:=5"], "action_dim=5 must be 4"),
+    ("robot_rl.ros.nodes.actor_node", ["-p", "eval_out:=auto"], "eval_out='auto' evaluates a saved policy"),
     ("robot_rl.drivers.teleop_node", ["-p", "rate_hz:=0.0"], "rate_hz=0.0 must be a finite number > 0"),
-    ("robot_rl.ros.reward_node", ["-p", "model:=m", "-p", "reward:=dense"], "parameter 'reward' must be one of"),
+    ("robot_rl.ros.nodes.reward_node", ["-p", "model:=m", "-p", "reward:=dense"], "parameter 'reward' must be one of"),
     ("robot_rl.drivers.camera_node", ["-p", "jpeg_quality:=0"], "parameter 'jpeg_quality' of node camera: must be in"),
 ])
 def test_each_node_checks_its_values_by_the_rules_it_uses_once_built(module, argv, words):
@@ -241,7 +241,7 @@ def test_the_sim_checks_its_values_with_the_command_lines_defaults():
 
 STARTS = """
 import sys
-from robot_rl.ros import actor_node, learner_node
+from robot_rl.ros.nodes import actor_node, learner_node
 from robot_rl.drivers import teleop_node
 for main, argv in ((learner_node.main, ["learner_node", "--ros-args", "-p", "run_dir:=/nonexistent/never",
                                         "-p", "obs_mode:=pixels", "-p", "image_size:=4"]),

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from robot_rl.interrupts import StopFlag, install_stop_signals
+from robot_rl.core.interrupts import StopFlag, install_stop_signals
 from robot_rl.ros.node_util import spin_callbacks
 
 
@@ -112,7 +112,7 @@ def test_a_range_names_its_rule_and_the_special_values_it_allows():
 ])
 def test_learner_parameters_are_checked_by_the_rules_of_their_in_process_twins(given, message):
     # TrainConfig / LearnerConfig / SACConfig / LearnerServer check the node's parameters: one rule, the twin's
-    from robot_rl.ros.learner_params import PARAMETERS, check_server_settings, checked_train_config
+    from robot_rl.ros.nodes.learner_params import PARAMETERS, check_server_settings, checked_train_config
     from robot_rl.ros.node_util import NodeStartupError
 
     settings = {name: default for name, default, _ in PARAMETERS} | given
@@ -123,7 +123,7 @@ def test_learner_parameters_are_checked_by_the_rules_of_their_in_process_twins(g
 
 
 def test_the_learner_defaults_and_steps_0_pass_their_twins():
-    from robot_rl.ros.learner_params import PARAMETERS, check_server_settings, checked_train_config
+    from robot_rl.ros.nodes.learner_params import PARAMETERS, check_server_settings, checked_train_config
 
     settings = {name: default for name, default, _ in PARAMETERS}
     for steps in (0, 5):  # 0: run until stopped

@@ -22,8 +22,8 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from robot_rl.loop import make_env  # noqa: E402
-from robot_rl.safety import SafeCommand, Safety  # noqa: E402
+from robot_rl.sim.loop import make_env  # noqa: E402
+from robot_rl.actor.safety import SafeCommand, Safety  # noqa: E402
 from robot_rl.sim.perturb import Condition, PerturbedEnv, RandomizedEnv  # noqa: E402
 from robot_rl.sim.robot_adapter import SimLink, SimRobotAdapter  # noqa: E402
 

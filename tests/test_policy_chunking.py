@@ -318,7 +318,7 @@ def test_a_policy_error_in_the_worker_reaches_the_control_thread():
 
 
 def test_the_actor_runs_chunks_receding_horizon_and_a_human_drops_the_plan():
-    from robot_rl.actor import Actor
+    from robot_rl.actor.session import Actor
 
     policy = CountingPolicy()
     actor = Actor(policy, deterministic=True, execute=2)
@@ -331,9 +331,9 @@ def test_the_actor_runs_chunks_receding_horizon_and_a_human_drops_the_plan():
 
 
 def test_a_session_holds_while_a_real_time_policy_has_no_action_due():
-    from robot_rl.actor import Actor, ActorSession
+    from robot_rl.actor.session import Actor, ActorSession
     from robot_rl.policies.chunking import ChunkPlanner
-    from robot_rl.safety import Safety, SafetyConfig
+    from robot_rl.actor.safety import Safety, SafetyConfig
 
     class Chunked(CountingPolicy):
         action_dim = 4

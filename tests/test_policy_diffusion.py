@@ -12,7 +12,7 @@ from robot_rl.policies.base import ActionChunk, ObservationHistory, Policy, Poli
 from robot_rl.policies.checkpoint import POLICY_CONFIG, POLICY_WEIGHTS, load_policy
 from robot_rl.policies.diffusion import ChunkConv1d, DiffusionConfig, DiffusionPolicy, policy_from_files
 from robot_rl.policies.normalizer import Normalizer
-from robot_rl.types import ObservationSpec
+from robot_rl.core.types import ObservationSpec
 
 torch.set_num_threads(1)
 

@@ -10,8 +10,8 @@ from robot_rl.data.episodes import EpisodeWriter
 from robot_rl.policies.base import ChunkRunner
 from robot_rl.policies.checkpoint import load_policy
 from robot_rl.policies.config import DiffusionConfig
-from robot_rl.train_bc import TrainBCConfig, train_bc
-from robot_rl.types import ArraySpec
+from robot_rl.apps.train_bc import TrainBCConfig, train_bc
+from robot_rl.core.types import ArraySpec
 
 torch.set_num_threads(1)
 SPEED, TOLERANCE, MAX_STEPS = 0.15, 0.06, 25

@@ -13,13 +13,13 @@ import pytest
 import torch
 
 from robot_rl.agents.sac import SACAgent, SACConfig
-from robot_rl.learner import Learner, LearnerConfig
+from robot_rl.learner.learner import Learner, LearnerConfig
 from robot_rl.policies.base import ChunkRunner, PolicyError
 from robot_rl.policies.config import DiffusionConfig
 from robot_rl.policies.diffusion import DiffusionPolicy
 from robot_rl.policies.noise import CHUNK_STEP_KEY, NoisePolicy, noise_dim
 from robot_rl.policies.normalizer import Normalizer
-from robot_rl.types import ObservationSpec
+from robot_rl.core.types import ObservationSpec
 
 torch.set_num_threads(1)
 
@@ -146,7 +146,7 @@ def test_the_learner_joins_the_steps_of_a_chunk_into_one_transition():
 @pytest.fixture(scope="module")
 def base_folder(tmp_path_factory) -> Path:
     """A tiny (untrained) diffusion policy on PickCube state as a frozen base."""
-    from robot_rl.loop import make_env
+    from robot_rl.sim.loop import make_env
 
     env = make_env("PickCube-v0", obs_mode="state")
     spec = ObservationSpec.from_space(env.observation_space)
@@ -157,10 +157,10 @@ def base_folder(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("aliasing", [False, True], ids=["dsrl-sac", "dsrl-na"])
 def test_an_in_process_noise_run_trains_saves_evaluates_and_resumes(base_folder, tmp_path, aliasing):
-    from robot_rl.learner import checkpoint_replay
-    from robot_rl.loop import make_env
+    from robot_rl.learner.learner import checkpoint_replay
+    from robot_rl.sim.loop import make_env
     from robot_rl.policies.checkpoint import load_policy
-    from robot_rl.train import TrainConfig, policy_kind, train
+    from robot_rl.apps.train import TrainConfig, policy_kind, train
 
     # DSRL-NA learns from demos (joined into chunks of 4 steps); DSRL-SAC takes none
     cfg = TrainConfig(policy="noise", base=base_folder, steps=60, eval_every=60, eval_episodes=1, video=False,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from robot_rl.cli import main
+from robot_rl.apps.cli import main
 from robot_rl.data.episodes import EpisodeWriter
 from robot_rl.data.sequences import SequenceWindows
 from robot_rl.policies.base import ActionChunk, Policy, PolicyError
@@ -18,7 +18,7 @@ from robot_rl.policies.checkpoint import POLICY_CONFIG, POLICY_WEIGHTS, load_pol
 from robot_rl.policies.diffusion import DiffusionConfig, DiffusionPolicy
 from robot_rl.policies.normalizer import Normalizer
 from robot_rl.policies.one_step import OneStepPolicy
-from robot_rl.types import ArraySpec, ObservationSpec
+from robot_rl.core.types import ArraySpec, ObservationSpec
 
 torch.set_num_threads(1)
 
@@ -270,7 +270,7 @@ def test_distill_command_writes_a_student_that_load_policy_returns(teacher, demo
 
 
 def test_ctrl_c_saves_the_student_trained_so_far(teacher, tmp_path, capsys, monkeypatch):
-    from robot_rl import distill
+    from robot_rl.apps import distill
 
     _, teacher_folder = teacher
     real, calls = distill.distill, {"n": 0}

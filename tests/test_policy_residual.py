@@ -11,14 +11,14 @@ import jax
 import numpy as np
 import pytest
 
-from robot_rl.actor import Actor, ActorSession
+from robot_rl.actor.session import Actor, ActorSession
 from robot_rl.agents.sac import SACAgent, SACConfig, executed_actions
-from robot_rl.learner import Learner, LearnerConfig
+from robot_rl.learner.learner import Learner, LearnerConfig
 from robot_rl.policies.base import ActionChunk, ChunkRunner, PolicyError
 from robot_rl.policies.residual import BASE_ACTION_KEY, FrozenBase, ResidualPolicy, residual_observation_spec
-from robot_rl.safety import Safety, SafetyConfig
-from robot_rl.transport import StampedTransition, TransportError, decode_transitions, encode_transitions
-from robot_rl.types import ObservationSpec
+from robot_rl.actor.safety import Safety, SafetyConfig
+from robot_rl.wire.transport import StampedTransition, TransportError, decode_transitions, encode_transitions
+from robot_rl.core.types import ObservationSpec
 
 SPEC = ObservationSpec.from_shapes({"state": ((3,), "float32")})
 SMALL = SACConfig(actor_hidden_dims=(32, 32), critic_hidden_dims=(32, 32), critic_ensemble_size=2)
@@ -212,8 +212,8 @@ def test_demos_are_labelled_with_the_base_actions(tmp_path):
 @pytest.fixture(scope="module")
 def base_file(tmp_path_factory) -> Path:
     """A (randomly initialised) SAC policy file on PickCube state as a frozen base."""
-    from robot_rl.loop import make_env
-    from robot_rl.policy_file import weights_message, write_policy_file
+    from robot_rl.sim.loop import make_env
+    from robot_rl.wire.policy_file import weights_message, write_policy_file
 
     env = make_env("PickCube-v0", obs_mode="state")
     agent = SACAgent.create(7, env.observation_space, env.action_space.shape[0], SMALL)
@@ -223,7 +223,7 @@ def base_file(tmp_path_factory) -> Path:
 
 def test_an_in_process_residual_run_trains_saves_evaluates_and_resumes_identically(base_file, tmp_path):
     from robot_rl.policies.checkpoint import load_policy
-    from robot_rl.train import TrainConfig, train
+    from robot_rl.apps.train import TrainConfig, train
 
     cfg = TrainConfig(policy="residual", base=base_file, steps=40, demos=2, eval_every=40, eval_episodes=1,
                       video=False, run_dir=tmp_path / "run", checkpoint_every=20,
@@ -236,8 +236,8 @@ def test_an_in_process_residual_run_trains_saves_evaluates_and_resumes_identical
     assert state["transitions"] == 40 and state["updates"] == 80
 
     # resume: the restored learner gives the same next update as the one that saved
-    from robot_rl.train import policy_kind
-    from robot_rl.loop import make_env
+    from robot_rl.apps.train import policy_kind
+    from robot_rl.sim.loop import make_env
 
     env = make_env("PickCube-v0", obs_mode="state")
     kind = policy_kind(cfg, env.observation_space, env.action_space.shape[0])
@@ -251,7 +251,7 @@ def test_an_in_process_residual_run_trains_saves_evaluates_and_resumes_identical
 
 
 def test_residual_config_errors_are_one_line(base_file, tmp_path):
-    from robot_rl.train import RunError, TrainConfig, train
+    from robot_rl.apps.train import RunError, TrainConfig, train
 
     with pytest.raises(ValueError, match="policy='residual' needs --base"):
         TrainConfig(policy="residual")
@@ -301,7 +301,7 @@ def test_device_cpu_keeps_a_sac_head_on_the_host_where_jax_defaults_elsewhere(tm
         jax.config.update("jax_default_device", jax.devices()[1])
         from robot_rl.agents.sac import SACAgent, SACConfig
         from robot_rl.policies.gaussian import GaussianPolicy
-        from robot_rl.types import ArraySpec, ObservationSpec
+        from robot_rl.core.types import ArraySpec, ObservationSpec
 
         spec = ObservationSpec.from_shapes({"state": ArraySpec((5,), "float32")})
         config = SACConfig(actor_hidden_dims=(8,), critic_hidden_dims=(8,))

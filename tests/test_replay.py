@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from robot_rl.data.replay import MixedSampler, ReplayBuffer, insert_with_interventions
-from robot_rl.types import ObservationSpec
+from robot_rl.core.types import ObservationSpec
 
 SPEC = ObservationSpec.from_shapes({"state": ((2,), np.float32), "images/front": ((4, 4, 3), np.uint8)})
 

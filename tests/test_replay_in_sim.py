@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 from robot_rl.data.episodes import DatasetError, EpisodeDataset, EpisodeWriter
-from robot_rl.loop import make_env, record_episodes, writer_for_env
-from robot_rl.replay_in_sim import (
+from robot_rl.sim.loop import make_env, record_episodes, writer_for_env
+from robot_rl.apps.replay_in_sim import (
     DISCREPANCY_PLOT, ERROR_KEYS, REPLAY_JSON, ReplayInSimConfig, orientation_error_deg, replay_dataset,
     run_replay_in_sim)
 from robot_rl.sim.controller import OSCGains
 from robot_rl.sim.expert import make_expert
 from robot_rl.sim.perturb import Condition, PerturbedEnv
-from robot_rl.types import ArraySpec
+from robot_rl.core.types import ArraySpec
 
 TASK = "PickCube-v0"
 STEPS = 30  # long enough for the expert to reach, grasp and start lifting the cube

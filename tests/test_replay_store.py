@@ -16,14 +16,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from robot_rl import files, transport
+from robot_rl.core import files
+
+from robot_rl.wire import transport
 from robot_rl.agents.sac import SACConfig
 from robot_rl.data import replay_store
 from robot_rl.data.replay import ReplayBuffer
 from robot_rl.data.replay_store import ReplayStore, ReplayStoreError
-from robot_rl.learner import Learner, LearnerConfig, checkpoint_replay, replay_folder
-from robot_rl.learner_server import CHECKPOINT_DIR, LearnerServer
-from robot_rl.transport import StampedTransition, make_source
+from robot_rl.learner.learner import Learner, LearnerConfig, checkpoint_replay, replay_folder
+from robot_rl.learner.server import CHECKPOINT_DIR, LearnerServer
+from robot_rl.wire.transport import StampedTransition, make_source
 
 SPEC = {"state": ((3,), np.float32), "images/front": ((4, 4, 3), np.uint8)}
 LEARNER_SPEC = {"state": ((3,), np.float32)}  # a learner's pixel encoder needs larger images than these

@@ -7,7 +7,7 @@ import subprocess
 import matplotlib.image
 import pytest
 
-from robot_rl.report import git_commit, success_text, wilson_interval, write_report
+from robot_rl.core.report import git_commit, success_text, wilson_interval, write_report
 
 
 def test_wilson_interval_matches_known_values():
@@ -98,7 +98,7 @@ def test_json_safe_turns_nan_into_null_everywhere():
 
     import numpy as np
 
-    from robot_rl.report import json_safe
+    from robot_rl.core.report import json_safe
 
     value = {"loss": float("nan"), "rows": [{"v": np.float32("inf")}, (1.5, -float("inf"))], "n": 3, "s": "x"}
     assert json.dumps(json_safe(value), allow_nan=False) == \
@@ -106,7 +106,7 @@ def test_json_safe_turns_nan_into_null_everywhere():
 
 
 def test_loss_curves_are_not_drawn_without_a_finite_point(tmp_path):
-    from robot_rl.report import plot_losses
+    from robot_rl.core.report import plot_losses
 
     assert not plot_losses(tmp_path / "a.png", {"train": [], "validation": [(5, float("nan"))]}, ylabel="l", title="t")
     assert not (tmp_path / "a.png").exists()
@@ -117,7 +117,7 @@ def test_loss_curves_are_not_drawn_without_a_finite_point(tmp_path):
 def test_progress_lines_come_every_few_seconds_and_only_when_enabled():
     import io
 
-    from robot_rl.progress import ProgressLines
+    from robot_rl.apps.progress import ProgressLines
 
     now, stream = [100.0], io.StringIO()
     lines = ProgressLines("train-bc", 300, enabled=True, every_s=5.0, clock=lambda: now[0], stream=stream)

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from robot_rl.cli import main
+from robot_rl.apps.cli import main
 from robot_rl.data.episodes import DatasetError, DatasetReader, EpisodeWriter
-from robot_rl.reward_classifier import (
+from robot_rl.agents.reward_classifier import (
     LABELS_FILE,
     FrameLabels,
     LabelCursor,
@@ -28,7 +28,7 @@ from robot_rl.reward_classifier import (
     split_by_episode,
     train_reward_classifier,
 )
-from robot_rl.types import ArraySpec
+from robot_rl.core.types import ArraySpec
 
 SIZE = 32
 PAD_CORNER = (4, 4)  # top-left of the 8x8 green goal pad

@@ -15,10 +15,10 @@ os.environ.setdefault("MUJOCO_GL", "egl")  # before mujoco loads
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from robot_rl.loop import make_env  # noqa: E402
-from robot_rl.robot_config import SIM_CAMERAS, RobotConfigError, load_robot_config  # noqa: E402
-from robot_rl.types import ObservationSpec  # noqa: E402
-from robot_rl.vision import ImageTransform  # noqa: E402
+from robot_rl.sim.loop import make_env  # noqa: E402
+from robot_rl.actor.robot_config import SIM_CAMERAS, RobotConfigError, load_robot_config  # noqa: E402
+from robot_rl.core.types import ObservationSpec  # noqa: E402
+from robot_rl.core.vision import ImageTransform  # noqa: E402
 
 TASK = "PickCube-v0"
 SIZE = 32  # the policy's image side
@@ -97,7 +97,7 @@ MAPPED = {"high": "sim_camera: front", "low": "sim_camera: wrist"}
 def pixel_policy(tmp_path_factory) -> Path:
     """An untrained tiny pixel SAC policy reading state, images/cam_high and images/cam_low, in a run folder."""
     from robot_rl.agents.sac import ImageEncoderConfig, SACAgent, SACConfig
-    from robot_rl.policy_file import weights_message, write_policy_file
+    from robot_rl.wire.policy_file import weights_message, write_policy_file
 
     config = SACConfig(actor_hidden_dims=(16,), critic_hidden_dims=(16,),
                        image_encoder=ImageEncoderConfig(channels=(4,), kernel_sizes=(8,), strides=(8,), latent_dim=8))
@@ -150,7 +150,7 @@ def test_a_quat_is_normalised_and_two_cameras_on_one_sim_camera_need_one_mount(t
     robot = load_robot_config(robot_file(tmp_path, "sim_camera: front\nsim_mount: {quat: [2, 0, 0, 0]}",
                                          "sim_camera: front\nsim_mount: {quat: [1, 0, 0, 0]}"))
     assert robot.camera("cam_high").sim_mount == robot.camera("cam_low").sim_mount  # [2, 0, 0, 0] normalised
-    from robot_rl.robot_config import robot_config_from_dict
+    from robot_rl.actor.robot_config import robot_config_from_dict
 
     assert robot_config_from_dict(robot.to_json(), path=robot.path) == robot  # the flat record layout reads back
     with pytest.raises(RobotConfigError, match="cameras cam_high and cam_low both render from sim camera front"):
@@ -160,8 +160,8 @@ def test_a_quat_is_normalised_and_two_cameras_on_one_sim_camera_need_one_mount(t
 # ----- validation through the robot's cameras ---------------------------------------------------------------------
 
 def test_validation_without_sim_cameras_fails_before_running_in_one_line(pixel_policy, tmp_path, monkeypatch):
-    import robot_rl.validate as validate_module
-    from robot_rl.validate import ValidateConfig, validate
+    import robot_rl.apps.validate as validate_module
+    from robot_rl.apps.validate import ValidateConfig, validate
 
     monkeypatch.setattr(validate_module, "run_block", lambda block: pytest.fail("a block ran"))
     unmapped = robot_file(tmp_path)
@@ -259,7 +259,7 @@ def test_sim_panda_gives_the_images_of_the_sim_env_itself():
 
 
 def test_a_validation_runs_through_the_mapped_cameras_and_its_record_names_them(pixel_policy, tmp_path):
-    from robot_rl.validate import ValidateConfig, read_records, validate
+    from robot_rl.apps.validate import ValidateConfig, read_records, validate
 
     robot = robot_file(tmp_path, **MAPPED)
     summary = validate(ValidateConfig(pixel_policy, robot=str(robot), suite=str(suite_file(tmp_path)), workers=1,

@@ -8,7 +8,7 @@ import re
 import pytest
 import yaml
 
-from robot_rl.robot_config import (
+from robot_rl.actor.robot_config import (
     ROBOTS_DIR,
     RobotConfigError,
     load_robot_config,
@@ -44,8 +44,8 @@ def test_every_shipped_robot_file_loads(name, tmp_path):
 
 def test_sim_robot_matches_the_sim_tasks():
     """robots/sim_panda.yaml's limits are the sim env's: a policy trained in-process runs over ROS unchanged."""
-    from robot_rl.loop import make_env
-    from robot_rl.safety import sim_safety_config
+    from robot_rl.sim.loop import make_env
+    from robot_rl.actor.safety import sim_safety_config
 
     robot = load_robot_config("sim_panda")
     for task in ("PickCube-v0", "PegInsert-v0"):
@@ -113,7 +113,7 @@ def test_errors_name_the_file_and_the_key(tmp_path, change, key):
 @pytest.mark.parametrize("key, value, suites", [("min_success", 0.5, 0.8), ("max_drop", 0.3, 0.2),
                                                 ("min_episodes", 10, 20)])
 def test_a_robot_file_may_tighten_its_suites_thresholds_but_not_loosen_them(tmp_path, key, value, suites):
-    from robot_rl.robot_config import load_validation_config
+    from robot_rl.actor.robot_config import load_validation_config
 
     path = _write(tmp_path, "name: arm\nvalidation:\n  suite: default\n" + f"  {key}: {value}\n")
     for load in (load_robot_config, load_validation_config):  # the robot file, and what the deployment gate reads
@@ -161,7 +161,7 @@ def test_missing_file_and_unknown_name(tmp_path):
 
 def test_a_real_robot_task_gets_its_spaces_from_the_robot_file():
     """The learner of a task that is not a sim task builds its observation spec from the robot file's cameras."""
-    from robot_rl.ros.learner_params import robot_task_spaces
+    from robot_rl.ros.nodes.learner_params import robot_task_spaces
     from robot_rl.ros.node_util import NodeStartupError
 
     spec, action_dim = robot_task_spaces("franka_fr3", "pixels", 96)
@@ -181,11 +181,11 @@ def test_a_real_robot_file_decides_the_runs_spaces_and_episode_length_whatever_t
     task's env and length (robot-rl train, sim_train.yaml)."""
     from ros_harness import third_party_robot_file
 
-    from robot_rl.loop import run_episode_steps, sim_run_steps
-    from robot_rl.robot_io import observed_sensors
-    from robot_rl.ros.learner_params import run_spaces
+    from robot_rl.sim.loop import run_episode_steps, sim_run_steps
+    from robot_rl.actor.robot_io import observed_sensors
+    from robot_rl.ros.nodes.learner_params import run_spaces
     from robot_rl.ros.node_util import NodeStartupError
-    from robot_rl.train import TrainConfig
+    from robot_rl.apps.train import TrainConfig
 
     real = load_robot_config(third_party_robot_file(tmp_path / "arm.yaml", sim=False, max_episode_steps=80))
     cfg = TrainConfig(task="PickCube-v0", obs_mode="pixels", image_size=32, demos=0)
@@ -206,7 +206,7 @@ def test_a_real_robot_file_decides_the_runs_spaces_and_episode_length_whatever_t
 def test_the_learner_refuses_a_real_robots_run_it_cannot_observe_before_ros_starts(tmp_path):
     from ros_harness import third_party_robot_file
 
-    from robot_rl.ros.learner_params import NODE_NAME, PARAMETERS, check_parameters
+    from robot_rl.ros.nodes.learner_params import NODE_NAME, PARAMETERS, check_parameters
     from robot_rl.ros.node_util import NodeStartupError, check_command_line
 
     real = third_party_robot_file(tmp_path / "arm.yaml", sim=False)

@@ -32,8 +32,8 @@ ROBOT = Path(__file__).resolve().parent.parent / "robots" / "sim_panda_driver.ya
 
 def valid_joints() -> np.ndarray:
     """Arm joints whose TCP is the robot file's home pose (inside the workspace)."""
-    from robot_rl.kinematics import ArmKinematics
-    from robot_rl.robot_config import load_robot_config
+    from robot_rl.core.kinematics import ArmKinematics
+    from robot_rl.actor.robot_config import load_robot_config
     from robot_rl.sim.robot import HOME_QPOS
 
     robot = load_robot_config(ROBOT)
@@ -47,15 +47,15 @@ def valid_joints() -> np.ndarray:
 def untrained_pixel_agent(image_size: int = 64):
     """An untrained SAC agent seeing the robot file's two cameras at `image_size` and the state."""
     from robot_rl.agents.sac import SACAgent
-    from robot_rl.ros.learner_params import robot_task_spaces
-    from robot_rl.train import TrainConfig
+    from robot_rl.ros.nodes.learner_params import robot_task_spaces
+    from robot_rl.apps.train import TrainConfig
 
     spec, action_dim = robot_task_spaces(str(ROBOT), "pixels", image_size)
     return SACAgent.create(0, spec, action_dim, TrainConfig().sac)
 
 
 def client() -> dict:
-    from robot_rl.ros.env import ensure_ros_environment
+    from robot_rl.ros.net.env import ensure_ros_environment
 
     ensure_ros_environment()
     import cv2
@@ -66,7 +66,7 @@ def client() -> dict:
     from std_msgs.msg import Bool, Float32, Float64, String, UInt8MultiArray
     from trajectory_msgs.msg import JointTrajectory
 
-    from robot_rl.policy_file import weights_message, write_policy_file
+    from robot_rl.wire.policy_file import weights_message, write_policy_file
     from robot_rl.ros import qos
     from robot_rl.ros.convert import image_to_msg, joint_state_to_msg, make_header
 
@@ -75,7 +75,7 @@ def client() -> dict:
     weights = write_policy_file(work / "policy.msgpack", weights_message(untrained_pixel_agent(), version=1))
     log = open(work / "actor.log", "w+")
     actor = subprocess.Popen(
-        [sys.executable, "-m", "robot_rl.ros.actor_node", "--ros-args", "-p", f"robot:={ROBOT}",
+        [sys.executable, "-m", "robot_rl.ros.nodes.actor_node", "--ros-args", "-p", f"robot:={ROBOT}",
          "-p", "obs_mode:=pixels", "-p", f"weights_path:={weights}", "-p", "stream_transitions:=false",
          "-p", "reset_service:=none", "-p", f"stats_path:={stats_path}"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -90,7 +90,7 @@ def client() -> dict:
     mismatch_stats = work / "mismatch_status.json"
     mismatch_log = open(work / "mismatch.log", "w+")
     mismatch = subprocess.Popen(
-        [sys.executable, "-m", "robot_rl.ros.actor_node", "--ros-args", "-r", "__node:=mismatch",
+        [sys.executable, "-m", "robot_rl.ros.nodes.actor_node", "--ros-args", "-r", "__node:=mismatch",
          "-r", "__ns:=/other", "-p", f"robot:={work / 'reliable.yaml'}", "-p", "obs_mode:=pixels",
          "-p", f"weights_path:={weights}", "-p", "stream_transitions:=false", "-p", "reset_service:=none",
          "-p", f"stats_path:={mismatch_stats}"],

@@ -21,15 +21,15 @@ DOMAIN_ID = allocate_domain_id()
 
 
 def client() -> dict:
-    from robot_rl.ros.env import ensure_ros_environment
+    from robot_rl.ros.net.env import ensure_ros_environment
 
     ensure_ros_environment()
     import rclpy
     from ros_harness import untrained_state_agent
     from std_msgs.msg import Bool
 
-    from robot_rl.policy_file import weights_message, write_policy_file
-    from robot_rl.ros.actor_node import ActorNode
+    from robot_rl.wire.policy_file import weights_message, write_policy_file
+    from robot_rl.ros.nodes.actor_node import ActorNode
     from robot_rl.ros.convert import floats_to_msg, joint_state_to_msg
     from robot_rl.sim.robot import HOME_QPOS
 

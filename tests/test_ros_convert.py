@@ -11,7 +11,7 @@ from sensor_msgs.msg import CompressedImage  # noqa: E402
 from std_msgs.msg import UInt8MultiArray  # noqa: E402
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint  # noqa: E402
 
-from robot_rl import codec  # noqa: E402
+from robot_rl.core import codec  # noqa: E402
 from robot_rl.ros.convert import (  # noqa: E402
     MessageError,
     bytes_to_msg,
@@ -204,7 +204,7 @@ def test_bytes_payload_round_trip_with_a_codec_payload():
 def test_yuv422_images_are_read_and_converted_by_vision():
     import cv2
 
-    from robot_rl.vision import to_rgb
+    from robot_rl.core.vision import to_rgb
 
     rgb = np.zeros((4, 6, 3), np.uint8)
     rgb[:] = (40, 160, 220)

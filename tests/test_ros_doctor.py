@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from robot_rl.robot_config import load_robot_config
+from robot_rl.actor.robot_config import load_robot_config
 from robot_rl.ros.doctor import (
     TYPES,
     EndpointInfo,
@@ -193,7 +193,7 @@ def test_tcp_outside_the_workspace_gripper_out_of_range_and_missing_controller()
 
 def _doctor(*args: str) -> dict:
     started = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "robot_rl.cli", "doctor", *args], cwd=REPO, capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "robot_rl.apps.cli", "doctor", *args], cwd=REPO, capture_output=True,
                             text=True, timeout=90)
     return {"rc": result.returncode, "stdout": result.stdout, "stderr": result.stderr[-3000:],
             "seconds": round(time.monotonic() - started, 1)}
@@ -297,7 +297,7 @@ def test_an_unreadable_robot_file_is_one_line_and_status_2(tmp_path):
     bad.write_text("name: x\ncameras: {front: {topic: t, qos: maybe}}\n")
     for argument, fragment in ((str(bad), "cameras.front.qos: 'maybe' must be one of reliable, best_effort"),
                                (str(tmp_path / "missing.yaml"), "cannot read it")):
-        result = subprocess.run([sys.executable, "-m", "robot_rl.cli", "doctor", argument], cwd=REPO,
+        result = subprocess.run([sys.executable, "-m", "robot_rl.apps.cli", "doctor", argument], cwd=REPO,
                                 capture_output=True, text=True, timeout=60)
         assert result.returncode == 2, result
         lines = result.stderr.strip().splitlines()

@@ -11,7 +11,7 @@ import pytest
 
 from robot_rl.ros import env as ros_env
 from robot_rl.ros import qos
-from robot_rl.ros.env import (
+from robot_rl.ros.net.env import (
     FASTDDS_PROFILE_PATH,
     RosEnvironmentError,
     check_fastdds_profile,
@@ -19,7 +19,7 @@ from robot_rl.ros.env import (
     private_network_command,
     ros_environment,
 )
-from robot_rl.ros.lan import is_lan_profile
+from robot_rl.ros.net.lan import is_lan_profile
 
 
 def test_shipped_profile_exists_parses_and_stays_on_loopback():
@@ -234,7 +234,7 @@ def test_a_process_started_with_the_derived_environment_is_in_the_lan_mode_too()
     base = {k: v for k, v in os.environ.items()
             if k not in ("ROBOT_RL_NETWORK", "ROS_AUTOMATIC_DISCOVERY_RANGE", "FASTDDS_DEFAULT_PROFILES_FILE")}
     env = ros_environment(base={**base, "ROS_STATIC_PEERS": "10.77.0.2"})
-    code = ("import os; from robot_rl.ros.env import ensure_ros_environment, network_summary; "
+    code = ("import os; from robot_rl.ros.net.env import ensure_ros_environment, network_summary; "
             "ensure_ros_environment(); print(network_summary()); print(os.environ.get('ROBOT_RL_NETWORK'))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -307,7 +307,7 @@ def test_ensure_sets_up_a_fresh_process_that_then_initialises_rclpy():
 
     _wheels_or_skip()
     code = (
-        "import os; from robot_rl.ros.env import ensure_ros_environment; ensure_ros_environment(domain_id=61); "
+        "import os; from robot_rl.ros.net.env import ensure_ros_environment; ensure_ros_environment(domain_id=61); "
         "import rclpy; rclpy.init(); rclpy.shutdown(); "
         "e = os.environ; print(e['ROS_DOMAIN_ID'], e['ROS_AUTOMATIC_DISCOVERY_RANGE'], e['RMW_IMPLEMENTATION'])"
     )
@@ -453,7 +453,7 @@ def test_lan_with_a_real_robots_file_takes_an_explicit_allow_open_network(tmp_pa
 
 
 def test_in_lan_and_secure_a_host_s_own_graph_keeps_to_it_and_only_the_link_crosses():
-    """The two graphs of a host (robot_rl.ros.link): the host's own nodes get the shipped loopback profile on
+    """The two graphs of a host (robot_rl.ros.nodes.link_node): the host's own nodes get the shipped loopback profile on
     ROS_DOMAIN_ID whatever the mode; the learner link gets the mode's profile on the link domain. A link process
     started from a host environment (the launcher gives every process one) gets the link's own discovery range."""
     _wheels_or_skip()
@@ -465,7 +465,7 @@ def test_in_lan_and_secure_a_host_s_own_graph_keeps_to_it_and_only_the_link_cros
     assert ros_env.network_summary(host) == (
         "network lan (from ROS_STATIC_PEERS; ROBOT_RL_NETWORK overrides): this host's own graph (shared memory and "
         f"127.0.0.1 only, domain 5, profile {FASTDDS_PROFILE_PATH}); the learner link crosses between hosts on "
-        "domain 6 through the link process (robot_rl.ros.link)")
+        "domain 6 through the link process (robot_rl.ros.nodes.link_node)")
     learner = ros_environment(base=host, graph="link")  # the learner, started by the launcher
     assert is_lan_profile(learner["FASTDDS_DEFAULT_PROFILES_FILE"]) and learner["ROS_DOMAIN_ID"] == "6"
     assert learner["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SUBNET"  # the link's range, not the host graph's

@@ -30,7 +30,7 @@ SEED = 3
 
 
 def client() -> dict:
-    from robot_rl.ros.env import ensure_ros_environment
+    from robot_rl.ros.net.env import ensure_ros_environment
 
     ensure_ros_environment()
     from robot_rl.data.episodes import EpisodeDataset
@@ -64,7 +64,7 @@ def client() -> dict:
         # 1. demos through the foreign interfaces, the human at the controls
         demos, recorder_stats = work / "demos.zarr", work / "recorder.json"
         nodes["recorder"] = start("recorder", [
-            "robot_rl.ros.actor_node", "--ros-args", "-r", "__node:=recorder", "-p", f"robot:={ROBOT}",
+            "robot_rl.ros.nodes.actor_node", "--ros-args", "-r", "__node:=recorder", "-p", f"robot:={ROBOT}",
             "-p", "obs_mode:=pixels", "-p", "mode:=lockstep", "-p", "policy:=none", "-p", "stream_transitions:=false",
             "-p", "episodes:=2",
             "-p", f"record_path:={demos}", "-p", f"stats_path:={recorder_stats}"])

@@ -39,7 +39,7 @@ def _expected_payload() -> bytes:
 
 def _subscribe() -> int:
     """Receive IMAGE_COUNT images and one payload, check their content, print a JSON summary."""
-    from robot_rl.ros.env import ensure_ros_environment
+    from robot_rl.ros.net.env import ensure_ros_environment
 
     ensure_ros_environment()
     import rclpy
@@ -85,7 +85,7 @@ def _subscribe() -> int:
 
 def _publish() -> int:
     """Start the subscriber, wait until it is matched, publish, relay its JSON summary; always stop it."""
-    from robot_rl.ros.env import ensure_ros_environment
+    from robot_rl.ros.net.env import ensure_ros_environment
 
     ensure_ros_environment()
     import rclpy

@@ -25,7 +25,7 @@ DEADLINE_S = 120.0
 
 
 def client() -> dict:
-    from robot_rl.ros.env import ensure_ros_environment
+    from robot_rl.ros.net.env import ensure_ros_environment
 
     ensure_ros_environment()
     import rclpy
@@ -33,10 +33,10 @@ def client() -> dict:
     from ros_harness import StandInSensors, untrained_state_agent
     from std_msgs.msg import String, UInt8MultiArray
 
-    from robot_rl.policy_file import weights_message, write_policy_file
+    from robot_rl.wire.policy_file import weights_message, write_policy_file
     from robot_rl.ros import qos
     from robot_rl.ros.convert import bytes_to_msg, pose_to_msg
-    from robot_rl.transport import StampedTransition, encode_transitions
+    from robot_rl.wire.transport import StampedTransition, encode_transitions
 
     run_dir = Path(tempfile.mkdtemp(prefix="ros-malformed-"))
     weights = write_policy_file(run_dir / "policy.msgpack", weights_message(untrained_state_agent(), version=1))
@@ -44,11 +44,11 @@ def client() -> dict:
     logs = {name: open(run_dir / f"{name}.log", "w+") for name in ("actor", "learner")}
     nodes = {
         "actor": subprocess.Popen(
-            [python, "-m", "robot_rl.ros.actor_node", "--ros-args", "-p", "obs_mode:=state", "-p", "mode:=lockstep",
+            [python, "-m", "robot_rl.ros.nodes.actor_node", "--ros-args", "-p", "obs_mode:=state", "-p", "mode:=lockstep",
              "-p", "reset_service:=none", "-p", f"weights_path:={weights}", "-p", "stream_transitions:=false"],
             stdout=logs["actor"], stderr=subprocess.STDOUT, start_new_session=True),
         "learner": subprocess.Popen(
-            [python, "-m", "robot_rl.ros.learner_node", "--ros-args", "-p", f"run_dir:={run_dir / 'learner'}",
+            [python, "-m", "robot_rl.ros.nodes.learner_node", "--ros-args", "-p", f"run_dir:={run_dir / 'learner'}",
              "-p", "obs_mode:=state", "-p", "demos:=0"],
             stdout=logs["learner"], stderr=subprocess.STDOUT, start_new_session=True),
     }

@@ -37,10 +37,10 @@ def bad_starts(work: Path) -> dict[str, list[str]]:
     corrupt = work / "corrupt" / "transition_log" / "000000000000.msgpack"  # a run folder whose disk lost data
     corrupt.parent.mkdir(parents=True)
     corrupt.write_bytes(b"\x85\xa4kind")
-    actor = [sys.executable, "-m", "robot_rl.ros.actor_node", "--ros-args", "-p", "obs_mode:=state"]
+    actor = [sys.executable, "-m", "robot_rl.ros.nodes.actor_node", "--ros-args", "-p", "obs_mode:=state"]
     from test_ros_actor_fuzz import untrained_pixel_agent
 
-    from robot_rl.policy_file import weights_message, write_policy_file
+    from robot_rl.wire.policy_file import weights_message, write_policy_file
 
     sac_policy = write_policy_file(work / "sac" / "policy.msgpack", weights_message(untrained_pixel_agent(), version=1))
     real_robot = [*actor[:-2], "-p", "obs_mode:=pixels", "-p", "robot:=franka_fr3"]
@@ -48,7 +48,7 @@ def bad_starts(work: Path) -> dict[str, list[str]]:
     return {
         "actor_unvalidated": [*real_robot, "-p", f"weights_path:={sac_policy}"],
         "actor_open_network": [*lan, *real_robot, "-p", f"weights_path:={sac_policy}"],
-        "learner_open_network": [*lan, sys.executable, "-m", "robot_rl.ros.learner_node", "--ros-args",
+        "learner_open_network": [*lan, sys.executable, "-m", "robot_rl.ros.nodes.learner_node", "--ros-args",
                                  "-p", f"run_dir:={work / 'never'}", "-p", "obs_mode:=pixels",
                                  "-p", "robot:=franka_fr3"],
         "actor_ddim_steps_of_sac": [*actor, "-p", f"weights_path:={sac_policy}", "-p", "inference_steps:=5"],
@@ -56,15 +56,15 @@ def bad_starts(work: Path) -> dict[str, list[str]]:
         "actor_type": [*actor, "-p", "episodes:=abc"],
         "actor_checkpoint": [*actor, "-p", f"weights_path:={checkpoint}"],
         "actor_missing": [*actor, "-p", f"weights_path:={work / 'nowhere' / 'policy.msgpack'}"],
-        "learner_typo": [sys.executable, "-m", "robot_rl.ros.learner_node", "--ros-args",
+        "learner_typo": [sys.executable, "-m", "robot_rl.ros.nodes.learner_node", "--ros-args",
                          "-p", f"run_dir:={work / 'never'}", "-p", "step:=10"],
-        "learner_value": [sys.executable, "-m", "robot_rl.ros.learner_node", "--ros-args",
+        "learner_value": [sys.executable, "-m", "robot_rl.ros.nodes.learner_node", "--ros-args",
                           "-p", f"run_dir:={work / 'never'}", "-p", "obs_mode:=pixels", "-p", "image_size:=4"],
-        "learner_corrupt_log": [sys.executable, "-m", "robot_rl.ros.learner_node", "--ros-args",
+        "learner_corrupt_log": [sys.executable, "-m", "robot_rl.ros.nodes.learner_node", "--ros-args",
                                 "-p", f"run_dir:={corrupt.parent.parent}", "-p", "obs_mode:=state"],
         "sim_typo": [sys.executable, "-m", "robot_rl.sim.node", "--mode", "lockstep", "--ros-args", "-p", "sed:=3"],
         # out of range: each node parameter by its in-process twin's rule (or its own range where it has none)
-        "learner_steps": [sys.executable, "-m", "robot_rl.ros.learner_node", "--ros-args",
+        "learner_steps": [sys.executable, "-m", "robot_rl.ros.nodes.learner_node", "--ros-args",
                           "-p", f"run_dir:={work / 'never'}", "-p", "obs_mode:=state", "-p", "steps:=-5"],
         "actor_range": [*actor, "-p", "episodes:=-1", "-p", "weight_wait_s:=0.0"],
         "sim_image_size": [sys.executable, "-m", "robot_rl.sim.node", "--mode", "lockstep", "--ros-args",
@@ -75,7 +75,7 @@ def bad_starts(work: Path) -> dict[str, list[str]]:
         "sim_secure_without_certs": ["env", "-u", "ROBOT_RL_CERTS", "ROBOT_RL_NETWORK=secure", sys.executable, "-m",
                                      "robot_rl.sim.node", "--mode", "lockstep"],
         "link_secure_without_certs": ["env", "-u", "ROBOT_RL_CERTS", "ROBOT_RL_NETWORK=secure", sys.executable, "-m",
-                                      "robot_rl.ros.link"],
+                                      "robot_rl.ros.nodes.link_node"],
     }
 
 
@@ -84,14 +84,14 @@ def gated_starts(work: Path) -> dict[str, list[str]]:
     it run with allow_unvalidated."""
     from test_ros_actor_fuzz import untrained_pixel_agent
 
-    from robot_rl.policy_file import weights_message, write_policy_file
+    from robot_rl.wire.policy_file import weights_message, write_policy_file
 
     agent = untrained_pixel_agent()
     validated = write_policy_file(work / "validated" / "policy.msgpack", weights_message(agent, version=1))
     write_passing_record(validated)
     unvalidated = write_policy_file(work / "unvalidated" / "policy.msgpack", weights_message(agent, version=2))
     head = validated_head_on_a_folder_base(work)
-    actor = [sys.executable, "-m", "robot_rl.ros.actor_node", "--ros-args", "-p", "obs_mode:=pixels",
+    actor = [sys.executable, "-m", "robot_rl.ros.nodes.actor_node", "--ros-args", "-p", "obs_mode:=pixels",
              "-p", "robot:=franka_fr3"]
     return {"validated": [*actor, "-p", f"weights_path:={validated}"],
             # in the lan mode, accepted as a launch's allow_open_network:=true accepts it
@@ -107,8 +107,8 @@ def validated_head_on_a_folder_base(work: Path) -> Path:
     from robot_rl.policies.diffusion import DiffusionConfig, DiffusionPolicy
     from robot_rl.policies.normalizer import Normalizer
     from robot_rl.policies.residual import FrozenBase, ResidualPolicy, residual_observation_spec
-    from robot_rl.policy_file import write_policy_file
-    from robot_rl.ros.learner_params import robot_task_spaces
+    from robot_rl.wire.policy_file import write_policy_file
+    from robot_rl.ros.nodes.learner_params import robot_task_spaces
 
     spec, action_dim = robot_task_spaces("franka_fr3", "pixels", 64)
     tiny = DiffusionConfig(obs_horizon=2, prediction_horizon=8, action_horizon=4, down_dims=(16, 32), groups=4,
@@ -129,8 +129,8 @@ def validated_head_on_a_folder_base(work: Path) -> Path:
 
 def write_passing_record(policy: Path) -> None:
     """A passing record of franka_fr3's suite (the default one) for the policy, as `robot-rl validate` writes it."""
-    from robot_rl.robot_config import resolve_robot_path
-    from robot_rl.validate import file_digest, load_suite, policy_digest, write_record
+    from robot_rl.actor.robot_config import resolve_robot_path
+    from robot_rl.apps.validate import file_digest, load_suite, policy_digest, write_record
 
     suite = load_suite("default")
     write_record(policy, {"policy_sha256": policy_digest(policy), "suite": suite.name, "suite_path": suite.path,
@@ -142,7 +142,7 @@ def write_passing_record(policy: Path) -> None:
 
 
 def client() -> dict:
-    from robot_rl.ros.env import ensure_ros_environment
+    from robot_rl.ros.net.env import ensure_ros_environment
 
     ensure_ros_environment()
     import rclpy
@@ -150,7 +150,7 @@ def client() -> dict:
 
     from robot_rl.ros import qos
     from robot_rl.ros.convert import bytes_to_msg, msg_to_bytes
-    from robot_rl.transport import StampedTransition, decode_ack, encode_transitions, make_source
+    from robot_rl.wire.transport import StampedTransition, decode_ack, encode_transitions, make_source
 
     work = Path(tempfile.mkdtemp(prefix="ros-node-startup-"))
     # Learners whose agent cannot be built yet: their demo dataset's metadata is a pipe nobody writes to. They start
@@ -160,7 +160,7 @@ def client() -> dict:
     os.mkfifo(demos / "zarr.json")
     run_dir = work / "learner"
     learner_log = open(work / "learner.log", "w+")
-    learner_command = [sys.executable, "-m", "robot_rl.ros.learner_node", "--ros-args", "-p", "obs_mode:=state",
+    learner_command = [sys.executable, "-m", "robot_rl.ros.nodes.learner_node", "--ros-args", "-p", "obs_mode:=state",
                        "-p", f"demo_path:={demos}"]
     learner = subprocess.Popen([*learner_command, "-p", f"run_dir:={run_dir}"],
                                stdout=learner_log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -52,7 +52,7 @@ def client() -> dict:
                 break
         threading.Thread(target=nodes[1].stderr.read, daemon=True).start()  # keep its pipe from filling up
         recorder = subprocess.run(
-            [python, "-m", "robot_rl.cli", "record", "--source", "ros", "--mode", "lockstep", "--obs-mode", "pixels",
+            [python, "-m", "robot_rl.apps.cli", "record", "--source", "ros", "--mode", "lockstep", "--obs-mode", "pixels",
              "--episodes", str(EPISODES), "--out", str(out), "--image-size", str(IMAGE_SIZE)],
             capture_output=True, text=True, timeout=DEADLINE_S)
     finally:
@@ -89,7 +89,7 @@ class Replay:
     """The sim env in-process, reset like the sim node (seeded, then once per episode), with the scripted expert."""
 
     def __init__(self):
-        from robot_rl.loop import make_env
+        from robot_rl.sim.loop import make_env
         from robot_rl.sim.expert import make_expert
 
         self.env = make_env(TASK, obs_mode="state")

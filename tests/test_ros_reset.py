@@ -40,7 +40,7 @@ FAILURE = "the arm is not homed"
 
 
 def client(weights: str) -> dict:
-    from robot_rl.ros.env import ensure_ros_environment
+    from robot_rl.ros.net.env import ensure_ros_environment
 
     ensure_ros_environment()
     import rclpy
@@ -57,7 +57,7 @@ def client(weights: str) -> dict:
     stats_path = run_dir / "actor_status.json"
     log = open(run_dir / "actor.log", "w+")
     actor = subprocess.Popen(
-        [sys.executable, "-m", "robot_rl.ros.actor_node", "--ros-args", "-p", "obs_mode:=state",
+        [sys.executable, "-m", "robot_rl.ros.nodes.actor_node", "--ros-args", "-p", "obs_mode:=state",
          "-p", "mode:=lockstep", "-p", f"weights_path:={weights}", "-p", "stream_transitions:=false",
          "-p", "max_episode_steps:=3", "-p", "episodes:=2", "-p", "max_weight_lag:=2", "-p", "weight_wait_s:=60",
          "-p", f"reset_timeout_s:={RESET_TIMEOUT_S}", "-p", f"stats_path:={stats_path}"],
@@ -178,7 +178,7 @@ def policy_file(tmp_path_factory) -> Path:
     """A policy file for the state observations of PickCube (untrained weights)."""
     from ros_harness import untrained_state_agent
 
-    from robot_rl.policy_file import POLICY_FILE, weights_message, write_policy_file
+    from robot_rl.wire.policy_file import POLICY_FILE, weights_message, write_policy_file
 
     message = weights_message(untrained_state_agent(), version=1)
     return write_policy_file(tmp_path_factory.mktemp("run") / POLICY_FILE, message)

@@ -57,7 +57,7 @@ def driver_frames(rng, on_pad: bool) -> tuple[np.ndarray, np.ndarray]:
 
 
 def client(model: str, robot: str) -> dict:
-    from robot_rl.ros.env import ensure_ros_environment
+    from robot_rl.ros.net.env import ensure_ros_environment
 
     ensure_ros_environment()
     import rclpy
@@ -66,10 +66,10 @@ def client(model: str, robot: str) -> dict:
 
     from robot_rl.ros import qos
     from robot_rl.ros.convert import image_to_msg
-    from robot_rl.vision import encode_compressed
+    from robot_rl.core.vision import encode_compressed
 
     python = sys.executable
-    node_args = [python, "-m", "robot_rl.ros.reward_node", "--ros-args", "-r", f"__ns:={NAMESPACE}"]
+    node_args = [python, "-m", "robot_rl.ros.nodes.reward_node", "--ros-args", "-r", f"__ns:={NAMESPACE}"]
     # max_frame_age_s: a wrist frame is paired with the front frame the client sends after it, however long a loaded
     # machine keeps the node from the second (a failure detector, generous here: this test is not about staleness)
     reward_node = subprocess.Popen(
@@ -172,7 +172,7 @@ def test_reward_node_publishes_success_from_camera_frames(tmp_path):
     from ros_harness import run_ros_script
     from test_reward_classifier import make_dataset
 
-    from robot_rl.reward_classifier import RewardClassifierConfig, save_atomically, train_reward_classifier
+    from robot_rl.agents.reward_classifier import RewardClassifierConfig, save_atomically, train_reward_classifier
 
     dataset = tmp_path / "squares"
     make_dataset(dataset, 16, seed=1, cameras=("front", "wrist"))

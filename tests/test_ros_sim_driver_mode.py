@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from robot_rl.robot_config import RobotConfigError, load_robot_config, robot_config_from_dict
+from robot_rl.actor.robot_config import RobotConfigError, load_robot_config, robot_config_from_dict
 from robot_rl.sim.node import CommandError, DriverProfile, SimRobot, rgb_to_encoding
 
 from ros_harness import allocate_domain_id
@@ -134,7 +134,7 @@ def test_forward_kinematics_matches_the_simulated_tcp(sim_robot):
 
 def test_the_driver_files_model_has_the_sims_kinematics(sim_robot, driver_robot):
     """What an actor computes from the published joint_states (the file's arm.model) is the sim's TCP."""
-    from robot_rl.kinematics import ArmKinematics
+    from robot_rl.core.kinematics import ArmKinematics
 
     arm = ArmKinematics.from_file(driver_robot.model_path(), driver_robot.arm.joint_names, "tcp")
     rng = np.random.default_rng(0)
@@ -234,7 +234,7 @@ def _red_and_blue_pixels(bgr: np.ndarray) -> tuple[int, int]:
 
 def _client() -> int:
     """Start two driver-mode sim nodes, check and drive them, stop them; print 'RESULT <json>'."""
-    from robot_rl.ros.env import ensure_ros_environment
+    from robot_rl.ros.net.env import ensure_ros_environment
 
     ensure_ros_environment()
     import cv2
@@ -250,7 +250,7 @@ def _client() -> int:
 
     from robot_rl.ros import qos
     from robot_rl.ros.convert import image_from_msg, stamp_to_seconds
-    from robot_rl.episode import reset_frame_stamp
+    from robot_rl.actor.runner import reset_frame_stamp
 
     summary: dict = {}
     nodes = {
@@ -482,7 +482,7 @@ def test_an_unusable_robot_file_is_one_line_and_exit_status_2(tmp_path, driver_r
     pytest.importorskip("rclpy")
     from ros_harness import REPO_ROOT, private_network_or_skip
 
-    from robot_rl.ros.env import ros_environment
+    from robot_rl.ros.net.env import ros_environment
 
     foreign = tmp_path / "top_camera.yaml"
     model = Path(__file__).resolve().parent.parent / "robots" / "models" / "sim_panda.xml"

@@ -105,7 +105,7 @@ def test_imminent_failure_names_a_target_pressing_beside_the_hole(sim_robot):
 
 def test_the_reset_reply_names_its_frame_by_the_stamp_its_headers_carry():
     pytest.importorskip("rclpy")
-    from robot_rl.episode import frame_stamp_text, reset_frame_stamp
+    from robot_rl.actor.runner import frame_stamp_text, reset_frame_stamp
     from robot_rl.ros.convert import stamp_from_seconds, stamp_to_seconds
 
     for seconds in (0.0, 1.5, 1764355584.123456789, 1764355584.000000001, 1764355584.999999999):
@@ -122,7 +122,7 @@ def test_the_reset_reply_names_its_frame_by_the_stamp_its_headers_carry():
 
 def _client() -> int:
     """Start the sim node, drive it in lock-step, check what it publishes, stop it; print 'RESULT <json>'."""
-    from robot_rl.ros.env import ensure_ros_environment
+    from robot_rl.ros.net.env import ensure_ros_environment
 
     ensure_ros_environment()
     import rclpy
@@ -131,7 +131,7 @@ def _client() -> int:
     from std_msgs.msg import Bool, Float32
     from std_srvs.srv import Trigger
 
-    from robot_rl.episode import reset_frame_stamp
+    from robot_rl.actor.runner import reset_frame_stamp
     from robot_rl.ros import qos
     from robot_rl.ros.convert import image_from_msg, pose_from_msg, pose_to_msg, stamp_to_seconds
     from robot_rl.sim.env import RobotEnv
@@ -185,7 +185,7 @@ def _client() -> int:
         return {k: stamp_to_seconds(m.header.stamp) for k, m in latest.items()}
 
     def frame_stamp() -> float | None:
-        """The actor's rule for a lock-step frame (robot_rl.robot_io.RobotSensors.frame_stamp): the newest frame is
+        """The actor's rule for a lock-step frame (robot_rl.actor.robot_io.RobotSensors.frame_stamp): the newest frame is
         complete when every sensor stream carries the tcp_pose's stamp; None while one does not."""
         held = stamps()
         if len(held) < 5 or any(stamp != held["tcp"] for stamp in held.values()):

@@ -52,7 +52,7 @@ def expert_action(episode: int, step: int) -> list[float]:
 
 
 def _client() -> int:
-    from robot_rl.ros.env import ensure_ros_environment
+    from robot_rl.ros.net.env import ensure_ros_environment
 
     ensure_ros_environment()
     import rclpy
@@ -281,7 +281,7 @@ def test_scripted_teleop_and_missing_gamepad_over_ros():
     pytest.importorskip("rclpy")
     from ros_harness import run_ros_script
 
-    from robot_rl.teleop_mapping import action_to_twist
+    from robot_rl.actor.teleop_mapping import action_to_twist
 
     summary, stderr, returncode = run_ros_script(__file__, "client", DOMAIN_ID, DEADLINE_S + 15)
     context = (summary, stderr[-3000:])

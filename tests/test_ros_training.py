@@ -34,7 +34,7 @@ LAUNCH = """
 launch:
 - arg: {name: run_dir}
 - node:
-    module: robot_rl.ros.learner_node
+    module: robot_rl.ros.nodes.learner_node
     name: learner
     param:
     - {name: run_dir, value: $(var run_dir)/learner}
@@ -63,7 +63,7 @@ ROBOT = """
     - {name: mode, value: realtime}
     on_exit: shutdown
 - node:
-    module: robot_rl.ros.actor_node
+    module: robot_rl.ros.nodes.actor_node
     name: actor
     namespace: /%(robot)s
     param:
@@ -95,8 +95,8 @@ def _wait(condition, what: str, deadline: float, period: float = 0.25):
 def write_base_policy(path: Path) -> Path:
     """A frozen base for the residual run: a (randomly initialised) SAC policy file on PickCube state."""
     from robot_rl.agents.sac import SACAgent, SACConfig
-    from robot_rl.loop import make_env
-    from robot_rl.policy_file import weights_message, write_policy_file
+    from robot_rl.sim.loop import make_env
+    from robot_rl.wire.policy_file import weights_message, write_policy_file
 
     env = make_env("PickCube-v0", obs_mode="state")
     agent = SACAgent.create(5, env.observation_space, env.action_space.shape[0],
@@ -118,7 +118,7 @@ def client(policy: str = "plain") -> dict:
                                      "learner_policy": learner_policy})
     log = open(run_dir / "launch.log", "w")
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "robot_rl.cli", "launch", str(launch_file), f"run_dir:={run_dir}", "--grace-s", "5"],
+        [sys.executable, "-m", "robot_rl.apps.cli", "launch", str(launch_file), f"run_dir:={run_dir}", "--grace-s", "5"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     actors = {r: run_dir / f"{r}.json" for r in ROBOTS}
     learner_status = run_dir / "learner" / "learner_status.json"
@@ -142,14 +142,14 @@ def client(policy: str = "plain") -> dict:
                                   "actors": {s["source"]: {k: s[k] for k in ("transitions", "acked_through",
                                                                              "weights_version", "commands")}
                                              for s in stats}}
-        pids = subprocess.run(["pgrep", "-f", f"robot_rl.ros.learner_node.*{run_dir}"], capture_output=True,
+        pids = subprocess.run(["pgrep", "-f", f"robot_rl.ros.nodes.learner_node.*{run_dir}"], capture_output=True,
                               text=True).stdout.split()
         assert len(pids) == 1, f"expected one learner process, found {pids}"
         acked = {s["source"]: s["acked_through"] for s in (_read(p) for p in actors.values())}
         os.kill(int(pids[0]), signal.SIGKILL)
         killed_wall = time.time()
         summary["acked_at_kill"] = acked
-        from robot_rl.learner_server import VERSIONS_PER_RUN
+        from robot_rl.learner.server import VERSIONS_PER_RUN
 
         # While the learner is dead each actor goes on moving the robot: between its first status written after the
         # kill and a later one, still without weights of the respawned learner (a new block of versions), it made
@@ -183,7 +183,7 @@ def client(policy: str = "plain") -> dict:
 
         def restored():
             status = _read(learner_status)
-            new_pids = subprocess.run(["pgrep", "-f", f"robot_rl.ros.learner_node.*{run_dir}"],
+            new_pids = subprocess.run(["pgrep", "-f", f"robot_rl.ros.nodes.learner_node.*{run_dir}"],
                                       capture_output=True, text=True).stdout.split()
             if status is None or not new_pids or new_pids == pids or status["time"] < time.time() - 2:
                 return None
@@ -218,7 +218,7 @@ def client(policy: str = "plain") -> dict:
         summary["actors_after"] = {src: {k: s[k] for k in ("transitions", "acked_through", "weights_version",
                                                            "dropped", "resent", "episodes")}
                                    for src, s in final_actors.items()}
-        from robot_rl.run_status import format_status, read_run_status
+        from robot_rl.apps.run_status import format_status, read_run_status
 
         robots = {src.split("/", 1)[0] for src in targets}
 
@@ -230,8 +230,8 @@ def client(policy: str = "plain") -> dict:
         live = read_run_status(run_dir)  # `robot-rl status` on the live graph's run folder
         summary["status"] = {"nodes": [[n["node"], n["name"], n["file"], n["stale"]] for n in live["nodes"]],
                              "robots": {r["robot"]: r for r in live["robots"]}, "table": format_status(live)}
-        from robot_rl.learner import checkpoint_replay
-        from robot_rl.policy_file import read_policy_file
+        from robot_rl.learner.learner import checkpoint_replay
+        from robot_rl.wire.policy_file import read_policy_file
 
         weights = read_policy_file(run_dir / "learner" / "policy.msgpack")
         summary["policy_file"] = {"kind": weights.policy_kind, "keys": list(weights.observation_spec.keys),
@@ -254,7 +254,7 @@ def client(policy: str = "plain") -> dict:
 
 
 def learner_checkpoint(run_dir: Path) -> Path:
-    from robot_rl.learner_server import checkpoint_dir
+    from robot_rl.learner.server import checkpoint_dir
 
     return checkpoint_dir(run_dir)
 

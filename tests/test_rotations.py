@@ -1,4 +1,4 @@
-"""Quaternion / rotation-vector maths (robot_rl.rotations): known values, MuJoCo's functions, scalar == batch."""
+"""Quaternion / rotation-vector maths (robot_rl.core.rotations): known values, MuJoCo's functions, scalar == batch."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from robot_rl.rotations import ArrayOps, ScalarOps, quat_conjugate, quat_from_rotvec, quat_multiply, rotvec_from_quat
+from robot_rl.core.rotations import ArrayOps, ScalarOps, quat_conjugate, quat_from_rotvec, quat_multiply, rotvec_from_quat
 
 S = math.sqrt(0.5)
 

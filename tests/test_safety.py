@@ -4,7 +4,7 @@ through an actor session."""
 import numpy as np
 import pytest
 
-from robot_rl.safety import SafeCommand, Safety, SafetyConfig
+from robot_rl.actor.safety import SafeCommand, Safety, SafetyConfig
 
 SLACK = 1e-9  # relative: float rounding of `current + step`
 CONFIG_7D = SafetyConfig(action_dim=7)
@@ -298,8 +298,8 @@ def test_repeated_calls_give_the_same_command_and_are_counted():
 def test_the_sim_driven_through_an_actor_session_survives_nan_and_keeps_the_tcp_in_the_box(control_rotation):
     """What the in-process tools do (robot_rl.sim.robot_adapter): every action goes through the session's safety
     layer to the sim env as a safe command."""
-    from robot_rl.actor import ActorSession
-    from robot_rl.loop import make_env
+    from robot_rl.actor.session import ActorSession
+    from robot_rl.sim.loop import make_env
     from robot_rl.sim.robot_adapter import SimRobotAdapter
 
     adapter = SimRobotAdapter(make_env("PickCube-v0", control_rotation=control_rotation))
@@ -346,7 +346,7 @@ def test_the_sim_driven_through_an_actor_session_survives_nan_and_keeps_the_tcp_
 
 
 def test_a_sim_runner_refuses_a_safety_layer_of_another_action_size():
-    from robot_rl.loop import make_env
+    from robot_rl.sim.loop import make_env
     from robot_rl.sim.robot_adapter import SimLink, SimRobotAdapter, sim_runner
 
     env = make_env("PickCube-v0")

@@ -1,5 +1,5 @@
-"""The `secure` network mode without a ROS graph: `robot-rl certs ca / request / sign` (robot_rl.ros.secure), one role
-per certificate (checked in the folder and by OpenSSL in a handshake), lifetimes, and what robot_rl.ros.env makes of a
+"""The `secure` network mode without a ROS graph: `robot-rl certs ca / request / sign` (robot_rl.ros.net.secure), one role
+per certificate (checked in the folder and by OpenSSL in a handshake), lifetimes, and what robot_rl.ros.net.env makes of a
 certificate folder (the generated profile and OpenSSL config, errors naming the file)."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from robot_rl.ros import env as ros_env
-from robot_rl.ros import certs, secure
-from robot_rl.ros.env import FASTDDS_PROFILE_PATH, RosEnvironmentError, ros_environment
-from robot_rl.ros.lan import is_lan_profile
+from robot_rl.ros.net import certs, secure
+from robot_rl.ros.net.env import FASTDDS_PROFILE_PATH, RosEnvironmentError, ros_environment
+from robot_rl.ros.net.lan import is_lan_profile
 
 SERVER = "10.232.9.2"  # written into certificates and profiles only: nothing here opens a connection
 NS = "{http://www.eprosima.com}"
@@ -99,7 +99,7 @@ def _files_holding(root: Path, data: bytes) -> list[Path]:
 def test_cli_three_steps_keep_each_key_on_its_host_and_renew_with_the_same_key(tmp_path, capsys):
     """`certs ca` on the CA's machine, `certs request` on each host, `certs sign` back on the CA's machine: only the
     request and public files travel (here: copies between folders standing for the machines)."""
-    from robot_rl.cli import main
+    from robot_rl.apps.cli import main
 
     ca, inbox = tmp_path / "ca-machine" / "run-ca", tmp_path / "ca-machine" / "inbox"
     main(["certs", "ca", str(ca), "--server", "learner.example", "--port", "7700"])
@@ -166,7 +166,7 @@ def _request(folder: Path, name: str, *key_options: str) -> Path:
 
 
 def test_cli_certs_rejects_bad_input_in_one_line(tmp_path, capsys):
-    from robot_rl.cli import main
+    from robot_rl.apps.cli import main
 
     ca, csrs = tmp_path / "ca", tmp_path / "csrs"
     main(["certs", "ca", str(ca), "--server", SERVER, "--days", "40"])
@@ -462,7 +462,7 @@ def test_fastdds_openssl_requires_peer_certificates_only_with_the_generated_conf
     """In fresh processes (OpenSSL reads its configuration once): ensure_ros_environment sets OPENSSL_CONF and
     checks that the wheel's libssl took it; without it, the check refuses."""
     _wheels_or_skip()
-    code = ("import os; from robot_rl.ros.env import ensure_ros_environment, network_summary; "
+    code = ("import os; from robot_rl.ros.net.env import ensure_ros_environment, network_summary; "
             "ensure_ros_environment(graph='link'); print(os.environ['OPENSSL_CONF']); "
             "print(network_summary(graph='link'))")
     env = {**_base(ROBOT_RL_NETWORK="secure", ROBOT_RL_CERTS=str(folders["server"])), "PYTHONPATH": str(REPO_ROOT)}
@@ -470,7 +470,7 @@ def test_fastdds_openssl_requires_peer_certificates_only_with_the_generated_conf
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[0] == str(folders["server"] / "openssl_secure.cnf")
     assert out.stdout.splitlines()[1].startswith("network secure: TLS as server server")
-    code = ("from robot_rl.ros.env import find_ros_wheels; from robot_rl.ros.secure import check_fastdds_openssl; "
+    code = ("from robot_rl.ros.net.env import find_ros_wheels; from robot_rl.ros.net.secure import check_fastdds_openssl; "
             "check_fastdds_openssl(find_ros_wheels().library_dirs)")
     out = subprocess.run([sys.executable, "-c", code], env={**_base(), "PYTHONPATH": str(REPO_ROOT)},
                          capture_output=True, text=True, timeout=60)

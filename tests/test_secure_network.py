@@ -9,7 +9,7 @@ out:
 - `intruder-lan`: the `lan` mode (Fast DDS's UDP transports) with ROS_STATIC_PEERS naming the robot and the server;
 - `intruder-ca`: the `secure` mode with certificates of another run's CA (it refuses the server's certificate);
 - `intruder-nocert`: TLS to the server's port without any certificate, not verifying the server (Fast DDS's own
-  VERIFY_PEER + VERIFY_FAIL_IF_NO_PEER_CERT would have let it in: robot_rl.ros.secure sets OPENSSL_CONF);
+  VERIFY_PEER + VERIFY_FAIL_IF_NO_PEER_CERT would have let it in: robot_rl.ros.net.secure sets OPENSSL_CONF);
 - `intruder-cert`: the same with another CA's certificate (the server must refuse it); a probe of the server's port
   with this run's *server* certificate as a client is refused too (it is for serverAuth only).
 
@@ -17,7 +17,7 @@ A second test sends 1 MB messages both ways at 20 Hz over one TLS connection (it
 A third has an impostor take the server's address and port with a valid *robot* certificate of the run: the robot
 refuses it in the handshake (one role per certificate: a robot's is for clientAuth only).
 
-Every process here is on the learner link (the secure transport itself), as the learner and robot_rl.ros.link's
+Every process here is on the learner link (the secure transport itself), as the learner and robot_rl.ros.nodes.link_node's
 network half are; that the robot's own graph stays on its host is tests/test_insiders.py's. Every ROS process runs
 inside a host with this test's own ROS_DOMAIN_ID; all addresses exist only inside the namespaces. Each
 host gets its own /etc/machine-id (Fast DDS tells hosts apart by it). Skips (with the reason) where namespaces
@@ -41,7 +41,7 @@ from hosts import hosts, hosts_unavailable, own_machine_ids, user_shell
 from ros_harness import allocate_domain_id
 
 DOMAIN_ID = allocate_domain_id()
-LINK_DOMAIN_ID = DOMAIN_ID + 1  # robot_rl.ros.env.link_domain_id: the learner link's
+LINK_DOMAIN_ID = DOMAIN_ID + 1  # robot_rl.ros.net.env.link_domain_id: the learner link's
 SUBNET = "10.232.0"
 ROBOT, SERVER, INTRUDER = f"{SUBNET}.1", f"{SUBNET}.2", f"{SUBNET}.3"  # hosts() numbers hosts in the order given
 PORT = 7650
@@ -59,9 +59,9 @@ _COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # Fast DDS colours its log lines
 # publishing on those topics, and when it first showed everything in `graph` (the ros_discovery_info names too).
 NODE = r"""
 import faulthandler, json, os, sys, time
-from robot_rl.ros.env import ensure_ros_environment, network_summary
+from robot_rl.ros.net.env import ensure_ros_environment, network_summary
 
-ensure_ros_environment(graph="link")  # the learner link: robot_rl.ros.link's network half, the learner
+ensure_ros_environment(graph="link")  # the learner link: robot_rl.ros.nodes.link_node's network half, the learner
 print("NETWORK " + network_summary(graph="link"), flush=True)
 import rclpy
 from rclpy.duration import Duration
@@ -218,7 +218,7 @@ def _base_environment() -> dict[str, str]:
 
 
 def _environment(**variables: str) -> dict[str, str]:
-    from robot_rl.ros.env import ros_environment
+    from robot_rl.ros.net.env import ros_environment
 
     return ros_environment(base={**_base_environment(), "ROS_DOMAIN_ID": str(DOMAIN_ID), **variables})
 
@@ -272,7 +272,7 @@ class _Graph:
 
 def _hostile_profile(rogue_folder, path, with_certificate: bool):
     """A client profile to the server's port that verifies nothing, with another CA's certificate or none."""
-    from robot_rl.ros import secure
+    from robot_rl.ros.net import secure
 
     text = secure.fastdds_profile(secure.read_host_folder(rogue_folder))
     text = re.sub(r"<verify_mode>.*?</verify_mode>", "<verify_mode><verify>VERIFY_NONE</verify></verify_mode>",
@@ -286,10 +286,10 @@ def _hostile_profile(rogue_folder, path, with_certificate: bool):
 @pytest.fixture(scope="module")
 def certificates(tmp_path_factory):
     """This run's folders (server, robots `robot` and `robot2`) and another run's (intruder), as `robot-rl certs ca /
-    request / sign` make them (robot_rl.ros.certs.create_certificates: the three steps on one disk)."""
+    request / sign` make them (robot_rl.ros.net.certs.create_certificates: the three steps on one disk)."""
     if shutil.which("openssl") is None:
         pytest.skip("the openssl command is not installed")
-    from robot_rl.ros.certs import create_certificates
+    from robot_rl.ros.net.certs import create_certificates
 
     root = tmp_path_factory.mktemp("secure")
     run = create_certificates(root / "run", server=SERVER, robots=["robot", "robot2"], port=PORT)
@@ -450,7 +450,7 @@ def test_secure_mode_connects_the_run_s_hosts_and_shuts_intruders_out(certificat
 def test_secure_mode_carries_megabyte_messages_both_ways_at_once(certificates):
     """1 MB weights down and 1 MB transitions up at 20 Hz each, on one TLS connection. Fast DDS's TLS channel writes
     and reads on one thread: with the kernel's usual 208 KiB socket buffers both ends ended blocked in a write, for
-    good (measured: every try); robot_rl.ros.secure sizes the buffers to what the kernel allows (4 MiB here)."""
+    good (measured: every try); robot_rl.ros.net.secure sizes the buffers to what the kernel allows (4 MiB here)."""
     reason = hosts_unavailable()
     if reason:
         pytest.skip(f"cannot make simulated hosts: {reason}")

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from robot_rl.sensors import NOMINAL_TCP_QUAT, STATE_SIZE, TwistEstimator, finger_opening
+from robot_rl.actor.sensors import NOMINAL_TCP_QUAT, STATE_SIZE, TwistEstimator, finger_opening
 
 
 def _quat_from_rotvec(rotvec):
@@ -24,7 +24,7 @@ def _quat_mul(a, b):
 
 
 def test_importing_sensors_does_not_import_the_simulator():
-    code = "import sys, robot_rl.sensors; print(sorted(m for m in ('mujoco', 'dm_control') if m in sys.modules))"
+    code = "import sys, robot_rl.actor.sensors; print(sorted(m for m in ('mujoco', 'dm_control') if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"

@@ -8,7 +8,7 @@ import pytest
 
 from robot_rl.data.episodes import DatasetError, EpisodeWriter
 from robot_rl.data.sequences import SequenceWindows
-from robot_rl.types import ArraySpec
+from robot_rl.core.types import ArraySpec
 
 
 def write(path, lengths, state_dim: int = 1, task: str = "Toy-v0"):

@@ -195,7 +195,7 @@ def test_pick_cube_failure_mode_and_measures():
 
 
 def test_sim_task_episode_steps_are_the_registered_lengths_and_0_for_other_tasks():
-    from robot_rl.loop import sim_task_episode_steps
+    from robot_rl.sim.loop import sim_task_episode_steps
     from robot_rl.sim.tasks import PEG_INSERT_MAX_EPISODE_STEPS, PICK_CUBE_MAX_EPISODE_STEPS
 
     assert sim_task_episode_steps("PickCube-v0") == PICK_CUBE_MAX_EPISODE_STEPS

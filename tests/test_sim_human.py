@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from robot_rl.actor import Actor
-from robot_rl.loop import make_env
+from robot_rl.actor.session import Actor
+from robot_rl.sim.loop import make_env
 from robot_rl.sim.human import SimulatedHuman, SimulatedHumanConfig
 
 

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from robot_rl.actor import ActorSession, ActorStep
-from robot_rl.loop import make_env
-from robot_rl.safety import Safety
+from robot_rl.actor.session import ActorSession, ActorStep
+from robot_rl.sim.loop import make_env
+from robot_rl.actor.safety import Safety
 from robot_rl.sim.robot_adapter import SimRobotAdapter
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from ros_harness import allocate_domain_id
 
-from robot_rl.cli import main
+from robot_rl.apps.cli import main
 
 ROBOT_RL = str(Path(sys.executable).with_name("robot-rl"))
 REPO = Path(__file__).resolve().parents[1]
@@ -35,8 +35,8 @@ LATE_S = {"record": 4.0, "train": 7.5, "train-bc": 6.0, "validate": 5.0}  # trai
 def inputs(tmp_path_factory):
     """A small state dataset (train-bc's input) and a run folder with a random SAC policy (validate's)."""
     from robot_rl.agents.sac import SACAgent, SACConfig
-    from robot_rl.loop import make_env
-    from robot_rl.policy_file import weights_message, write_policy_file
+    from robot_rl.sim.loop import make_env
+    from robot_rl.wire.policy_file import weights_message, write_policy_file
 
     folder = tmp_path_factory.mktemp("stop_inputs")
     demos = folder / "demos.zarr"
@@ -65,8 +65,8 @@ def _check_left_behind(name: str, work: Path, stderr: str, last: str) -> None:
     """What a stopped command may leave: nothing, or a complete thing (finished episodes, a resumable run, the
     policy trained so far with its report)."""
     from robot_rl.data.episodes import EpisodeDataset
-    from robot_rl.train import load_run
-    from robot_rl.validate import read_records
+    from robot_rl.apps.train import load_run
+    from robot_rl.apps.validate import read_records
 
     left = sorted(p.name for p in work.iterdir())
     if name == "record":
@@ -169,7 +169,7 @@ def test_a_signal_at_any_moment_stops_a_launch_cleanly(tmp_path):
     pytest.importorskip("rclpy")
     from ros_harness import private_network_or_skip
 
-    from robot_rl.ros.env import ros_environment
+    from robot_rl.ros.net.env import ros_environment
 
     rng = random.Random("launch-stop")
     runs = []

@@ -20,7 +20,7 @@ from robot_rl.sim.human import (
     TRIGGER_DISAGREES, TRIGGER_HAZARD, TRIGGER_NON_FINITE, TRIGGER_PUSHING_OUT, TRIGGER_STUCK, InterventionConfig,
     InterventionRule)
 from robot_rl.sim.scripted_teleop import ScriptedSupervisor, ScriptedTeleopConfig, inferred_push
-from robot_rl.teleop_mapping import action_to_twist, twist_to_action
+from robot_rl.actor.teleop_mapping import action_to_twist, twist_to_action
 
 SCALE = {"control_dt": 0.1, "max_translation": 0.03, "max_rotation": 0.15}
 LOW, HIGH = np.array([0.35, -0.22, 0.015]), np.array([0.65, 0.22, 0.30])

@@ -19,9 +19,9 @@ import av
 import numpy as np
 import pytest
 
-from robot_rl.cli import main
-from robot_rl.config_io import config_from_json, config_to_json
-from robot_rl.train import RunError, TrainConfig, UpdateRate, train
+from robot_rl.apps.cli import main
+from robot_rl.core.config_io import config_from_json, config_to_json
+from robot_rl.apps.train import RunError, TrainConfig, UpdateRate, train
 
 TINY = dict(demos=3, eval_episodes=2, video=False)
 
@@ -80,7 +80,7 @@ class TrainProcess:
 
     def __init__(self, args: list[str]):
         env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_WAIT_POLICY="PASSIVE")
-        self.proc = subprocess.Popen([sys.executable, "-m", "robot_rl.cli", "train", *args], env=env, text=True,
+        self.proc = subprocess.Popen([sys.executable, "-m", "robot_rl.apps.cli", "train", *args], env=env, text=True,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.stdout: list[str] = []
@@ -172,7 +172,7 @@ def test_ctrl_c_sigterm_and_kill_9_lose_nothing_and_the_run_resumes(tmp_path):
     saved = checkpoint_state(run_dir)
     assert stopped < saved["extra"]["env_step"] < 150
 
-    last = subprocess.run([sys.executable, "-m", "robot_rl.cli", "train", "--resume", str(run_dir)],
+    last = subprocess.run([sys.executable, "-m", "robot_rl.apps.cli", "train", "--resume", str(run_dir)],
                           capture_output=True, text=True, timeout=600)
     assert last.returncode == 0, last.stdout + last.stderr
     assert f"from env step {saved['extra']['env_step']}" in last.stdout
@@ -234,9 +234,9 @@ def trained_run(tmp_path_factory):
 
 
 def test_policy_file_reproduces_the_trained_agent(trained_run):
-    from robot_rl.learner import Learner
-    from robot_rl.loop import make_env
-    from robot_rl.policy_file import actor_from_weights, read_policy_file
+    from robot_rl.learner.learner import Learner
+    from robot_rl.sim.loop import make_env
+    from robot_rl.wire.policy_file import actor_from_weights, read_policy_file
 
     cfg = config_from_json(TrainConfig, json.loads((trained_run / "config.json").read_text()))
     env = make_env(cfg.task, **cfg.env_settings())
@@ -314,7 +314,7 @@ def test_an_interrupted_eval_leaves_no_output_folder(trained_run, tmp_path):
 
 
 def test_interventions_during_training_are_flagged_and_reach_both_buffers(tmp_path):
-    from robot_rl.learner import LearnerConfig
+    from robot_rl.learner.learner import LearnerConfig
     from robot_rl.sim.human import SimulatedHumanConfig
 
     cfg = TrainConfig(
@@ -330,7 +330,7 @@ def test_interventions_during_training_are_flagged_and_reach_both_buffers(tmp_pa
     for e in episodes:  # each episode counts its takeovers by trigger: up to 4 steps each, within the budget of 8
         assert set(e["takeovers"]) <= {"stuck", "pushing_out"} and (e["takeovers"] or e["intervention_rate"] == 0), e
         assert sum(e["takeovers"].values()) * 4 >= e["intervention_rate"] * e["length"] - 1e-9, e
-    from robot_rl.learner import checkpoint_replay
+    from robot_rl.learner.learner import checkpoint_replay
 
     online = checkpoint_replay(run_dir / "checkpoint", "online")
     demo = checkpoint_replay(run_dir / "checkpoint", "demo")
@@ -341,8 +341,8 @@ def test_interventions_during_training_are_flagged_and_reach_both_buffers(tmp_pa
 def test_unsafe_policy_actions_in_training_go_through_the_safety_layer(tmp_path, monkeypatch):
     """In-process training drives the sim through the robot's ActorSession: a NaN action is held (an env step, no
     transition, counted), an out-of-range one pushing out of the workspace is clipped; the env never sees either."""
-    from robot_rl.actor import Actor
-    from robot_rl.learner import checkpoint_replay
+    from robot_rl.actor.session import Actor
+    from robot_rl.learner.learner import checkpoint_replay
     from robot_rl.sim.env import RobotEnv
 
     policy_action, env_step = Actor.policy_action, RobotEnv.step
@@ -389,10 +389,10 @@ def test_in_process_transitions_go_through_the_learner_servers_ingest_and_a_gap_
     """The session's outbox feeds a LearnerServer (the ROS learner node's ingest) and is acknowledged from its acks;
     a held command leaves a gap in a session's steps: the transitions on either side are not joined in replay."""
     from robot_rl.agents.sac import SACConfig
-    from robot_rl.learner import Learner, LearnerConfig
-    from robot_rl.learner_server import LearnerServer
-    from robot_rl.train import feed_server
-    from robot_rl.transport import Outbox, StampedTransition, make_source
+    from robot_rl.learner.learner import Learner, LearnerConfig
+    from robot_rl.learner.server import LearnerServer
+    from robot_rl.apps.train import feed_server
+    from robot_rl.wire.transport import Outbox, StampedTransition, make_source
 
     def item(seq, episode, step, truncated=False, intervention=False):
         return StampedTransition(seq, episode, step, {"x": np.array([step], np.float32)}, np.zeros(4, np.float32),
@@ -426,7 +426,7 @@ def test_bad_demo_dataset_leaves_no_run_folder(tmp_path):
         train(TrainConfig(demo_path=tmp_path / "missing.zarr", run_dir=run_dir, **TINY))
     with pytest.raises(ValueError, match="unknown task 'Nope-v0'"):
         train(TrainConfig(task="Nope-v0", run_dir=run_dir, **TINY))
-    from robot_rl.loop import make_env, record_episodes, writer_for_env
+    from robot_rl.sim.loop import make_env, record_episodes, writer_for_env
     from robot_rl.sim.expert import make_expert
 
     env = make_env("PickCube-v0", obs_mode="state")  # demos of the right shape, labelled with another task
@@ -440,8 +440,8 @@ def test_bad_demo_dataset_leaves_no_run_folder(tmp_path):
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_stop_signals_outside_the_commands_handling_set_a_flag_and_restore_the_handlers(signum):
-    from robot_rl import interrupts
-    from robot_rl.train import StopSignals
+    from robot_rl.core import interrupts
+    from robot_rl.apps.train import StopSignals
 
     with interrupts.handling():  # forget a stop request an earlier test left (a command's handling starts afresh)
         pass
@@ -472,7 +472,7 @@ def test_config_rejects_bad_numbers():
 
 def test_eval_env_settings_come_from_the_policys_observation_spec():
     from robot_rl.sim.evaluate import env_settings_for
-    from robot_rl.types import ObservationSpec
+    from robot_rl.core.types import ObservationSpec
 
     def spec(**shapes):
         return ObservationSpec.from_shapes({k.replace("__", "/"): v for k, v in shapes.items()})
@@ -492,10 +492,10 @@ def test_eval_env_settings_come_from_the_policys_observation_spec():
 
 def test_demos_killed_while_recording_are_recorded_again_not_used_partially(tmp_path, monkeypatch):
     """A run (or learner node) killed while it records its demos must not train on a partial demo set later."""
-    import robot_rl.loop
-    from robot_rl.train import record_demos
+    import robot_rl.sim.loop
+    from robot_rl.apps.train import record_demos
 
-    record_episodes = robot_rl.loop.record_episodes
+    record_episodes = robot_rl.sim.loop.record_episodes
 
     def dies_after_one_episode(env, policy, writer, episodes, **kwargs):
         record_episodes(env, policy, writer, 1, **kwargs)
@@ -503,11 +503,11 @@ def test_demos_killed_while_recording_are_recorded_again_not_used_partially(tmp_
 
     cfg = TrainConfig(run_dir=tmp_path / "run", **TINY)
     (tmp_path / "run").mkdir()
-    monkeypatch.setattr(robot_rl.loop, "record_episodes", dies_after_one_episode)
+    monkeypatch.setattr(robot_rl.sim.loop, "record_episodes", dies_after_one_episode)
     with pytest.raises(KeyboardInterrupt):
         record_demos(cfg, tmp_path / "run")
     assert not (tmp_path / "run" / "demos.zarr").exists()
-    monkeypatch.setattr(robot_rl.loop, "record_episodes", record_episodes)
+    monkeypatch.setattr(robot_rl.sim.loop, "record_episodes", record_episodes)
     assert record_demos(cfg, tmp_path / "run").num_episodes == 3
     assert not (tmp_path / "run" / "demos.partial.zarr").exists()
 

@@ -10,7 +10,7 @@ import re
 import pytest
 import torch
 
-from robot_rl.cli import main
+from robot_rl.apps.cli import main
 
 torch.set_num_threads(1)
 os.environ.setdefault("MUJOCO_GL", "egl")
@@ -79,7 +79,8 @@ def strict_json(text: str):
 def test_ctrl_c_saves_the_policy_trained_so_far(demos, tmp_path, capsys, monkeypatch):
     # Stopped before the first validation (--validate-every 5): valid JSON (null, never NaN), a loss curve of the
     # steps done, a report saying it was interrupted, and (stderr is not a terminal) plain progress lines.
-    from robot_rl import progress, train_bc
+    from robot_rl.apps import progress
+    from robot_rl.apps import train_bc
 
     out, stop_after = tmp_path / "run", 3
     calls = {"n": 0}
@@ -141,7 +142,7 @@ def test_an_existing_output_folder_is_refused(demos, tmp_path, capsys):
 
 def test_fit_logs_the_training_loss_evenly_and_null_for_nan(tmp_path):
     # A long run stopped early still has its curve (a point every 50 steps at most); a NaN loss is null, not NaN.
-    from robot_rl.train_bc import LOSS_EVERY_MAX, fit
+    from robot_rl.apps.train_bc import LOSS_EVERY_MAX, fit
 
     weight = torch.nn.Parameter(torch.ones(2))
     optimizer = torch.optim.SGD([weight], lr=0.01)

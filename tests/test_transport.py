@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from robot_rl.agents.sac import SACConfig
-from robot_rl.codec import pack, unpack
-from robot_rl.config_io import config_to_json
-from robot_rl.transport import (
+from robot_rl.core.codec import pack, unpack
+from robot_rl.core.config_io import config_to_json
+from robot_rl.wire.transport import (
     AckGaps,
     PROTOCOL_VERSION,
     ClosedEpisodes,
@@ -40,7 +40,7 @@ from robot_rl.transport import (
     make_source,
     reversion_weights,
 )
-from robot_rl.types import ObservationSpec
+from robot_rl.core.types import ObservationSpec
 
 SOURCE = "arm-1/abc123"
 
@@ -625,7 +625,7 @@ def _stream_through_a_bounded_queue(max_in_flight: int, selective: bool, read_ev
     (the learner's cumulative ack after `ticks`, the highest seq added)."""
     import collections
 
-    from robot_rl.transport import SequenceTracker
+    from robot_rl.wire.transport import SequenceTracker
 
     outbox = Outbox(capacity=3000, resend_after_s=2.0, max_in_flight=max_in_flight)
     queue: collections.deque = collections.deque(maxlen=64)
@@ -666,7 +666,7 @@ def test_outbox_drains_a_backlog_through_a_slow_bounded_reader_queue():
 
 
 def test_selective_acks_round_trip_and_forget_only_their_ranges():
-    from robot_rl.transport import SequenceTracker, decode_ack_above
+    from robot_rl.wire.transport import SequenceTracker, decode_ack_above
 
     tracker = SequenceTracker()
     for seq in (0, 1, 2, 5, 6, 9):

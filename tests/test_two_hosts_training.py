@@ -11,7 +11,7 @@ has its own hostname and /dev/shm, and the link's addresses exist only inside th
 Checked: the learner receives and acknowledges the robot's transitions and trains to its budget, its weights reach
 the actor, the learner's launch ends on its own (status 0), the robot side stops on SIGINT (130), and the drivers'
 topics stay on the robot host (on the learner link, the learner subscribes to the actor's transitions only, and no
-node of the robot's own graph is there: robot_rl.ros.link carries the learner's topics). Skips (with the reason) where
+node of the robot's own graph is there: robot_rl.ros.nodes.link_node carries the learner's topics). Skips (with the reason) where
 namespaces cannot be made.
 """
 
@@ -43,7 +43,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # discovery).
 GRAPH_PROBE = r"""
 import json, time
-from robot_rl.ros.env import ensure_ros_environment
+from robot_rl.ros.net.env import ensure_ros_environment
 ensure_ros_environment(graph="link")  # the learner link of this host's network mode, as the link's network half
 import rclpy
 
@@ -109,7 +109,7 @@ def test_robot_host_and_server_host_train_one_policy(network):
     work = Path(tempfile.mkdtemp(prefix="two-hosts-training-"))
     logs = {"robot": work / "robot.log", "server": work / "server.log"}
     deadline = time.monotonic() + DEADLINE_S
-    launch = [sys.executable, "-m", "robot_rl.cli", "launch", "--grace-s", "5", "launch/sim_train.yaml",
+    launch = [sys.executable, "-m", "robot_rl.apps.cli", "launch", "--grace-s", "5", "launch/sim_train.yaml",
               f"network:={network}",
               f"steps:={STEPS}", "demos:=3", "eval_episodes:=0", "final_validation:=false"]
     clock_problem = time_namespaces_unavailable()
@@ -121,7 +121,7 @@ def test_robot_host_and_server_host_train_one_policy(network):
         robot, server = machines["robot"], machines["server"]
         certs = {}
         if network == "secure":
-            from robot_rl.ros.certs import create_certificates  # robot-rl certs ca / request / sign, one disk
+            from robot_rl.ros.net.certs import create_certificates  # robot-rl certs ca / request / sign, one disk
 
             create_certificates(work / "certs", server=server.address, robots=["robot"])
             certs = {"robot": work / "certs" / "robot", "server": work / "certs" / "server"}

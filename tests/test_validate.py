@@ -17,9 +17,9 @@ import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from robot_rl.loop import make_env  # noqa: E402
+from robot_rl.sim.loop import make_env  # noqa: E402
 from robot_rl.sim.perturb import Condition, ConditionError, PerturbedEnv  # noqa: E402
-from robot_rl.validate import (  # noqa: E402
+from robot_rl.apps.validate import (  # noqa: E402
     Suite, ValidateConfig, condition_summary, load_suite, policy_digest, read_records, record_path,
     validate, verdict, write_record)
 
@@ -189,7 +189,7 @@ def test_intervals_and_the_verdict_on_known_counts():
 def tiny_policy(tmp_path_factory) -> Path:
     """A (random) SAC policy file on PickCube state, in a run folder whose config names the task."""
     from robot_rl.agents.sac import SACAgent, SACConfig
-    from robot_rl.policy_file import weights_message, write_policy_file
+    from robot_rl.wire.policy_file import weights_message, write_policy_file
 
     env = make_env("PickCube-v0", obs_mode="state")
     agent = SACAgent.create(1, env.observation_space, 4, SACConfig(actor_hidden_dims=(16,), critic_hidden_dims=(16,)))
@@ -230,7 +230,7 @@ def test_a_validation_reproduces_with_any_number_of_workers_and_writes_report_an
 def test_a_stopped_validation_leaves_no_report_folder_and_no_record(tiny_policy, tmp_path, monkeypatch):
     import shutil
 
-    import robot_rl.validate as validate_module
+    import robot_rl.apps.validate as validate_module
 
     policy = tmp_path / "run"
     shutil.copytree(tiny_policy, policy)
@@ -269,8 +269,8 @@ def test_a_record_is_tied_to_the_policy_bytes(tiny_policy, tmp_path):
 def test_the_deployment_gate_refuses_and_accepts_as_specified(tiny_policy, tmp_path):
     import shutil
 
-    from robot_rl.robot_config import resolve_robot_path
-    from robot_rl.validate import deployment_problem, file_digest
+    from robot_rl.actor.robot_config import resolve_robot_path
+    from robot_rl.apps.validate import deployment_problem, file_digest
 
     policy = tmp_path / "run"
     shutil.copytree(tiny_policy, policy)
@@ -321,7 +321,7 @@ def gate_case(tiny_policy, tmp_path, validation: str = "") -> tuple[Path, Path]:
 
 def fabricated(policy, robot, suite: Suite, verdict: str, when: str, **changes) -> dict:
     """A record as `robot-rl validate` writes it, without running an episode."""
-    from robot_rl.validate import file_digest
+    from robot_rl.apps.validate import file_digest
 
     return {"policy_sha256": policy_digest(policy), "robot": str(robot), "robot_sha256": file_digest(robot),
             "suite": suite.name, "suite_path": suite.path, "suite_sha256": suite.sha256,
@@ -333,7 +333,7 @@ def fabricated(policy, robot, suite: Suite, verdict: str, when: str, **changes) 
 
 def write_records(policy, records) -> None:
     """The policy's record file as given (in this order), as an older tool or a merged copy may leave it."""
-    from robot_rl.validate import RECORD_FORMAT
+    from robot_rl.apps.validate import RECORD_FORMAT
 
     record_path(policy).write_text(json.dumps({"format": RECORD_FORMAT, "version": 1, "records": records}))
 
@@ -342,7 +342,7 @@ EARLY, LATE = "2025-03-01T09:00:00+00:00", "2025-03-02T09:00:00+00:00"
 
 
 def test_a_pass_of_another_suite_does_not_open_the_gate_of_a_robot_file_that_requires_default(tiny_policy, tmp_path):
-    from robot_rl.validate import deployment_problem
+    from robot_rl.apps.validate import deployment_problem
 
     policy, robot = gate_case(tiny_policy, tmp_path)  # no validation section: the default suite
     lenient, default = load_suite(robot.parent / "lenient.yaml"), load_suite("default")
@@ -360,11 +360,11 @@ def test_a_pass_of_another_suite_does_not_open_the_gate_of_a_robot_file_that_req
 
 
 def test_the_newest_record_of_the_required_suite_decides(tiny_policy, tmp_path):
-    from robot_rl.actor import ActorSession
-    from robot_rl.actor_policy import PolicySettings, PolicySlot
-    from robot_rl.robot_config import load_robot_config
-    from robot_rl.safety import Safety, SafetyConfig
-    from robot_rl.validate import deployment_decision, deployment_problem
+    from robot_rl.actor.session import ActorSession
+    from robot_rl.actor.policy_slot import PolicySettings, PolicySlot
+    from robot_rl.actor.robot_config import load_robot_config
+    from robot_rl.actor.safety import Safety, SafetyConfig
+    from robot_rl.apps.validate import deployment_decision, deployment_problem
 
     policy, robot = gate_case(tiny_policy, tmp_path, "{suite: default}")
     default = load_suite("default")
@@ -407,7 +407,7 @@ def test_the_newest_record_of_the_required_suite_decides(tiny_policy, tmp_path):
 
 
 def test_a_pass_judged_looser_than_the_robot_file_asks_does_not_admit(tiny_policy, tmp_path):
-    from robot_rl.validate import deployment_decision
+    from robot_rl.apps.validate import deployment_decision
 
     policy, robot = gate_case(tiny_policy, tmp_path, "{min_success: 0.9, min_episodes: 30}")
     default = load_suite("default")
@@ -422,8 +422,8 @@ def test_a_pass_judged_looser_than_the_robot_file_asks_does_not_admit(tiny_polic
 
 
 def test_a_robot_file_may_name_a_suite_next_to_it(tiny_policy, tmp_path, monkeypatch):
-    from robot_rl.robot_config import load_validation_config
-    from robot_rl.validate import deployment_decision, deployment_problem, required_suite
+    from robot_rl.actor.robot_config import load_validation_config
+    from robot_rl.apps.validate import deployment_decision, deployment_problem, required_suite
 
     policy, robot = gate_case(tiny_policy, tmp_path, "{suite: lenient.yaml}")
     monkeypatch.chdir(policy)  # relative to the robot file, not to the working folder
@@ -438,7 +438,7 @@ def test_a_robot_file_may_name_a_suite_next_to_it(tiny_policy, tmp_path, monkeyp
 
 
 def test_the_cli_names_a_missing_policy_in_one_line(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "robot_rl.cli", "validate", "--policy", str(tmp_path / "nope"),
+    result = subprocess.run([sys.executable, "-m", "robot_rl.apps.cli", "validate", "--policy", str(tmp_path / "nope"),
                              "--task", "PickCube-v0"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and result.stderr.strip().count("\n") == 0, result.stderr
     assert "nope" in result.stderr

@@ -6,8 +6,8 @@ import cv2
 import numpy as np
 import pytest
 
-from robot_rl.robot_config import CameraConfig
-from robot_rl.vision import ImageError, ImageTransform, decode_compressed, encode_compressed, to_rgb
+from robot_rl.actor.robot_config import CameraConfig
+from robot_rl.core.vision import ImageError, ImageTransform, decode_compressed, encode_compressed, to_rgb
 
 
 def _rgb(height=48, width=64, seed=0):
@@ -282,10 +282,10 @@ def test_recorded_transforms_are_compared_with_the_robot_files_cameras(tmp_path)
     refuses such a demo dataset in one line."""
     import zarr
 
-    from robot_rl.robot_config import load_robot_config
-    from robot_rl.ros.learner_params import check_demo_images
+    from robot_rl.actor.robot_config import load_robot_config
+    from robot_rl.ros.nodes.learner_params import check_demo_images
     from robot_rl.ros.node_util import NodeStartupError
-    from robot_rl.vision import transform_mismatches
+    from robot_rl.core.vision import transform_mismatches
 
     robot = load_robot_config("sim_panda_driver")
     same = {"images/front": {"size": 64, "fit": "crop", "roi": None}, "images/wrist": {"size": 64, "fit": "crop",

@@ -1,6 +1,6 @@
 """Watching a ROS run without ROS: the learner's evaluation schedule and worker, the size of its final validation, its
-progress line and rates (robot_rl.learner_evals), the final-weights mark actors read, and `robot-rl status` on a run
-folder (robot_rl.run_status). The graph end to end: tests/test_launch.py (sim_train / sim_eval)."""
+progress line and rates (robot_rl.learner.evaluations), the final-weights mark actors read, and `robot-rl status` on a run
+folder (robot_rl.apps.run_status). The graph end to end: tests/test_launch.py (sim_train / sim_eval)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import time
 import numpy as np
 import pytest
 
-from robot_rl.learner_evals import (AUTO, EvalWorker, RateWindow, eval_due, evaluation_job, progress_line,
+from robot_rl.learner.evaluations import (AUTO, EvalWorker, RateWindow, eval_due, evaluation_job, progress_line,
                                     resolve_eval_every, robot_summary, validation_episodes)
-from robot_rl.run_status import STALE_AFTER_S, format_status, read_run_status, watch
+from robot_rl.apps.run_status import STALE_AFTER_S, format_status, read_run_status, watch
 
 
 # ----- the evaluation schedule -------------------------------------------------------------------------------------
@@ -109,8 +109,8 @@ def test_an_evaluation_job_is_the_in_process_evaluation():
     does: the same episodes, the same report row."""
     from ros_harness import untrained_state_agent
 
-    from robot_rl.actor import Actor
-    from robot_rl.loop import make_env
+    from robot_rl.actor.session import Actor
+    from robot_rl.sim.loop import make_env
     from robot_rl.sim.evaluate import EVAL_SEED_OFFSET, evaluate
 
     agent = untrained_state_agent()
@@ -169,9 +169,9 @@ def test_robot_summary_per_actor():
 # ----- the final weights -------------------------------------------------------------------------------------------
 
 def test_final_weights_say_training_is_done_and_policy_files_stay_as_they_were():
-    from robot_rl.codec import unpack
-    from robot_rl.transport import WeightsMessage, decode_weights, encode_weights
-    from robot_rl.types import ObservationSpec
+    from robot_rl.core.codec import unpack
+    from robot_rl.wire.transport import WeightsMessage, decode_weights, encode_weights
+    from robot_rl.core.types import ObservationSpec
 
     spec = ObservationSpec.from_shapes({"state": ((14,), np.float32)})
     message = WeightsMessage(3, b"p", spec, 4, {}, transitions=200, updates=400)
@@ -256,7 +256,7 @@ def test_status_of_a_finished_run_and_an_actor_without_a_learner(tmp_path):
 
 
 def test_status_command(tmp_path, capsys):
-    from robot_rl.cli import main
+    from robot_rl.apps.cli import main
 
     now = time.time()
     _write(tmp_path / "learner_status.json", _learner_status(now))

@@ -1,5 +1,6 @@
-"""SAC learner in JAX (flax linen + optax)."""
+"""Learning machinery in JAX (flax + optax): the SAC agent (``sac``: pixel encoders with augmentation, LayerNorm
+critic ensemble, temperature, several gradient steps per update with ``lax.scan``), its networks, distributions and
+augmentations, and the reward classifier (``reward_classifier``).
 
-from robot_rl.agents.sac import ImageEncoderConfig, SACAgent, SACConfig
-
-__all__ = ["ImageEncoderConfig", "SACAgent", "SACConfig"]
+May import: robot_rl.core and robot_rl.data.
+"""

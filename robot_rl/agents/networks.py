@@ -8,7 +8,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from robot_rl.types import ObservationSpec
+from robot_rl.core.types import ObservationSpec
 
 _default_init = nn.initializers.xavier_uniform
 

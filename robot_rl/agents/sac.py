@@ -22,7 +22,7 @@ import optax
 from robot_rl.agents.augment import augment_observations
 from robot_rl.agents.distributions import tanh_gaussian_mode, tanh_gaussian_sample
 from robot_rl.agents.networks import PIXEL_NORMALISATIONS, CriticEnsemble, ObservationEncoder, TanhGaussianActor
-from robot_rl.types import Batch, ObservationSpec
+from robot_rl.core.types import Batch, ObservationSpec
 
 Params = Any
 

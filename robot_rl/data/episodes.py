@@ -54,8 +54,8 @@ from typing import Any, BinaryIO
 import numpy as np
 import zarr
 
-from robot_rl import interrupts
-from robot_rl.types import ArraySpec
+from robot_rl.core import interrupts
+from robot_rl.core.types import ArraySpec
 
 log = logging.getLogger(__name__)
 

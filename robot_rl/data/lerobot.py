@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 
 from robot_rl.data.episodes import UNKNOWN_SEED, DatasetError, DatasetReader, EpisodeWriter
 from robot_rl.data.video import PIXEL_FORMAT, VideoEncoder
-from robot_rl.types import ArraySpec
+from robot_rl.core.types import ArraySpec
 
 CODEBASE_VERSION = "v3.0"
 CHUNKS_SIZE = 1000

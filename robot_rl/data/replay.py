@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from robot_rl.types import Batch, ObservationSpec
+from robot_rl.core.types import Batch, ObservationSpec
 
 ROW_FIELDS = ("actions", "rewards", "terminated", "truncated", "intervention", "valid")
 """A slot's transition fields, beside its frame (`frames/<key>` in a row)."""

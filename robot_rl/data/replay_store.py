@@ -43,9 +43,9 @@ from typing import Any
 import numpy as np
 import zarr
 
-from robot_rl import files
+from robot_rl.core import files
 from robot_rl.data.replay import ROW_FIELDS, ReplayBuffer
-from robot_rl.types import ObservationSpec
+from robot_rl.core.types import ObservationSpec
 
 STORE_VERSION = 1
 SEGMENT_BYTES = 32 * 1024 * 1024

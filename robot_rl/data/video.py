@@ -10,7 +10,7 @@ import av
 import cv2
 import numpy as np
 
-from robot_rl.files import atomic_path
+from robot_rl.core.files import atomic_path
 
 CODEC = "libx264"
 PIXEL_FORMAT = "yuv420p"

@@ -13,7 +13,7 @@ Conventions:
   functions take and return ``quaternion_wxyz`` and do the reordering.
 - Images are ``(height, width, channels)`` (``(height, width)`` for mono encodings) in the encoding's own channel
   order; ``image_from_msg(..., rgb=True)`` returns bgr8 images as rgb (a reversed-channel view).
-- Internal topics carry opaque bytes (msgpack, see robot_rl.codec) in ``std_msgs/UInt8MultiArray``.
+- Internal topics carry opaque bytes (msgpack, see robot_rl.core.codec) in ``std_msgs/UInt8MultiArray``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from sensor_msgs.msg import CompressedImage, Image, JointState, Joy
 from std_msgs.msg import Float32MultiArray, Header, UInt8MultiArray
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from robot_rl.vision import ImageError, decode_compressed, encode_compressed
+from robot_rl.core.vision import ImageError, decode_compressed, encode_compressed
 
 _NANOSECONDS_PER_SECOND = 1_000_000_000
 _MAX_STAMP_SECONDS = 2**31 - 1
@@ -68,7 +68,7 @@ IMAGE_ENCODINGS: dict[str, ImageEncoding] = {
         ImageEncoding("bgra8", 4, 1),
         ImageEncoding("mono8", 1, 1),
         ImageEncoding("mono16", 1, 2),
-        ImageEncoding("yuv422", 2, 1),  # UYVY, two bytes per pixel; robot_rl.vision.to_rgb converts it
+        ImageEncoding("yuv422", 2, 1),  # UYVY, two bytes per pixel; robot_rl.core.vision.to_rgb converts it
         ImageEncoding("yuv422_yuy2", 2, 1),  # YUYV
     )
 }

@@ -28,6 +28,11 @@ Checks are pure functions of what was heard (:func:`evaluate`), tested without R
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # a program's start, before the heavy imports below
+    from robot_rl.core.startup import program_start
+
+    program_start()
+
 import argparse
 import dataclasses
 import json
@@ -40,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from robot_rl.robot_config import SIM_CAMERAS, RobotConfig, RobotConfigError, load_robot_config
+from robot_rl.actor.robot_config import SIM_CAMERAS, RobotConfig, RobotConfigError, load_robot_config
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 TIMING_MODES = ("fail", "warn")
@@ -445,7 +450,7 @@ def check_reset(robot: RobotConfig, service: str, available: bool | None, offere
 
 def tcp_from_joints(robot: RobotConfig, names: Sequence[str], positions: Sequence[float]) -> np.ndarray:
     """Forward kinematics of the arm's joints in `names`/`positions` -> TCP position (KinematicsError, KeyError)."""
-    from robot_rl.kinematics import ArmKinematics
+    from robot_rl.core.kinematics import ArmKinematics
 
     model = robot.model_path()
     if model is None:
@@ -486,7 +491,7 @@ def evaluate(robot: RobotConfig, heard: dict[str, Heard], publishers: dict[str, 
         if gripper_spec.kind == "gripper_state":
             opening = gripper.positions[0] if gripper.positions else None
         elif all(name in gripper.names for name in robot.gripper.finger_joints):
-            from robot_rl.sensors import finger_opening
+            from robot_rl.actor.sensors import finger_opening
 
             try:
                 opening = float(finger_opening(gripper.names, gripper.positions, robot.gripper.finger_joints,
@@ -680,7 +685,7 @@ class _Listener:
         try:
             if self.spec.kind == "image":
                 from robot_rl.ros.convert import image_from_msg
-                from robot_rl.vision import to_rgb
+                from robot_rl.core.vision import to_rgb
 
                 heard.encoding = msg.encoding
                 rgb = to_rgb(image_from_msg(msg), msg.encoding)
@@ -813,7 +818,7 @@ def run_doctor(robot: str, duration_s: float = DEFAULT_DURATION_S, as_json: bool
     if not namespace.startswith("/"):
         namespace = "/" + namespace
     config = load_robot_config(robot)
-    from robot_rl.ros.env import RosEnvironmentError, ensure_ros_environment
+    from robot_rl.ros.net.env import RosEnvironmentError, ensure_ros_environment
 
     try:
         ensure_ros_environment(domain_id=domain_id)
@@ -866,13 +871,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as exc:  # SIGINT / SIGTERM: one line, 130 / 143
-        from robot_rl import interrupts
+        from robot_rl.core import interrupts
 
         interrupts.exit_stopped(exc)
 
 
 if __name__ == "__main__":
-    from robot_rl import interrupts
+    from robot_rl.core import interrupts
 
     interrupts.install_for_process()  # SIGINT and SIGTERM raise: rclpy is shut down before the process ends
     sys.exit(main())

@@ -2,12 +2,12 @@
 without rclpy.
 
 There are no wheels for ``ros2launch`` / ``launch_ros``, so ``robot-rl launch FILE`` reads a YAML launch file, starts
-every process with the project's ROS environment (:func:`robot_rl.ros.env.ros_environment`: the network mode and its
+every process with the project's ROS environment (:func:`robot_rl.ros.net.env.ros_environment`: the network mode and its
 discovery range and Fast DDS profile, the domain id, the wheels' library paths), prefixes their output with their
 names and stops them all cleanly. A declared argument named ``network`` sets the network mode (``ROBOT_RL_NETWORK``:
 local, lan, secure) of every process; without one, or with ``auto`` (the shipped files' default), the launcher's own
 environment decides: ``ROBOT_RL_NETWORK``, else ``lan`` where the standard ROS 2 variables name other hosts, else
-``local`` (:func:`robot_rl.ros.env.network_choice`). A declared ``allow_open_network`` set to ``true`` lets the actor
+``local`` (:func:`robot_rl.ros.net.env.network_choice`). A declared ``allow_open_network`` set to ``true`` lets the actor
 and learner nodes run ``lan`` with a real robot's file (``ROBOT_RL_ALLOW_OPEN_NETWORK``; without it they refuse).
 
 Lifecycle (:class:`Launcher`): processes start in file order, each in its own session (a terminal Ctrl-C reaches only
@@ -39,8 +39,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
-from robot_rl import interrupts
-from robot_rl.interrupts import STOP_SIGNALS
+from robot_rl.core import interrupts
+from robot_rl.core.interrupts import STOP_SIGNALS
 from robot_rl.ros.launch_file import (
     ALLOW_OPEN_NETWORK_ARGUMENT, NETWORK_ARGUMENT, NETWORK_AUTO, LaunchDescription, LaunchError, ProcessSpec,
     load_launch_file, parse_cli_arguments,
@@ -74,7 +74,7 @@ class Launcher:
         stdout: IO[str] | None = None,
         stderr: IO[str] | None = None,
     ):
-        from robot_rl.ros.env import ALLOW_OPEN_NETWORK_VARIABLE, NETWORK_VARIABLE, RosEnvironmentError, \
+        from robot_rl.ros.net.env import ALLOW_OPEN_NETWORK_VARIABLE, NETWORK_VARIABLE, RosEnvironmentError, \
             open_network_allowed, ros_environment
 
         if grace_s < 0:

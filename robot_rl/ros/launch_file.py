@@ -27,7 +27,7 @@ Example (every key shown; ``$(...)`` substitutions work in any string value)::
         on_exit: shutdown              # when it exits, stop the rest (ROS 2's "required"; required: true works)
         preflight: false               # true: run it to completion before starting the entries after it
         if: $(var with_sim)            # start it only if true (`unless:` the opposite)
-    - node: {module: robot_rl.ros.learner_node, name: learner}  # our extension: python -m MODULE
+    - node: {module: robot_rl.ros.nodes.learner_node, name: learner}  # our extension: python -m MODULE
     - executable: {cmd: "python3 $(dirname)/helper.py --flag", name: helper, env: [{name: X, value: "1"}]}
     - node: {pkg: robot_rl, exec: scripted_teleop, if: "$(equals $(var device) scripted)"}
 
@@ -55,21 +55,21 @@ from typing import Any
 
 import yaml
 
-from robot_rl.suggest import closest
+from robot_rl.core.suggest import closest
 
 # `pkg: robot_rl` + `exec:` -> module run with `python -m`. Never imported by the launcher.
 EXECUTABLES: dict[str, dict[str, str]] = {
     "robot_rl": {
         "sim_node": "robot_rl.sim.node",
-        "actor_node": "robot_rl.ros.actor_node",
-        "learner_node": "robot_rl.ros.learner_node",
+        "actor_node": "robot_rl.ros.nodes.actor_node",
+        "learner_node": "robot_rl.ros.nodes.learner_node",
         "teleop_node": "robot_rl.drivers.teleop_node",
-        "reward_node": "robot_rl.ros.reward_node",
+        "reward_node": "robot_rl.ros.nodes.reward_node",
         "camera_node": "robot_rl.drivers.camera_node",
         "scripted_teleop": "robot_rl.sim.scripted_teleop",
         "doctor": "robot_rl.ros.doctor",
-        "file_share": "robot_rl.ros.file_share",
-        "link": "robot_rl.ros.link",
+        "file_share": "robot_rl.ros.nodes.file_share_node",
+        "link": "robot_rl.ros.nodes.link_node",
     }
 }
 
@@ -188,7 +188,7 @@ class ProcessSpec:
     @property
     def holds_stops_while_starting(self) -> bool:
         """A project node (``python -m robot_rl....``): it takes over the stop signals once its handlers are in
-        (:func:`robot_rl.interrupts.accept_held_stops`), so the launcher may start it with them held."""
+        (:func:`robot_rl.core.interrupts.accept_held_stops`), so the launcher may start it with them held."""
         return self.argv[:2] == (sys.executable, "-m") and self.argv[2:3] != () and self.argv[2].startswith("robot_rl.")
 
     def command(self) -> str:
@@ -344,8 +344,8 @@ class _Context:
 
     def _network_mode(self, key: str) -> str:
         """The mode the launch gives its processes: a declared ``network`` argument's, unless auto, else the
-        environment's (robot_rl.ros.env.network_choice)."""
-        from robot_rl.ros.env import NETWORK_VARIABLE, RosEnvironmentError, network_mode
+        environment's (robot_rl.ros.net.env.network_choice)."""
+        from robot_rl.ros.net.env import NETWORK_VARIABLE, RosEnvironmentError, network_mode
 
         chosen = self.variables.get(NETWORK_ARGUMENT, "").strip()
         base = {**os.environ, NETWORK_VARIABLE: chosen} if chosen not in ("", NETWORK_AUTO) else os.environ

@@ -27,7 +27,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from robot_rl.interrupts import STOP_SIGNALS, StopFlag, accept_held_stops, install_stop_signals
+from robot_rl.core.interrupts import STOP_SIGNALS, StopFlag, accept_held_stops, install_stop_signals
 from robot_rl.ros import ros_args
 
 
@@ -77,7 +77,7 @@ def watch_startup(started: threading.Event, grace_s: float = STARTUP_STOP_GRACE_
     stops = {int(number) for number in STOP_SIGNALS}
 
     def watch() -> None:
-        from robot_rl import interrupts
+        from robot_rl.core import interrupts
 
         try:
             while not started.is_set():
@@ -165,7 +165,7 @@ def run_node(build: Callable[[], object], argv: list[str], name: str, parameters
     ends, to hand control back, drain or checkpoint) and ``exit_status``.
     A :class:`NodeStartupError` from `build()` (or a parameter given on the command line that the node does not
     declare) is logged as one line and its status returned. `graph`: the host graph the node joins in the lan and
-    secure modes (:data:`robot_rl.ros.env.GRAPHS`; the learner's is ``link``).
+    secure modes (:data:`robot_rl.ros.net.env.GRAPHS`; the learner's is ``link``).
     """
     if parameters is not None:
         try:
@@ -173,7 +173,7 @@ def run_node(build: Callable[[], object], argv: list[str], name: str, parameters
         except NodeStartupError as error:
             log_error_line(name, str(error))
             return error.status
-    from robot_rl.ros.env import RosEnvironmentError, ensure_ros_environment
+    from robot_rl.ros.net.env import RosEnvironmentError, ensure_ros_environment
 
     # A crash in native code (DDS, OpenCV, MuJoCo) then prints the Python stack of every thread before the process
     # dies, so a node that exits by a signal says where.
@@ -209,7 +209,7 @@ def run_node(build: Callable[[], object], argv: list[str], name: str, parameters
         finally:
             started.set()
             stop_watch()
-        from robot_rl.ros.env import LAN_WARNING, network_mode, network_summary
+        from robot_rl.ros.net.env import LAN_WARNING, network_mode, network_summary
 
         host.node.get_logger().info(network_summary(graph=graph))  # which network mode and profile this node uses
         if network_mode() == "lan":
@@ -306,7 +306,7 @@ def _ignored_override(name: str) -> bool:
 def unknown_parameters_error(unknown: Sequence[str], declared: Sequence[str], node_name: str) -> NodeStartupError:
     """The error for parameters given to a node that does not declare them: the first, the others, the closest
     declared name to the first and every declared one."""
-    from robot_rl.suggest import closest
+    from robot_rl.core.suggest import closest
 
     unknown, declared = sorted(unknown), sorted(declared)
     name = unknown[0]
@@ -521,7 +521,7 @@ class GuardedSubscriptions:
 
 
 class TriggerReset:
-    """A std_srvs/Trigger client as the episode runner's reset (robot_rl.episode.ResetService)."""
+    """A std_srvs/Trigger client as the episode runner's reset (robot_rl.actor.runner.ResetService)."""
 
     def __init__(self, node, name: str):
         from std_srvs.srv import Trigger

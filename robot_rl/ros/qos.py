@@ -12,7 +12,7 @@ transitions    volatile         64          actor -> learner; the actor's outbox
 acks           volatile         16          learner -> actor persistence acknowledgements (cumulative)
 weights        transient-local  1           a learner's latest weights reach actors that start (or restart) later
 events         volatile         16          rewards and other per-step scalars
-file_offers    transient-local  16          bundles a node offers (robot_rl.ros.file_share); a writer keeps its last
+file_offers    transient-local  16          bundles a node offers (robot_rl.ros.nodes.file_share_node); a writer keeps its last
 file_requests  volatile         16          asks one peer for a bundle (or its missing files)
 file_chunks    volatile         64          paced 256 kB chunks; a receiver asks again for what did not arrive
 =============  ===============  ==========  ======================================================================
@@ -122,7 +122,7 @@ TASK_SUCCESS = "/task/success"  # std_msgs/Bool, the task's success flag of the 
 SIM_OBJECT_STATE = "/sim/object_state"  # std_msgs/Float32MultiArray, the task's OBJECT_STATE_LAYOUT
 SIM_EXPERT_ACTION = "/sim/expert_action"  # std_msgs/Float32MultiArray, expert action in the env's action space
 SIM_IMMINENT_FAILURE = "/sim/imminent_failure"  # std_msgs/String, RobotEnv.imminent_failure of the target ('': none)
-# Files that cross between hosts once (robot_rl.ros.file_share): msgpack offers, requests and chunks.
+# Files that cross between hosts once (robot_rl.ros.nodes.file_share_node): msgpack offers, requests and chunks.
 FILES_OFFER = "/files/offer"  # std_msgs/UInt8MultiArray, a node's bundles {name, digest, manifest} (latched)
 FILES_REQUEST = "/files/request"  # std_msgs/UInt8MultiArray, {requester, server, digest, paths}
 FILES_CHUNK = "/files/chunk"  # std_msgs/UInt8MultiArray, {digest, path, offset, data} or {digest, error}
