@@ -25,7 +25,7 @@ import numpy as np
 
 from robot_rl.agents.sac import SACAgent, SACConfig
 from robot_rl.data.replay import ReplayBuffer
-from robot_rl.apps.train import TrainConfig
+from robot_rl.training.config import TrainConfig
 from robot_rl.core.types import Batch, ObservationSpec
 
 CONTROL_HZ = 10.0

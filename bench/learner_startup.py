@@ -79,7 +79,7 @@ class StandInActor:
         from std_msgs.msg import UInt8MultiArray
 
         from robot_rl.ros import qos
-        from robot_rl.wire.transport import make_source
+        from robot_rl.wire.protocol import make_source
 
         self.rclpy = rclpy
         rclpy.init()
@@ -98,7 +98,7 @@ class StandInActor:
 
     def _on_ack(self, msg) -> None:
         from robot_rl.ros.convert import msg_to_bytes
-        from robot_rl.wire.transport import decode_ack
+        from robot_rl.wire.transitions import decode_ack
 
         through = decode_ack(msg_to_bytes(msg)).get(self.source, -1)
         if through > self.acked:
@@ -108,7 +108,7 @@ class StandInActor:
             self.acked = through
 
     def _transition(self, seq: int):
-        from robot_rl.wire.transport import StampedTransition
+        from robot_rl.wire.transitions import StampedTransition
 
         step = seq % EPISODE_LENGTH
         obs = {k: np.zeros(s.shape, s.dtype) for k, s in self.spec.entries}
@@ -119,7 +119,7 @@ class StandInActor:
 
     def send(self, seqs) -> None:
         from robot_rl.ros.convert import bytes_to_msg
-        from robot_rl.wire.transport import encode_transitions
+        from robot_rl.wire.transitions import encode_transitions
 
         self._pub.publish(bytes_to_msg(encode_transitions(self.source, [self._transition(s) for s in seqs])))
 
@@ -161,7 +161,7 @@ def role_echo() -> int:
 
     from robot_rl.ros import qos
     from robot_rl.ros.convert import bytes_to_msg, msg_to_bytes
-    from robot_rl.wire.transport import decode_transitions, encode_ack
+    from robot_rl.wire.transitions import decode_transitions, encode_ack
 
     rclpy.init()
     node = rclpy.create_node("bench_echo_learner")
@@ -230,7 +230,7 @@ def median(values) -> float | None:
 
 
 def run_inner(args) -> int:
-    from robot_rl.wire.transport import decode_weights
+    from robot_rl.wire.weights import decode_weights
 
     started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="bench-learner-startup-"))

@@ -31,7 +31,8 @@ import numpy as np
 import tyro
 
 from robot_rl.policies.registry import kind_of
-from robot_rl.apps.train import TrainConfig, train
+from robot_rl.training.config import TrainConfig
+from robot_rl.apps.train import train
 
 PRECISE = dict(policy_average_rate=0.005, target_entropy=-8.0)
 SUITES = {
@@ -97,7 +98,7 @@ class Args:
     tag: str = ""
     """Suffix of the run names and the PNG (keeps parallel runs apart)."""
     policy: Literal["plain", "residual", "noise"] = "plain"
-    """What the SAC action means (robot_rl.apps.train.TrainConfig.policy)."""
+    """What the SAC action means (robot_rl.training.config.TrainConfig.policy)."""
     base: Path | None = None
     """Frozen base policy of --policy residual."""
     residual_scale: float = 0.1
@@ -107,7 +108,7 @@ class Args:
     noise_bound: float = 1.5
     """Initial-noise bound (with --policy noise)."""
     noise_repeat: bool = False
-    """With --policy noise: one control step's noise, repeated over the chunk (robot_rl.apps.train.TrainConfig)."""
+    """With --policy noise: one control step's noise, repeated over the chunk (robot_rl.training.config.TrainConfig)."""
     noise_aliasing: bool = False
     """DSRL-NA (with --policy noise): an action critic on executed chunks, trained on demos and interventions too."""
     actor_delay: int | None = None
@@ -119,7 +120,7 @@ class Args:
     """Override the Polyak rate of the policy the actors act with (default: the suite's, 0.005 for peg and peg-pixels,
     else off: the latest weights)."""
     eval_latest_weights: bool = False
-    """With an averaged policy, also evaluate the latest weights at each evaluation (robot_rl.apps.train.TrainConfig)."""
+    """With an averaged policy, also evaluate the latest weights at each evaluation (robot_rl.training.config.TrainConfig)."""
     runs: tuple[Path, ...] = ()
     """Summarise these run folders (of `robot-rl train`, finished or under way) instead of training: the per-eval
     table and the curves PNG."""
@@ -330,7 +331,7 @@ def plot(per_eval: dict, path: Path, title: str) -> None:
 
 
 if __name__ == "__main__":
-    from robot_rl.apps.train import TrainingInterrupted
+    from robot_rl.training.pacing import TrainingInterrupted
 
     try:
         main(tyro.cli(Args))

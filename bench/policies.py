@@ -87,7 +87,7 @@ def diffusion_policy(size: int, ddim_steps: int, device: str, wide: bool = False
 def gaussian_policy(size: int, device: str = "auto"):
     from robot_rl.agents.sac import SACAgent
     from robot_rl.policies.gaussian import GaussianPolicy
-    from robot_rl.apps.train import TrainConfig
+    from robot_rl.training.config import TrainConfig
 
     return GaussianPolicy(SACAgent.create(0, observation_spec(size), ACTION_DIM, TrainConfig().sac), device=device)
 
@@ -102,7 +102,7 @@ def heads_on_base(base, size: int, calls: int, rng: np.random.Generator, device:
     from robot_rl.policies.gaussian import GaussianPolicy
     from robot_rl.policies.noise import NoisePolicy, noise_dim
     from robot_rl.policies.residual import FrozenBase, ResidualPolicy, residual_observation_spec
-    from robot_rl.apps.train import TrainConfig
+    from robot_rl.training.config import TrainConfig
 
     sac = dataclasses.replace(TrainConfig().sac, actor_zero_init_last=True)
     residual = ResidualPolicy(FrozenBase(base), GaussianPolicy(SACAgent.create(

@@ -36,12 +36,8 @@ import tyro
 
 from robot_rl.data.episodes import EpisodeDataset
 from robot_rl.sim.loop import make_env, writer_for_env
-from robot_rl.agents.reward_classifier import (
-    RewardClassifierConfig,
-    binary_metrics,
-    save_atomically,
-    train_reward_classifier,
-)
+from robot_rl.agents.reward_classifier import RewardClassifierConfig
+from robot_rl.agents.reward_classifier_training import binary_metrics, save_atomically, train_reward_classifier
 from robot_rl.sim.expert import make_expert
 
 

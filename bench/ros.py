@@ -149,8 +149,8 @@ def weights_payload(spec, version: int = 1, seed: int = 0) -> bytes:
     """encode_weights of a fresh SACAgent (TrainConfig().sac) for `spec`, as learner_server._weights_message does."""
     from robot_rl.agents.sac import SACAgent
     from robot_rl.core.config_io import config_to_json
-    from robot_rl.apps.train import TrainConfig
-    from robot_rl.wire.transport import WeightsMessage, encode_weights
+    from robot_rl.training.config import TrainConfig
+    from robot_rl.wire.weights import WeightsMessage, encode_weights
 
     sac = TrainConfig().sac
     agent = SACAgent.create(seed, spec, ACTION_DIM, sac)
@@ -291,9 +291,10 @@ def role_robot(args) -> None:
     # The policy alone (timed after the ROS loop so the two do not compete), built and compiled while the actor node
     # starts up.
     from robot_rl.actor.session import Actor
+    from robot_rl.policies.gaussian import GaussianPolicy
     from robot_rl.agents.sac import SACAgent, SACConfig
     from robot_rl.core.config_io import config_from_json
-    from robot_rl.wire.transport import decode_weights
+    from robot_rl.wire.weights import decode_weights
 
     actor = None  # no weights: the baseline run against the echo node
     policy_obs = {"state": state, **({"object_state": object_state} if not pixels else {}),
@@ -302,7 +303,7 @@ def role_robot(args) -> None:
         weights = decode_weights(Path(args.weights).read_bytes())
         agent = SACAgent.create(0, weights.observation_spec, weights.action_dim,
                                 config_from_json(SACConfig, weights.policy_config))
-        actor = Actor(agent, seed=0)
+        actor = Actor(GaussianPolicy(agent, seed=0), seed=0)
         actor.update_weights(weights.policy, weights.version)
         actor.policy_action(policy_obs)
 
@@ -461,7 +462,8 @@ def role_driver(args) -> None:
     # The policy, built and compiled while the actor node starts up (timed after the ROS loop).
     actor = spec = None  # no weights: the baseline run against the echo node
     if args.weights:
-        from robot_rl.wire.policy_file import actor_from_weights, read_policy_file
+        from robot_rl.actor.session import actor_from_weights
+        from robot_rl.wire.policy_file import read_policy_file
 
         weights = read_policy_file(args.weights)
         spec = weights.observation_spec
@@ -578,7 +580,8 @@ def role_feeder(args) -> None:
 
     from robot_rl.ros import qos
     from robot_rl.ros.convert import bytes_to_msg, msg_to_bytes
-    from robot_rl.wire.transport import StampedTransition, decode_ack, encode_transitions, make_source
+    from robot_rl.wire.protocol import make_source
+    from robot_rl.wire.transitions import StampedTransition, decode_ack, encode_transitions
 
     source = make_source("bench_feeder")
     rng = np.random.default_rng(0)
@@ -656,9 +659,9 @@ def role_weights_sub(args) -> None:
     from robot_rl.ros import qos
     from robot_rl.ros.convert import msg_to_bytes
     from robot_rl.core.config_io import config_from_json
-    from robot_rl.wire.transport import decode_weights
+    from robot_rl.wire.weights import decode_weights
 
-    from robot_rl.apps.train import TrainConfig
+    from robot_rl.training.config import TrainConfig
 
     # An actor already has its agent when new weights arrive: build them up front (the spec comes with the weights).
     agents = {pixel_spec(size): SACAgent.create(0, pixel_spec(size), ACTION_DIM, TrainConfig().sac)
@@ -702,8 +705,8 @@ def role_weights_pub(args) -> None:
     from robot_rl.ros import qos
     from robot_rl.ros.convert import bytes_to_msg
     from robot_rl.core.config_io import config_to_json
-    from robot_rl.apps.train import TrainConfig
-    from robot_rl.wire.transport import WeightsMessage, encode_weights
+    from robot_rl.training.config import TrainConfig
+    from robot_rl.wire.weights import WeightsMessage, encode_weights
 
     acks: dict[int, dict] = {}
     node.create_subscription(String, WEIGHTS_ACK_TOPIC,
@@ -886,9 +889,10 @@ def write_driver_policy(path: Path) -> None:
     """A policy file of an untrained SAC agent (TrainConfig().sac) seeing DRIVER_ROBOT's cameras at
     DRIVER_IMAGE_SIZE and the state, as the learner node builds it for a real robot's task."""
     from robot_rl.agents.sac import SACAgent
-    from robot_rl.wire.policy_file import weights_message, write_policy_file
+    from robot_rl.policies.gaussian import weights_message
+    from robot_rl.wire.policy_file import write_policy_file
     from robot_rl.ros.nodes.learner_params import robot_task_spaces
-    from robot_rl.apps.train import TrainConfig
+    from robot_rl.training.config import TrainConfig
 
     spec, action_dim = robot_task_spaces(str(DRIVER_ROBOT), "pixels", DRIVER_IMAGE_SIZE)
     write_policy_file(path, weights_message(SACAgent.create(0, spec, action_dim, TrainConfig().sac), version=1))

@@ -117,7 +117,8 @@ def ros_run(args: Args, robot: str, seed: int, run_dir: Path) -> dict:
 
 
 def in_process_run(args: Args, seed: int, run_dir: Path) -> dict:
-    from robot_rl.apps.train import TrainConfig, train
+    from robot_rl.training.config import TrainConfig
+    from robot_rl.apps.train import train
 
     cfg = TrainConfig(task=args.task, obs_mode="state", demos=args.demos, steps=args.steps, seed=seed,
                       eval_every=args.steps, eval_episodes=args.eval_episodes, checkpoint_every=args.steps,

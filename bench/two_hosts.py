@@ -77,8 +77,9 @@ import rclpy
 from geometry_msgs.msg import PoseStamped
 from std_msgs.msg import UInt8MultiArray
 from robot_rl.ros import qos
-from robot_rl.wire.transport import (decode_transitions, decode_weights, encode_transitions, make_source,
-                                 reversion_weights)
+from robot_rl.wire.protocol import make_source
+from robot_rl.wire.transitions import decode_transitions, encode_transitions
+from robot_rl.wire.weights import decode_weights, reversion_weights
 
 seconds, version = float(sys.argv[1]), int(sys.argv[2])
 rclpy.init()

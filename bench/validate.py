@@ -42,7 +42,8 @@ def tiny_policy(folder: Path, task: str) -> Path:
     """A run folder holding a random SAC policy (16-unit layers) on `task`'s state observations."""
     from robot_rl.agents.sac import SACAgent, SACConfig
     from robot_rl.sim.loop import make_env
-    from robot_rl.wire.policy_file import weights_message, write_policy_file
+    from robot_rl.policies.gaussian import weights_message
+    from robot_rl.wire.policy_file import write_policy_file
 
     env = make_env(task, obs_mode="state")
     try:
@@ -61,7 +62,7 @@ def main(args: Args) -> dict:
 
     from robot_rl.policies.checkpoint import load_policy
     from robot_rl.sim.evaluate import evaluate_policy
-    from robot_rl.apps.validate import ValidateConfig, load_suite, validate
+    from robot_rl.sim.validation import ValidateConfig, load_suite, validate
 
     torch.set_num_threads(1)
     if args.policy is None and not args.smoke:

@@ -10,6 +10,7 @@ import numpy as np
 from robot_rl.core.config_io import config_from_json, config_to_json
 from robot_rl.policies.base import ActionChunk, Observation, PolicyBase, PolicyError
 from robot_rl.policies.registry import GAUSSIAN, LearnerPlan, PolicyKind
+from robot_rl.wire.weights import WeightsMessage
 
 
 class GaussianPolicy(PolicyBase):
@@ -64,10 +65,8 @@ class GaussianPolicy(PolicyBase):
         policy.update_weights(message.policy, max(int(message.version), 1))
         return policy
 
-    def weights_message(self, *, version: int, transitions: int = 0, updates: int = 0):
+    def weights_message(self, *, version: int, transitions: int = 0, updates: int = 0) -> WeightsMessage:
         """This policy's weights as a `WeightsMessage` (what the learner broadcasts and policy files hold)."""
-        from robot_rl.wire.transport import WeightsMessage
-
         agent = self.agent
         return WeightsMessage(version=int(version), policy=agent.policy_to_bytes(),
                               observation_spec=agent.observation_spec, action_dim=agent.action_dim,
@@ -111,3 +110,8 @@ def learner_plan(kind: PolicyKind, options, provided, action_dim: int) -> Learne
     """Plain SAC (the registry's plan of this kind): the SAC action is the robot action, on the robot's
     observations."""
     return LearnerPlan(kind, GaussianPolicy, provided, action_dim, options.sac)
+
+
+def weights_message(agent, *, version: int, transitions: int = 0, updates: int = 0) -> WeightsMessage:
+    """A SAC agent's actor weights as a `WeightsMessage` (what the learner broadcasts and policy files hold)."""
+    return GaussianPolicy(agent).weights_message(version=version, transitions=transitions, updates=updates)

@@ -15,11 +15,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from robot_rl.policies.base import Policy, PolicyError
+from robot_rl.wire.weights import DEFAULT_POLICY_KIND
 
-if TYPE_CHECKING:  # robot_rl.core.types imports flax and JAX; the registry is read without them (robot_rl.wire.transport)
+if TYPE_CHECKING:  # robot_rl.core.types imports flax and JAX; the registry is read without them
     from robot_rl.core.types import ObservationSpec
 
-GAUSSIAN = "gaussian"
+GAUSSIAN = DEFAULT_POLICY_KIND  # the kind of weights that name none
 DIFFUSION = "diffusion"
 ONE_STEP = "one_step"
 RESIDUAL = "residual"
@@ -50,7 +51,8 @@ class PolicyKind:
     aliases: tuple[str, ...] = ()
     """Other names it is read under (the command line's `--policy plain`, old run folders)."""
     options: tuple[str, ...] = ()
-    """The run options (robot_rl.apps.train.TrainConfig fields) it reads; `base` among them: it runs on a frozen base."""
+    """The run options (robot_rl.training.config.TrainConfig fields) it reads; `base` among them: it runs on a frozen
+    base."""
     from_files: str | None = None
     """Where its builder from a policy folder's (description, tensors, device) is, as module:function (torch kinds)."""
     from_weights: str | None = None
@@ -165,9 +167,9 @@ def weights_builder(name: str) -> Callable[..., Policy]:
 
 
 def learner_plan(options: Any, observation_spec: Any, action_dim: int) -> LearnerPlan:
-    """The plan of a run whose options (a robot_rl.apps.train.TrainConfig: `policy`, `sac` and the kind's `options`)
-    choose a learner-trained kind, over the robot's observations and actions; PolicyError for a base the run cannot
-    use (loaded on the CPU)."""
+    """The plan of a run whose options (a robot_rl.training.config.TrainConfig: `policy`, `sac` and the kind's
+    `options`) choose a learner-trained kind, over the robot's observations and actions; PolicyError for a base the
+    run cannot use (loaded on the CPU)."""
     from robot_rl.core.types import ObservationSpec
 
     kind = kind_of(options.policy)

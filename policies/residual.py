@@ -80,7 +80,7 @@ class HeadOnFrozenBase(PolicyBase):
 
     def weights_message(self, *, version: int, transitions: int = 0, updates: int = 0):
         """The head's weights and this policy's config (the base by path) as a `WeightsMessage`."""
-        from robot_rl.wire.transport import WeightsMessage
+        from robot_rl.wire.weights import WeightsMessage
 
         agent = self.head.agent
         return WeightsMessage(version=int(version), policy=agent.policy_to_bytes(),

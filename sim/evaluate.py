@@ -1,7 +1,9 @@
 """Evaluate a policy in the sim mirror in-process: success rate with a 95 % interval, returns, lengths and a video.
 
-`robot-rl train` evaluates its policy with `evaluate`; `robot-rl eval` runs `evaluate_policy_file` on a saved
-policy (``<run_dir>/policy.msgpack``). Episodes run in the one episode loop (robot_rl.actor.runner.EpisodeRunner), so
+`robot-rl train` evaluates its policy with `evaluate`, the ROS learner node with the same episodes as an
+`evaluation_job` in its worker thread; `robot-rl eval` runs `evaluate_policy_file` on a saved policy
+(``<run_dir>/policy.msgpack``), and the ROS actor node writes the same ``eval.json`` (`write_actor_eval`) for the
+episodes it ran with one. Episodes run in the one episode loop (robot_rl.actor.runner.EpisodeRunner), so
 the policy's commands go through an `ActorSession` and the safety layer, as on the robot. Evaluation episodes use
 held-out seeds (`EVAL_SEED_OFFSET` + k) that training episodes (seed + k) and demos never use.
 """
@@ -14,13 +16,18 @@ import shutil
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from robot_rl.sim.loop import EpisodeResult, as_actor, make_env
-from robot_rl.core.report import wilson_interval
+from robot_rl.actor.runner import EpisodeResult
+from robot_rl.core.report import success_text, wilson_interval
 from robot_rl.core.types import ObservationSpec
+from robot_rl.sim.loop import as_actor, make_env
+
+if TYPE_CHECKING:
+    from robot_rl.learner.evaluations import EvalWorker
+    from robot_rl.sim.human import SimulatedHuman
 
 EVAL_SEED_OFFSET = 1_000_000
 VIDEO_EPISODES = 2
@@ -101,9 +108,11 @@ def evaluate(
     video_episodes: int = VIDEO_EPISODES,
     should_stop: Callable[[], bool] | None = None,
     on_episode: Callable[[EpisodeResult], None] | None = None,
+    human: SimulatedHuman | None = None,
 ) -> Evaluation:
     """Run `policy` (see robot_rl.sim.loop.as_actor; an `Actor` should be deterministic) for `episodes` episodes with
-    seeds seed, seed + 1, ..., through an `ActorSession` and the safety layer (the env's limits).
+    seeds seed, seed + 1, ..., through an `ActorSession` and the safety layer (the env's limits); a simulated `human`
+    of `env` takes over as in training.
 
     With `video_path`, the first `video_episodes` episodes are filmed with the front and wrist cameras side by side
     and a "episode e/E  step t  success" caption. `should_stop` is checked between env steps; StopRequested is
@@ -131,7 +140,7 @@ def evaluate(
         if on_episode is not None:
             on_episode(results[-1])
 
-    link = SimLink(SimRobotAdapter(env), range(seed, seed + episodes), on_executed=film)
+    link = SimLink(SimRobotAdapter(env), range(seed, seed + episodes), on_executed=film, human=human)
     runner = sim_runner(link, as_actor(policy, env.action_space.shape[0]), source="eval",
                         on_episode_end=episode_done)
     run_episodes(runner, episodes, should_stop=should_stop)
@@ -145,6 +154,24 @@ def evaluate(
         write_video(video_path, [np.stack(frames) for frames in streams.values()], fps=fps, captions=captions)
         video = Path(video_path)
     return Evaluation(tuple(results), video)
+
+
+def evaluation_job(policy, episodes: int, seed: int, video_path=None) -> Callable[[EvalWorker], Evaluation]:
+    """A job for the learner node's `EvalWorker`: `episodes` deterministic episodes of `policy` (a snapshot of the
+    learner's policy) in the worker's env, exactly as in-process training evaluates; returns the `Evaluation`
+    (StopRequested if stopped)."""
+    from robot_rl.actor.session import Actor
+
+    def run(worker: EvalWorker) -> Evaluation:
+        worker.progress = (0, episodes)
+
+        def on_episode(result) -> None:
+            worker.progress = (worker.progress[0] + 1, episodes)
+
+        return evaluate(worker.env(), Actor(policy, deterministic=True), episodes, seed, video_path=video_path,
+                        should_stop=worker.should_stop, on_episode=on_episode)
+
+    return run
 
 
 def env_settings_for(spec: ObservationSpec) -> dict[str, Any]:
@@ -187,7 +214,7 @@ def evaluate_policy(
     on_episode: Callable[[EpisodeResult], None] | None = None,
     name: str | None = None,
 ) -> dict[str, Any]:
-    """Evaluate any `robot_rl.policies.Policy` (deterministic sampling, chunks executed receding-horizon) in the sim
+    """Evaluate any `robot_rl.policies.base.Policy` (deterministic sampling, chunks executed receding-horizon) in the sim
     mirror; with `out`, writes `eval.json` (and `eval.mp4`) there. Returns the summary. `seed` below
     EVAL_SEED_OFFSET is taken as an offset from it (held-out seeds)."""
     seed = seed if seed >= EVAL_SEED_OFFSET else EVAL_SEED_OFFSET + seed
@@ -284,6 +311,26 @@ def saved_policy_fields(policy_path: str | Path) -> tuple[Path, dict[str, Any]]:
         fields.update({"weights_version": message.version, "policy_transitions": message.transitions,
                        "policy_updates": message.updates})
     return located, fields
+
+
+def write_actor_eval(results: list[dict], *, weights_path: str, eval_out: str, policy, task: str, obs_mode: str,
+                     inference_steps: int, mode: str, deterministic: bool) -> tuple[Path, str]:
+    """`robot-rl eval`'s eval.json (the same statistics) for the episodes the ROS actor node ran with a saved policy
+    (`results`: robot_rl.actor.runner.EpisodeRunner.results); the sim node's random stream places the objects, so
+    episodes carry no seed. Returns the file and a one-line summary."""
+    located, fields = saved_policy_fields(weights_path)
+    out = located.parent / "eval" if eval_out == "auto" else Path(eval_out)
+    evaluation = Evaluation(tuple(EpisodeResult(None, r["steps"], float(r["return"]), r["success"], r["seconds"])
+                                  for r in results))
+    obs_mode = obs_mode or env_settings_for(policy.observation_spec)["obs_mode"]
+    summary = {"policy": fields.pop("policy"), **({"inference_steps": inference_steps} if inference_steps else {}),
+               **fields, **evaluation_summary(evaluation, task=task, obs_mode=obs_mode, policy_kind=policy.kind,
+                                              first_seed=None),
+               "mode": mode, "deterministic": deterministic}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "eval.json").write_text(json.dumps(summary, indent=2))
+    return out / "eval.json", (f"success {success_text(evaluation.successes, len(evaluation))}, return "
+                               f"{evaluation.mean_return:.2f}, length {evaluation.mean_length:.1f}")
 
 
 def _check_observations(env, spec: ObservationSpec, action_dim: int, policy_file: Path | str, task: str,

@@ -1,19 +1,29 @@
-"""A simulated human supervisor: the scripted expert takes over when the policy is stuck, pushing out of bounds or
+"""The simulated human supervisor: the scripted expert takes over when the policy is stuck, pushing out of bounds or
 (optionally) heading where the expert would not, or about to cause a failure the task cannot undo.
 
 :class:`InterventionRule` holds the when-and-how-long logic without any env access (fed the TCP position, the
-commanded target and the policy's push direction each step), so the in-process :class:`SimulatedHuman` and the
-ROS 2 scripted teleop node (robot_rl.sim.scripted_teleop) decide the same way.
+commanded target and the push direction each step); :class:`ScriptedSupervisor` feeds it what a person watching the
+robot sees (the commanded targets, from which the push is inferred, the TCP, the expert's action, the hazard the sim
+names) and turns the expert's action into a teleop twist. The ROS 2 scripted teleop node (robot_rl.sim.scripted_teleop)
+and the in-process :class:`SimulatedHuman` are thin shells around one :class:`ScriptedSupervisor`, so a run decides
+the same way in-process and over ROS.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from robot_rl.actor.teleop_mapping import action_to_twist
 from robot_rl.sim.expert import make_expert
+
+if TYPE_CHECKING:
+    from robot_rl.actor.runner import StepInputs
+
+ON_FACE_TOLERANCE = 1e-4  # [m]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +53,8 @@ class InterventionConfig:
     watch_hazards: bool = False
     """Also take over at once when the policy's action is about to cause a failure the task cannot undo (the task's
     RobotEnv.imminent_failure, e.g. PegInsert's press beside the hole): a person who stops a jam they see coming.
-    Over ROS the scripted teleop reads it from the sim node's sim/imminent_failure, a step later."""
+    Read from the sim at each frame (over ROS: the sim node's sim/imminent_failure): the hand's target is there
+    already, so the human sees it a step after the command that set it, as a person reacts."""
 
     def __post_init__(self) -> None:
         problems = [f"{name}={getattr(self, name)!r} must be >= {low}"
@@ -179,19 +190,114 @@ class InterventionRule:
         return True
 
 
-class SimulatedHuman:
-    """Plays the human supervisor in the sim mirror, with the scripted expert as the human's hands."""
+def inferred_push(previous_target, target, workspace_low, workspace_high, max_translation: float,
+                  tolerance: float = ON_FACE_TOLERANCE) -> np.ndarray:
+    """The policy's push direction (3,) in action units, inferred from two consecutive commanded targets.
 
-    def __init__(self, env, config: SimulatedHumanConfig = SimulatedHumanConfig(), seed: int | None = None):
-        self.env = env.unwrapped
+    The step between the targets over `max_translation` (clipped to [-1, 1]); an axis whose target sits on a workspace
+    face (within `tolerance`: the actor's safety layer clipped it there, so the policy asked for more) reads as a full
+    push towards that face. Without a previous target only the faces count.
+    """
+    target = np.asarray(target, dtype=np.float64).reshape(3)
+    if previous_target is None:
+        push = np.zeros(3)
+    else:
+        push = np.clip((target - np.asarray(previous_target, dtype=np.float64).reshape(3)) / max_translation,
+                       -1.0, 1.0)
+    push = np.where(target <= np.asarray(workspace_low) + tolerance, np.minimum(push, -1.0), push)
+    return np.where(target >= np.asarray(workspace_high) - tolerance, np.maximum(push, 1.0), push)
+
+
+class ScriptedSupervisor:
+    """The scripted human's decisions from what they see of the robot (pure: no env, no ROS): feed the commanded
+    targets, each frame's expert action and hazard, then the frame's TCP (`step`); read the teleop command.
+
+    The policy's action is not seen, only what the actor commanded: the push direction is :func:`inferred_push` of
+    the last two commanded targets.
+    """
+
+    def __init__(self, config: InterventionConfig, workspace_low, workspace_high, *, control_dt: float,
+                 max_translation: float, max_rotation: float):
         self.config = config
-        self.expert = make_expert(env, noise=config.noise, seed=seed)
-        self.rule = InterventionRule(config, self.env.workspace_low, self.env.workspace_high)
-        self.reset()
+        self.workspace_low = np.asarray(workspace_low, dtype=np.float64).reshape(3)
+        self.workspace_high = np.asarray(workspace_high, dtype=np.float64).reshape(3)
+        self.control_dt, self.max_translation, self.max_rotation = control_dt, max_translation, max_rotation
+        self.rule = InterventionRule(config, self.workspace_low, self.workspace_high)
+        self.engaged = False
+        self.expert_action: np.ndarray | None = None
+        self.hazard: str | None = None
+        """The failure the sim named at this frame (None: none), used by the next `step` only."""
+        self._target: np.ndarray | None = None
+        self._target_at_last_step: np.ndarray | None = None
 
     def reset(self) -> None:
-        self.expert.reset()
+        """A new episode: the evidence, the running takeover and the episode budget start over."""
         self.rule.reset()
+        self.engaged = False
+        self.hazard = None
+        self._target = self._target_at_last_step = None
+
+    def on_target(self, position) -> None:
+        """The actor commanded a TCP target (3,) [m]."""
+        self._target = np.array(position, dtype=np.float64).reshape(3)
+
+    def on_hazard(self, hazard: str) -> None:
+        """The failure the hand's target is about to cause ('' for none)."""
+        self.hazard = hazard or None
+
+    def on_expert_action(self, action) -> None:
+        """What the expert would command now (4 or 7 entries; ValueError otherwise)."""
+        action = np.array(action, dtype=np.float64).reshape(-1)
+        if action.shape[0] not in (4, 7):
+            raise ValueError(f"expert action must have 4 or 7 entries, got {action.shape[0]}")
+        self.expert_action = action
+
+    def step(self, tcp_position) -> bool:
+        """One control step (a new TCP measurement); returns whether the supervisor is engaged for it."""
+        if self._target is None:
+            target, push = None, np.zeros(3)
+        else:
+            target = self._target
+            push = inferred_push(self._target_at_last_step, target, self.workspace_low, self.workspace_high,
+                                 self.max_translation)
+        self._target_at_last_step = self._target
+        hazard = self.hazard if self.config.watch_hazards else None
+        self.hazard = None
+        self.engaged = self.rule.step(tcp_position, target, push, self.expert_action, hazard)
+        return self.engaged
+
+    def command(self) -> tuple[np.ndarray, np.ndarray, float | None]:
+        """(linear [m/s], angular [rad/s], gripper opening or None) from the latest expert action; zero velocity and
+        no gripper target before the first expert action (ValueError for a non-finite one)."""
+        if self.expert_action is None:
+            return np.zeros(3), np.zeros(3), None
+        return action_to_twist(self.expert_action, control_dt=self.control_dt, max_translation=self.max_translation,
+                               max_rotation=self.max_rotation)
+
+
+class SimulatedHuman:
+    """Plays the human supervisor of an in-process sim run as the scripted teleop node does over ROS, with the
+    scripted expert as the human's hands (see the module doc).
+
+    The in-process sim link (robot_rl.sim.robot_adapter.SimLink) shows it what the sim node and the actor publish over
+    ROS: each command's target (`commanded`), each frame (`frame`: the expert's action, the hazard, the TCP) and each
+    episode's start (`episode_started`); it answers through the episode loop's teleop inputs (engaged, gripper, a
+    twist stamped with the frame it answers), which the runner turns into the human's action for the step.
+    """
+
+    def __init__(self, env, config: SimulatedHumanConfig = SimulatedHumanConfig(), seed: int | None = None):
+        base = env.unwrapped
+        self.env = base
+        self.config = config
+        self.expert = make_expert(env, noise=config.noise, seed=seed)
+        self.supervisor = ScriptedSupervisor(config, base.workspace_low, base.workspace_high,
+                                             control_dt=float(base.control_dt),
+                                             max_translation=float(base.max_translation),
+                                             max_rotation=float(base.max_rotation))
+
+    @property
+    def rule(self) -> InterventionRule:
+        return self.supervisor.rule
 
     @property
     def episode_steps(self) -> int:
@@ -205,10 +311,31 @@ class SimulatedHuman:
     def total_steps(self, value: int) -> None:  # a resumed run restores the count of past interventions
         self.rule.total_steps = int(value)
 
-    def act(self, obs, policy_action: np.ndarray) -> np.ndarray | None:
-        """The expert's action while intervening, else None (the policy acts)."""
-        watched = self.expert.act(obs) if self.config.disagreement is not None else None
-        hazard = self.env.imminent_failure(self.env.target_of(policy_action)) if self.config.watch_hazards else None
-        if not self.rule.step(self.env.tcp_pose()[0], self.env.target_pose()[0], policy_action, watched, hazard):
-            return None
-        return watched if watched is not None else self.expert.act(obs)
+    def episode_started(self, inputs: StepInputs) -> None:
+        """A new episode (the actor node's actor/episode): control handed back, evidence and episode budget reset."""
+        self.expert.reset()
+        self.supervisor.reset()
+        inputs.teleop_engaged(False)
+
+    def commanded(self, target_position) -> None:
+        """The actor sent a command with this TCP target (its command/target_pose)."""
+        self.supervisor.on_target(target_position)
+
+    def frame(self, inputs: StepInputs, stamp: float) -> None:
+        """A sim frame at `stamp` (the sim node's sim/expert_action, sim/imminent_failure, then tcp_pose): decide, and
+        while engaged answer the frame with the expert's action as the gripper opening and a twist stamped with it."""
+        base = self.env
+        self.supervisor.on_expert_action(self.expert.act())
+        if self.config.watch_hazards:
+            self.supervisor.on_hazard(base.imminent_failure(base.target_pose()[0]) or "")
+        engaged = self.supervisor.step(base.tcp_pose()[0])
+        inputs.teleop_engaged(engaged)
+        if engaged:
+            linear, angular, opening = self.supervisor.command()
+            inputs.teleop_gripper(opening)
+            inputs.teleop_twist(linear, angular, stamp)
+
+    def hand_back(self, inputs: StepInputs) -> None:
+        """The episode ends at this frame: nobody acts on it, and control goes back to the policy."""
+        self.supervisor.engaged = False
+        inputs.teleop_engaged(False)

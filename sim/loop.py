@@ -5,14 +5,16 @@ every command goes through an `ActorSession` and the safety layer, as on the rob
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
 
+from robot_rl.actor.runner import EpisodeResult
 from robot_rl.core.protocols import Policy
-from robot_rl.data.episodes import DatasetError, EpisodeWriter, specs_from_spaces
+from robot_rl.data.episode_format import specs_from_spaces
+from robot_rl.data.episode_writer import EpisodeWriter
+from robot_rl.data.episodes import DatasetError
 from robot_rl.policies.base import ActionChunk, PolicyBase
 
 ENV_NAMESPACE = "robot_rl"
@@ -53,21 +55,6 @@ def sim_run_steps(robot, task: str) -> int:
 def run_episode_steps(robot, task: str) -> int:
     """A run's episode length: the sim task's in the sim mirror (`sim_run_steps`), else the robot file's."""
     return sim_run_steps(robot, task) or robot.max_episode_steps
-
-
-@dataclasses.dataclass
-class EpisodeResult:
-    """What one episode produced."""
-
-    seed: int | None
-    steps: int
-    total_reward: float
-    success: bool
-    seconds: float
-    failure: str | None = None
-    """What kept a failed sim episode from success at its end (the task's failure_mode), None if unknown."""
-    end: dict[str, float] = dataclasses.field(default_factory=dict)
-    """The task's measurements at the sim episode's end (its task_measures), for a failure census."""
 
 
 class StepPolicy(PolicyBase):

@@ -1,6 +1,6 @@
 """Validation conditions for the sim mirror: named, composable, seeded perturbations of what a real robot differs in.
 
-A condition is a list of perturbations (data, from a suite YAML file: `robot_rl.apps.validate`). `PerturbedEnv` wraps a
+A condition is a list of perturbations (data, from a suite YAML file: `robot_rl.sim.validation`). `PerturbedEnv` wraps a
 sim env and, at every reset, restores the nominal model, draws each perturbation's values for the episode from a
 generator seeded by (suite seed, condition, episode) and applies them: MuJoCo model edits (camera poses, lights,
 colours, object size / mass / friction) and per-step effects (action latency, sensor delay, dropped camera frames,

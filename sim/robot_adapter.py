@@ -22,9 +22,9 @@ import numpy as np
 from robot_rl.actor.safety import SafeCommand, Safety, SafetyConfig, check_sim_env, sim_env_action, sim_safety_config
 
 if TYPE_CHECKING:
-    from robot_rl.actor.runner import EpisodeEnd, EpisodeRunner
-    from robot_rl.sim.loop import EpisodeResult
-    from robot_rl.wire.transport import Outbox
+    from robot_rl.actor.runner import EpisodeEnd, EpisodeResult, EpisodeRunner
+    from robot_rl.sim.human import SimulatedHuman
+    from robot_rl.wire.outbox import Outbox
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -131,17 +131,22 @@ class SimLink:
 
     Reset k uses the k-th of `seeds`; `on_reset(start)` sees each episode's start, `on_executed(executed)` each env
     step (filming, statistics). The env steps, reward and success of the episode under way are tallied
-    (`episode_result`).
+    (`episode_result`). A `human` (robot_rl.sim.human.SimulatedHuman) is shown what the scripted teleop node sees
+    over ROS (each episode's start, each command's target, each frame) and answers through the runner's `inputs`,
+    as that node's teleop messages do; it does not answer a frame the episode ends at.
     """
 
     name = "the sim env's reset"
 
     def __init__(self, adapter: SimRobotAdapter, seeds: Iterable[int | None], *,
                  on_reset: Callable[[RobotStart], None] | None = None,
-                 on_executed: Callable[[ExecutedCommand], None] | None = None):
+                 on_executed: Callable[[ExecutedCommand], None] | None = None, human: SimulatedHuman | None = None):
         from robot_rl.actor.runner import StepInputs
 
+        if human is not None and human.env is not adapter.env.unwrapped:
+            raise ValueError("the simulated human must watch the env the link steps")
         self.adapter = adapter
+        self.human = human
         self.seeds: Iterator[int | None] = iter(seeds)
         self.on_reset = on_reset
         self.on_executed = on_executed
@@ -218,13 +223,16 @@ class SimLink:
         pass
 
     def episode_started(self, episode: int) -> None:
-        pass
+        if self.human is not None:
+            self.human.episode_started(self.inputs)
 
     def send(self, command: SafeCommand, stamp: float | None) -> None:
         """Execute the command for one control step; its reward and success (and "reset" when the env ended the
-        episode) go to the runner's inputs with the next frame."""
+        episode) go to the runner's inputs with the next frame, and the simulated human's answer to that frame."""
         data = self.adapter.env.unwrapped.data
         started = data.time
+        if self.human is not None:
+            self.human.commanded(command.target_position)
         executed = self.adapter.execute(command)
         self.episode_steps += 1
         self.episode_reward += executed.reward
@@ -236,19 +244,27 @@ class SimLink:
             self.inputs.key(executed.episode_key)
         if self.on_executed is not None:
             self.on_executed(executed)
+        if self.human is not None:
+            if self.inputs.episode_key is None:
+                self.human.frame(self.inputs, self.stamp)
+            else:  # the episode ends at this frame (the env's end, or the caller's key in on_executed)
+                self.human.hand_back(self.inputs)
         return None
 
     def runner_config(self, episodes: int = 0):
-        """The runner settings for this link: lock-step at the env's rate, its reset, `episodes` episodes."""
+        """The runner settings for this link: lock-step at the env's rate and action scaling (a human's twist back
+        into the env's action), its reset, `episodes` episodes."""
         from robot_rl.actor.runner import RunnerConfig
 
+        base = self.adapter.env.unwrapped
         return RunnerConfig(mode="lockstep", control_dt=self.control_dt, reset="service", episodes=episodes,
-                            frame_timeout_s=math.inf, reset_timeout_s=math.inf)
+                            frame_timeout_s=math.inf, reset_timeout_s=math.inf,
+                            max_translation=float(base.max_translation), max_rotation=float(base.max_rotation))
 
     def episode_result(self, end: EpisodeEnd) -> EpisodeResult:
         """The episode `end` closed, as the in-process tools report it: its seed, env steps, reward and success, the
         task's failure mode if it failed, and the task's measurements at its end (the scene is as it left it)."""
-        from robot_rl.sim.loop import EpisodeResult
+        from robot_rl.actor.runner import EpisodeResult
 
         task = self.adapter.env.unwrapped
         failure = None if self.episode_success else task.failure_mode()
@@ -265,7 +281,7 @@ def sim_runner(link: SimLink, actor, *, safety: Safety | None = None, source: st
     `EpisodeRunner` (hooks, `uniform`, `log`); ValueError for a safety layer of another action size than the env's."""
     from robot_rl.actor.session import ActorSession
     from robot_rl.actor.runner import EpisodeRunner
-    from robot_rl.wire.transport import Outbox
+    from robot_rl.wire.outbox import Outbox
 
     adapter = link.adapter
     safety = safety if safety is not None else Safety(adapter.safety_config())

@@ -4,10 +4,11 @@ Run::
 
     python -m robot_rl.sim.scripted_teleop [--ros-args -r __ns:=/robot1 -p task:=PickCube-v0 -p takeover_steps:=5]
 
-It decides like the in-process simulated human (the same :class:`robot_rl.sim.human.InterventionRule`): it takes over
-when the TCP is stuck or the actor keeps pushing its target against a workspace face (and, where set, when the policy
-heads where the expert would not, or the sim names a failure the hand is about to cause), for ``takeover_steps`` steps
-within a per-episode and a total budget. While engaged it drives the robot with the sim node's expert action
+A thin ROS shell around :class:`robot_rl.sim.human.ScriptedSupervisor`, the one the in-process simulated human
+(:class:`robot_rl.sim.human.SimulatedHuman`) runs too, fed the same things: it takes over when the TCP is stuck or
+the actor keeps pushing its target against a workspace face (and, where set, when the commanded motion heads where
+the expert would not, or the sim names a failure the hand is about to cause), for ``takeover_steps`` steps within a
+per-episode and a total budget. While engaged it drives the robot with the sim node's expert action
 (``sim/expert_action``) turned into a teleop twist, exactly as a human on a teleop device would.
 
 Topics (names and QoS from robot_rl.ros.qos; every name relative, so a namespace remap moves the whole node):
@@ -32,9 +33,10 @@ teleop/gripper       std_msgs/Float64             out  while engaged: the expert
 The sim node publishes ``sim/expert_action`` before ``tcp_pose`` in each step, and this node subscribes to the expert
 action first, so when both wait at once the expert action of the step is taken before the step is answered.
 
-Over ROS the policy's action is not visible, so the push direction is inferred from the commanded targets
-(:func:`inferred_push`): an axis pushes out when the target moved towards a face by more than half a step, or sits
-on the face itself (within 0.1 mm: the actor's safety layer clipped it there, so the policy asked for more).
+The policy's action is not visible, so the push direction is inferred from the commanded targets
+(:func:`robot_rl.sim.human.inferred_push`): an axis pushes out when the target moved towards a face by more than half
+a step, or sits on the face itself (within 0.1 mm: the actor's safety layer clipped it there, so the policy asked for
+more).
 
 Parameters (:data:`PARAMETERS`, read at start-up): ``task`` (its env gives the workspace box and, where they are 0,
 ``max_translation``, ``max_rotation`` and ``control_dt``), ``takeover_steps``, ``episode_budget``, ``total_budget``
@@ -58,12 +60,10 @@ import numpy as np
 
 from robot_rl.ros import qos
 from robot_rl.ros.node_util import declare_parameters, relative_name, topic_publisher
-from robot_rl.sim.human import InterventionConfig, InterventionRule
-from robot_rl.actor.teleop_mapping import action_to_twist
+from robot_rl.sim.human import InterventionConfig, ScriptedSupervisor
 
 NODE_NAME = "scripted_teleop"
 BASE_FRAME = "base"
-ON_FACE_TOLERANCE = 1e-4  # [m]
 EXIT_BAD_PARAMETERS = 2
 
 
@@ -86,8 +86,7 @@ class ScriptedTeleopConfig:
     disagreement_steps: int = InterventionConfig.disagreement_steps
     watch_hazards: bool = False
     """Take over at the step the sim names a failure the hand's target is about to cause (sim/imminent_failure); see
-    robot_rl.sim.human.InterventionConfig. Over ROS the human sees it a step later than in-process (the sim has
-    moved the hand by then), as a person reacts."""
+    robot_rl.sim.human.InterventionConfig."""
     max_translation: float = 0.03
     """[m] per control step at action 1 (the env's max_translation)."""
     max_rotation: float = 0.15
@@ -111,81 +110,6 @@ class ScriptedTeleopConfig:
             stuck_distance=self.stuck_distance, boundary_margin=self.boundary_margin,
             boundary_steps=self.boundary_steps, disagreement=self.disagreement or None,
             disagreement_steps=self.disagreement_steps, watch_hazards=self.watch_hazards)
-
-
-def inferred_push(previous_target, target, workspace_low, workspace_high, max_translation: float,
-                  tolerance: float = ON_FACE_TOLERANCE) -> np.ndarray:
-    """The policy's push direction (3,) in action units, inferred from two consecutive commanded targets.
-
-    The step between the targets over `max_translation` (clipped to [-1, 1]); an axis whose target sits on a workspace
-    face (within `tolerance`) reads as a full push towards that face. Without a previous target only the faces count.
-    """
-    target = np.asarray(target, dtype=np.float64).reshape(3)
-    if previous_target is None:
-        push = np.zeros(3)
-    else:
-        push = np.clip((target - np.asarray(previous_target, dtype=np.float64).reshape(3)) / max_translation,
-                       -1.0, 1.0)
-    push = np.where(target <= np.asarray(workspace_low) + tolerance, np.minimum(push, -1.0), push)
-    return np.where(target >= np.asarray(workspace_high) - tolerance, np.maximum(push, 1.0), push)
-
-
-class ScriptedSupervisor:
-    """The scripted teleop's decisions without ROS: feed targets, expert actions and steps; read the command."""
-
-    def __init__(self, config: ScriptedTeleopConfig, workspace_low, workspace_high):
-        self.config = config
-        self.workspace_low = np.asarray(workspace_low, dtype=np.float64).reshape(3)
-        self.workspace_high = np.asarray(workspace_high, dtype=np.float64).reshape(3)
-        self.rule = InterventionRule(config.intervention_config(), self.workspace_low, self.workspace_high)
-        self.engaged = False
-        self.expert_action: np.ndarray | None = None
-        self.hazard: str | None = None
-        """The failure the sim named at this step (None: none), used by the next `step` only."""
-        self._target: np.ndarray | None = None
-        self._target_at_last_step: np.ndarray | None = None
-
-    def reset(self) -> None:
-        """A new episode: the evidence, the running takeover and the episode budget start over."""
-        self.rule.reset()
-        self.engaged = False
-        self.hazard = None
-        self._target = self._target_at_last_step = None
-
-    def on_target(self, position) -> None:
-        self._target = np.array(position, dtype=np.float64).reshape(3)
-
-    def on_hazard(self, hazard: str) -> None:
-        self.hazard = hazard or None
-
-    def on_expert_action(self, action) -> None:
-        action = np.array(action, dtype=np.float64).reshape(-1)
-        if action.shape[0] not in (4, 7):
-            raise ValueError(f"expert action must have 4 or 7 entries, got {action.shape[0]}")
-        self.expert_action = action
-
-    def step(self, tcp_position) -> bool:
-        """One control step (a new TCP measurement); returns whether the supervisor is engaged for it."""
-        if self._target is None:
-            target, push = None, np.zeros(3)
-        else:
-            target = self._target
-            push = inferred_push(self._target_at_last_step, target, self.workspace_low, self.workspace_high,
-                                 self.config.max_translation)
-        self._target_at_last_step = self._target
-        hazard = self.hazard if self.config.watch_hazards else None
-        self.hazard = None
-        self.engaged = self.rule.step(tcp_position, target, push, self.expert_action, hazard)
-        return self.engaged
-
-    def command(self) -> tuple[np.ndarray, np.ndarray, float | None]:
-        """(linear [m/s], angular [rad/s], gripper opening or None) from the latest expert action; zero velocity and
-        no gripper target before the first expert action."""
-        if self.expert_action is None:
-            return np.zeros(3), np.zeros(3), None
-        c = self.config
-        return action_to_twist(self.expert_action, control_dt=c.control_dt, max_translation=c.max_translation,
-                               max_rotation=c.max_rotation)
 
 
 def task_limits(task: str) -> dict[str, object]:
@@ -252,7 +176,10 @@ class ScriptedTeleopNode:
         except Exception:
             node.destroy_node()
             raise
-        self.supervisor = ScriptedSupervisor(self.config, limits["workspace_low"], limits["workspace_high"])
+        c = self.config
+        self.supervisor = ScriptedSupervisor(c.intervention_config(), limits["workspace_low"], limits["workspace_high"],
+                                             control_dt=c.control_dt, max_translation=c.max_translation,
+                                             max_rotation=c.max_rotation)
         self._last_tcp_stamp = 0.0
         self._expert_fresh = False  # an expert action arrived since the last command
         self._command_due = False  # engaged at a step whose expert action has not arrived yet

@@ -56,8 +56,10 @@ if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
 # count as one file: they run on one worker, one at a time (each graph has its own network, IPC and /dev/shm
 # namespaces and a domain id from tests/ros_harness.allocate_domain_id, but real-time nodes need the core), while the
 # other worker takes the files that only compute.
-# They come first, so that long stream starts at once and the short files fill in beside it.
+# They come first, so that long stream starts at once and the short files fill in beside it. A file that names those
+# modules but starts no node says so with a line `COMPUTES_ONLY = True` and runs beside them.
 _ROS_FILE = re.compile(r"rclpy|ROS_DOMAIN_ID|domain_id|ros_harness|robot_rl\.ros|LaunchRun|unshare")
+_COMPUTES_ONLY = re.compile(r"^COMPUTES_ONLY = True", re.M)
 _TESTS = Path(__file__).resolve().parent
 _uses_ros: dict[str, bool] = {}
 
@@ -65,7 +67,8 @@ _uses_ros: dict[str, bool] = {}
 def _starts_ros(file_name: str) -> bool:
     if file_name not in _uses_ros:
         path = _TESTS / file_name
-        _uses_ros[file_name] = path.is_file() and bool(_ROS_FILE.search(path.read_text()))
+        text = path.read_text() if path.is_file() else ""
+        _uses_ros[file_name] = bool(_ROS_FILE.search(text)) and not _COMPUTES_ONLY.search(text)
     return _uses_ros[file_name]
 
 

@@ -80,7 +80,7 @@ def untrained_state_agent():
     """An untrained SAC agent for PickCube-v0's state observations (policy files and weights messages in tests)."""
     from robot_rl.agents.sac import SACAgent
     from robot_rl.sim.loop import make_env
-    from robot_rl.apps.train import TrainConfig
+    from robot_rl.training.config import TrainConfig
     from robot_rl.core.types import ObservationSpec
 
     env = make_env("PickCube-v0", obs_mode="state")

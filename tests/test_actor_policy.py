@@ -48,7 +48,7 @@ def make(robot_name="sim_panda", **settings):
 
 
 def weights(agent, version, transitions=0, done=False):
-    from robot_rl.wire.policy_file import weights_message
+    from robot_rl.policies.gaussian import weights_message
 
     return dataclasses.replace(weights_message(agent, version=version, transitions=transitions), training_done=done)
 

@@ -11,7 +11,8 @@ from robot_rl.actor.session import Actor, ActorSession, ActorStep, SessionStep
 from robot_rl.policies.base import PolicyBase
 from robot_rl.actor.safety import Safety, SafetyConfig
 from robot_rl.actor.sensors import MissingSensors, SensorCache, sensors_for
-from robot_rl.wire.transport import Outbox, make_source
+from robot_rl.wire.outbox import Outbox
+from robot_rl.wire.protocol import make_source
 
 SOURCE = make_source("arm-1", "test")
 START_POSITION = np.array([0.5, 0.0, 0.15])
@@ -42,7 +43,7 @@ class StubPolicy:
 
     def step(self, observation, *, uniform=False, now=None):
         action = self.policy_action(observation, now)
-        return ActorStep(action, False, action)
+        return ActorStep(action)
 
     def observe(self, observation):
         return observation
@@ -249,31 +250,16 @@ def test_human_action_is_executed_and_flagged_as_intervention():
     assert session.episode_interventions == 1
 
 
-def test_the_actors_own_human_judges_the_policys_action_and_overrides_it():
-    """In-process training's simulated human is the Actor's intervention source: it sees the policy's action of the
-    step (as `Actor.step` always showed it) and its action goes through the safety layer, flagged."""
+def test_a_humans_action_overrides_the_actor_even_in_warm_up_through_the_safety_layer():
+    """A human's action (a teleop device's, or the simulated human's in-process, through the episode loop's inputs)
+    replaces a real Actor's, its uniform warm-up action too, goes through the safety layer, and is flagged."""
     policy_action = np.array([0.2, 0.0, 0.0, -1.0], np.float32)
     human_action = np.array([0.0, 0.0, -3.0, 1.0], np.float32)  # out of range: clipped like any action
-
-    class Human:
-        def __init__(self):
-            self.seen, self.resets = [], 0
-
-        def reset(self):
-            self.resets += 1
-
-        def act(self, observation, action):
-            self.seen.append(action.copy())
-            return human_action if len(self.seen) == 2 else None
-
-    human = Human()
-    session = new_session(Actor(ConstantPolicy(policy_action), human=human))
+    session = new_session(Actor(ConstantPolicy(policy_action)))
     session.start_episode(START_POSITION, NOMINAL)
-    assert human.resets == 1  # the session resets the actor, and the actor its human
     first = session.step(obs(0))
-    second = session.step(obs(1))
+    second = session.step(obs(1), human_action=human_action, uniform=True)
     third = session.step(obs(2))
-    np.testing.assert_array_equal(np.stack(human.seen), np.stack([policy_action] * 3))
     assert (first.intervention, second.intervention, third.intervention) == (False, True, False)
     assert "action_clipped" in second.command.reasons
     np.testing.assert_allclose(second.command.target_position - first.command.target_position,
@@ -281,6 +267,7 @@ def test_the_actors_own_human_judges_the_policys_action_and_overrides_it():
     t = third.transition
     assert t.intervention and not second.transition.intervention
     np.testing.assert_array_equal(t.action, [0.0, 0.0, -1.0, 1.0])
+    np.testing.assert_array_equal(session.step(obs(3)).transition.action, policy_action)  # the policy again
     assert session.episode_interventions == 1
 
 
@@ -336,7 +323,7 @@ def test_a_held_command_cuts_the_episode_in_the_learners_replay(tmp_path):
     from robot_rl.agents.sac import SACConfig
     from robot_rl.learner.learner import Learner, LearnerConfig
     from robot_rl.learner.server import LearnerServer
-    from robot_rl.wire.transport import decode_transitions
+    from robot_rl.wire.transitions import decode_transitions
 
     policy = StubPolicy([[0.1, 0.0, 0.0, 0.0], [0.1, 0.0, 0.0, 0.0], [math.nan, 0.0, 0.0, 0.0], [0.0, 0.1, 0.0, 0.0]])
     session = new_session(policy, max_episode_steps=5)

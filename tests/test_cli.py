@@ -190,7 +190,7 @@ def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
 
 
 def test_record_uses_trains_image_size_and_continues_the_seeds_when_appending(tmp_path, capsys):
-    from robot_rl.apps.train import TrainConfig
+    from robot_rl.training.config import TrainConfig
 
     out = tmp_path / "demos.zarr"
     assert run_cli(["record", "--episodes", "2", "--obs-mode", "pixels", "--out", out], capsys)[0] == 0

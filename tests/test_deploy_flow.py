@@ -16,8 +16,9 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from robot_rl.actor.robot_config import resolve_robot_path  # noqa: E402
-from robot_rl.apps.validate import (  # noqa: E402
-    ValidateConfig, deployment_decision, deployment_problem, policy_digest, read_records, validate)
+from robot_rl.actor.deploy_gate import (  # noqa: E402
+    deployment_decision, deployment_problem, policy_digest, read_records)
+from robot_rl.sim.validation import ValidateConfig, validate  # noqa: E402
 
 ROBOT = "franka_fr3"  # a real robot's file: the gate applies (its suite: default)
 # One short condition, and thresholds an untrained policy passes: this tests the flow, not the policies.
@@ -37,7 +38,8 @@ def policies(root: Path) -> dict[str, Path]:
     from robot_rl.policies.normalizer import Normalizer
     from robot_rl.policies.one_step import OneStepPolicy
     from robot_rl.policies.residual import FrozenBase, ResidualPolicy, residual_observation_spec
-    from robot_rl.wire.policy_file import weights_message, write_policy_file
+    from robot_rl.policies.gaussian import weights_message
+    from robot_rl.wire.policy_file import write_policy_file
     from robot_rl.core.types import ObservationSpec
 
     torch.set_num_threads(1)

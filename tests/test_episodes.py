@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 import zarr
 
-from robot_rl.data.episodes import ArraySpec, DatasetError, DatasetReader, EpisodeDataset, EpisodeWriter
+from robot_rl.core.types import ArraySpec
+from robot_rl.data.episode_writer import EpisodeWriter
+from robot_rl.data.episodes import DatasetError, DatasetReader, EpisodeDataset
 
 OBS_SPEC = {"state": ArraySpec((14,), "float32"), "images/front": ArraySpec((16, 16, 3), "uint8")}
 ACTION_SPEC = ArraySpec((4,), "float32")
@@ -275,7 +277,7 @@ def test_a_file_system_without_flock_still_records_with_a_warning(tmp_path, monk
         raise OSError(errno.ENOLCK, "No locks available")
 
     monkeypatch.setattr(fcntl, "flock", no_locks)
-    with caplog.at_level("WARNING", logger="robot_rl.data.episodes"):
+    with caplog.at_level("WARNING", logger="robot_rl.data.episode_writer"):
         write_episode(new_writer(tmp_path / "ds"), 0, 3)
         write_episode(new_writer(tmp_path / "ds"), 1, 2)
     assert EpisodeDataset(tmp_path / "ds").episode_lengths.tolist() == [3, 2]
@@ -351,17 +353,17 @@ WRITER_SCRIPT = textwrap.dedent(
     import os, signal, sys
     sys.path.insert(0, {tests!r})
     import numpy as np
-    import robot_rl.data.episodes as episodes
+    import robot_rl.data.episode_writer as episode_writer
     from test_episodes import new_writer, write_episode
 
     kill_at = int(sys.argv[2])  # -1: run until killed from outside
     kill_after = sys.argv[3]  # the array whose append is the last thing episode kill_at does
-    original_append = episodes._append
+    original_append = episode_writer._append
     def append_then_maybe_die(arr, index, values):
         original_append(arr, index, values)
         if index == kill_at and arr.path.endswith(kill_after):
             os.kill(os.getpid(), signal.SIGKILL)
-    episodes._append = append_then_maybe_die
+    episode_writer._append = append_then_maybe_die
 
     writer = new_writer(sys.argv[1])
     episode = writer.num_episodes

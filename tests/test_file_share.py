@@ -12,6 +12,8 @@ import pytest
 from robot_rl.wire import file_share as fs
 from robot_rl.wire.file_share import CHUNK_SIZE, Assembly, FileShareError, Manifest, bundle_of
 
+COMPUTES_ONLY = True  # names robot_rl.ros modules, starts no ROS 2 node (tests/conftest.py)
+
 
 def make_policy(folder: Path, seed: int = 0, size: int = 2 * CHUNK_SIZE + 1000) -> Path:
     """A policy-like folder: a config, weights over a few chunks, a validation record, a nested file, an empty file."""
@@ -252,7 +254,8 @@ def test_cache_root_follows_the_environment(tmp_path):
 
 
 def test_weights_carry_their_files_digests():
-    from robot_rl.wire.transport import TransportError, WeightsMessage, decode_weights, encode_weights
+    from robot_rl.wire.protocol import TransportError
+    from robot_rl.wire.weights import WeightsMessage, decode_weights, encode_weights
     from robot_rl.core.types import ObservationSpec
 
     spec = ObservationSpec.from_shapes({"state": ((3,), "float32")})
@@ -270,7 +273,7 @@ def test_weights_carry_their_files_digests():
 
 
 def test_the_deployment_gate_reads_the_same_policy_and_record_from_a_received_copy(tmp_path):
-    from robot_rl.apps import validate
+    from robot_rl.actor import deploy_gate as validate
 
     source = make_policy(tmp_path / "run" / "policy")
     (source / "validation.json").write_text(json.dumps({"format": validate.RECORD_FORMAT,
@@ -312,7 +315,7 @@ def learner_stub(share, tmp_path, resuming=False):
 def test_the_learner_fetches_a_base_and_demos_this_host_lacks_and_checks_those_it_has(tmp_path):
     from robot_rl.ros.nodes.learner_node import LearnerNode
     from robot_rl.ros.node_util import NodeStartupError
-    from robot_rl.apps.train import TrainConfig
+    from robot_rl.training.config import TrainConfig
 
     cfg = TrainConfig(policy="residual", base=(tmp_path / "runs/dp/policy").resolve(), demos=0,
                       demo_path=tmp_path / "demos.zarr")

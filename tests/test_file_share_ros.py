@@ -50,7 +50,7 @@ def base_flow(work: Path, learner, actor_node) -> dict:
     from robot_rl.core.codec import pack, unpack
     from robot_rl.wire.file_share import bundle_of
     from robot_rl.ros.nodes.file_share_node import PolicyFiles
-    from robot_rl.wire.transport import WeightsMessage
+    from robot_rl.wire.weights import WeightsMessage
 
     policy = work / "learner" / "runs" / "dp" / "policy"
     policy.mkdir(parents=True)

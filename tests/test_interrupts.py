@@ -189,18 +189,18 @@ def test_an_interrupt_while_an_episode_is_committed_comes_once_it_is_committed(t
     (`_append`) is raised once the episode is committed: the dataset holds it and nothing else is left."""
     status, stderr, _ = run_script(COMMAND + f"""
     import numpy as np
-    from robot_rl.data import episodes
+    from robot_rl.data import episode_writer
     from robot_rl.core.types import ArraySpec
 
-    original = getattr(episodes, {where!r})
+    original = getattr(episode_writer, {where!r})
 
     def interrupted(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGINT)
         return original(*args, **kwargs)
 
-    setattr(episodes, {where!r}, interrupted)
-    writer = episodes.EpisodeWriter({str(tmp_path / "demos.zarr")!r}, {{"state": ArraySpec((3,), "float32")}},
-                                    ArraySpec((2,), "float32"), fps=10, task="Test-v0")
+    setattr(episode_writer, {where!r}, interrupted)
+    writer = episode_writer.EpisodeWriter({str(tmp_path / "demos.zarr")!r}, {{"state": ArraySpec((3,), "float32")}},
+                                          ArraySpec((2,), "float32"), fps=10, task="Test-v0")
 
     def job():
         try:

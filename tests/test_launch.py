@@ -1017,7 +1017,7 @@ def test_sim_train_human_can_be_switched_off():
 
 
 def test_teleop_record_uses_the_training_image_size():
-    from robot_rl.apps.train import TrainConfig
+    from robot_rl.training.config import TrainConfig
 
     (sim,) = [p for p in load_launch_file(LAUNCH_DIR / "teleop_record.yaml", {"out": "d.zarr"}).processes
               if p.name == "sim"]
@@ -1116,7 +1116,7 @@ def test_sim_train_trains_evaluates_and_ends(sim_train_run):
     assert result["received"] >= 60 and result["updates"] > 0 and result["final_eval_episodes"] == 1, result
     assert read_policy_file(run_dir / "policy.msgpack").version >= 1
     # The run ended in the sim: the learner validated its final policy and wrote the record next to it.
-    from robot_rl.apps.validate import policy_digest, read_records
+    from robot_rl.actor.deploy_gate import policy_digest, read_records
 
     records = read_records(run_dir / "policy.msgpack")
     assert len(records) == 1 and records[0]["robot_name"] == "sim_panda" and records[0]["suite"] == "default", records

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from robot_rl.actor.session import Actor
+from robot_rl.policies.gaussian import GaussianPolicy
 from robot_rl.agents.sac import SACConfig
 from robot_rl.data.episodes import EpisodeDataset
 from robot_rl.learner.learner import CheckpointError, Learner, LearnerConfig
@@ -149,7 +150,7 @@ def test_a_damaged_checkpoint_names_its_part_and_changes_nothing(env, tmp_path, 
 
 def test_actor_follows_published_weights_and_the_human(env):
     learner = new_learner(env)
-    actor = Actor(learner.agent, deterministic=True)
+    actor = Actor(GaussianPolicy(learner.agent), deterministic=True)
     obs, _ = env.reset(seed=0)
     before = actor.act(obs)
     fill_online(learner, env, 20)
@@ -160,13 +161,11 @@ def test_actor_follows_published_weights_and_the_human(env):
     assert not np.allclose(before, actor.act(obs))
     actor.update_weights(b"stale", version=1)  # not newer: ignored without decoding
 
-    class Human:
-        def reset(self):
-            pass
+    from robot_rl.actor.safety import Safety, sim_safety_config
+    from robot_rl.actor.session import ActorSession
 
-        def act(self, obs, policy_action):
-            return np.ones(4, np.float32)
-
-    actor.human = Human()
-    decision = actor.step(obs)
-    assert decision.intervention and np.array_equal(decision.action, np.ones(4, np.float32))
+    session = ActorSession(Safety(sim_safety_config(env)), "test", actor=actor)  # a human takes over in its loop
+    session.start_episode(*env.unwrapped.target_pose())
+    assert session.step(obs, human_action=np.ones(4, np.float32)).intervention
+    transition = session.step(obs).transition
+    assert transition.intervention and np.array_equal(transition.action, np.ones(4, np.float32))

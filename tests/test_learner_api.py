@@ -15,8 +15,10 @@ from gymnasium.wrappers import RescaleAction, TimeLimit, TransformObservation
 from scipy import stats
 
 from robot_rl.actor.session import Actor
+from robot_rl.policies.gaussian import GaussianPolicy
 from robot_rl.agents.sac import SACConfig
-from robot_rl.data.episodes import EpisodeDataset, EpisodeWriter
+from robot_rl.data.episode_writer import EpisodeWriter
+from robot_rl.data.episodes import EpisodeDataset
 from robot_rl.learner.learner import Learner, LearnerConfig
 from robot_rl.core.types import ArraySpec
 
@@ -79,14 +81,14 @@ def test_a_users_loop_that_does_not_end_episodes_gets_a_clear_error_and_runs_onc
 
     env = user_env()
     learner = Learner(env.observation_space, env.action_space, SMALL_SAC, SMALL_LEARNER)
-    actor = Actor(learner.agent, seed=1)
+    actor = Actor(GaussianPolicy(learner.agent, seed=1), seed=1)
     with pytest.raises(ValueError, match=r"previous episode was not ended.*Learner\.end_episode\(\)") as error:
         user_loop(env, learner, actor, 2, end_episodes=False)
     assert "\n" not in str(error.value)
     assert learner.transitions == len(learner.online) == 10  # the second episode's first step was not stored
 
     learner = Learner(env.observation_space, env.action_space, SMALL_SAC, SMALL_LEARNER)
-    actor = Actor(learner.agent, seed=1)
+    actor = Actor(GaussianPolicy(learner.agent, seed=1), seed=1)
     user_loop(env, learner, actor, 6, end_episodes=True)
     assert learner.transitions == len(learner.online) == 60
     assert learner.updates == 60 - learner.warmup_transitions + 1 > 0  # step() from the last warm-up insert on
@@ -134,7 +136,7 @@ def test_a_users_loop_learns_the_dense_task_after_its_warm_up():
     sac = SACConfig(actor_hidden_dims=(64, 64), critic_hidden_dims=(64, 64), critic_ensemble_size=2, discount=0.9,
                     actor_lr=1e-3, critic_lr=1e-3, init_temperature=0.05)
     learner = Learner(env.observation_space, env.action_space, sac, LearnerConfig(batch_size=64, utd=1))
-    actor, evaluator = Actor(learner.agent, seed=0), Actor(learner.agent, deterministic=True)
+    actor, evaluator = Actor(GaussianPolicy(learner.agent), seed=0), Actor(GaussianPolicy(learner.agent), deterministic=True)
     before = mean_return(env, evaluator)
     for episode in range(48):  # 1200 env steps, the first 256 uniformly random
         obs, _ = env.reset(seed=episode)
@@ -186,7 +188,7 @@ def test_with_demos_there_is_no_warm_up_unless_asked(tmp_path):
 
 def test_warm_up_actions_are_uniform_over_the_action_box():
     learner = Learner(SPEC, 3, SMALL_SAC, SMALL_LEARNER)
-    actor = Actor(learner.agent, seed=4)
+    actor = Actor(GaussianPolicy(learner.agent, seed=4), seed=4)
     obs = {"state": np.zeros(4, np.float32)}
     uniform = np.stack([actor.step(obs, uniform=learner.warming_up).action for _ in range(3000)])
     assert uniform.dtype == np.float32 and uniform.shape == (3000, 3)
@@ -200,17 +202,15 @@ def test_warm_up_actions_are_uniform_over_the_action_box():
 
 
 def test_a_human_still_overrides_warm_up_actions():
-    class Human:
-        def reset(self):
-            pass
-
-        def act(self, obs, policy_action):
-            return -policy_action
-
-    actor = Actor(Learner(SPEC, 2, SMALL_SAC, SMALL_LEARNER).agent, human=Human())
-    decision = actor.step({"state": np.zeros(4, np.float32)}, uniform=True)
-    assert decision.intervention
-    np.testing.assert_array_equal(decision.action, -decision.policy_action)
+    """A human's action replaces a warm-up step's (ActorSession.step gives it precedence over `uniform`:
+    tests/test_actor_session.py); the learner trains on the human's action as its own."""
+    actor = Actor(GaussianPolicy(Learner(SPEC, 2, SMALL_SAC, SMALL_LEARNER).agent))
+    obs = actor.observe({"state": np.zeros(4, np.float32)})
+    uniform = actor.step(obs, uniform=True).action
+    human = -uniform
+    np.testing.assert_array_equal(actor.learner_action_of(human, obs), human)
+    actor.human_acted(obs)
+    assert actor.step(obs, uniform=True).action.shape == (2,)
 
 
 # ----- rewards and target bounds ----------------------------------------------------------------------------------
@@ -234,7 +234,7 @@ def test_dense_rewards_whose_return_leaves_the_bounds_warn_once(caplog):
     env = user_env()
     with caplog.at_level(logging.WARNING, logger="robot_rl.learner.learner"):
         learner = Learner(env.observation_space, env.action_space, bounded, SMALL_LEARNER)
-        user_loop(env, learner, Actor(learner.agent), 3, end_episodes=True)
+        user_loop(env, learner, Actor(GaussianPolicy(learner.agent)), 3, end_episodes=True)
     warnings = [r.getMessage() for r in caplog.records if r.name == "robot_rl.learner.learner"]
     assert len(warnings) == 1, warnings
     assert "discounted return" in warnings[0] and "(0.0, 1.0)" in warnings[0] and "--sac.target-bounds" in warnings[0]

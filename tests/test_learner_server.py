@@ -26,7 +26,9 @@ from robot_rl.learner.server import (
     checkpoint_server_state,
     compile_learner_step,
 )
-from robot_rl.wire.transport import StampedTransition, TransportError, decode_weights, encode_transitions, make_source
+from robot_rl.wire.protocol import TransportError, make_source
+from robot_rl.wire.transitions import StampedTransition, encode_transitions
+from robot_rl.wire.weights import decode_weights
 
 SPEC = {"state": ((14,), np.float32), "object_state": ((10,), np.float32)}
 ACTION_DIM = 4
@@ -190,8 +192,8 @@ def test_step_arriving_after_its_episode_end_is_still_inserted(tmp_path):
 
 
 def test_frames_sent_once_are_joined_and_a_step_whose_next_frame_never_came_is_counted(tmp_path):
-    """Transitions sent as an actor first sends them (robot_rl.wire.transport.StampedTransition.next_frame_follows): each
-    takes its next frame from the next step's transition, out of order too. The actor dies after step 3 of its
+    """Transitions sent as an actor first sends them (robot_rl.wire.transitions.StampedTransition.next_frame_follows):
+    each takes its next frame from the next step's transition, out of order too. The actor dies after step 3 of its
     second episode: steps 0-2 go in when it is abandoned, step 3 (its next frame never came) is counted, not
     inserted."""
     clock = FakeClock()
@@ -202,7 +204,7 @@ def test_frames_sent_once_are_joined_and_a_step_whose_next_frame_never_came_is_c
     items = [dataclasses.replace(t, next_frame_follows=not (t.terminated or t.truncated)) for t in full + cut]
     first_sends = {t.seq for t in items}
     for batch in (items[2:4], items[0:2], items[4:]):  # a terminal step arrives last (a lost first send comes again
-        # with its next frame: robot_rl.wire.transport.Outbox.due_messages)
+        # with its next frame: robot_rl.wire.outbox.Outbox.due_messages)
         server.ingest(encode_transitions(SOURCE_A, batch, first_sends=first_sends))
     poll_until(server, clock, clock.now + 10.0)
     assert contents(server.learner.online) == expected(SOURCE_A, full + cut[:3])
@@ -776,14 +778,15 @@ def test_actor_session_to_server_end_to_end(tmp_path, lost_send):
     """ActorSession -> Outbox -> payload (maybe one lost) -> LearnerServer -> acks -> Outbox, over two episodes."""
     from robot_rl.actor.session import ActorSession
     from robot_rl.actor.safety import Safety, SafetyConfig
-    from robot_rl.wire.transport import Outbox, decode_ack, encode_ack
+    from robot_rl.wire.outbox import Outbox
+    from robot_rl.wire.transitions import decode_ack, encode_ack
 
     class Policy:
         def step(self, obs, *, uniform=False, now=None):
             from robot_rl.actor.session import ActorStep
 
             action = np.array([0.5, -0.5, 0.0, 1.0], np.float32)
-            return ActorStep(action, False, action)
+            return ActorStep(action)
 
         def reset(self):
             pass

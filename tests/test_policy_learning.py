@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from robot_rl.data.episodes import EpisodeWriter
+from robot_rl.data.episode_writer import EpisodeWriter
 from robot_rl.policies.base import ChunkRunner
 from robot_rl.policies.checkpoint import load_policy
 from robot_rl.policies.config import DiffusionConfig

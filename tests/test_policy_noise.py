@@ -160,7 +160,8 @@ def test_an_in_process_noise_run_trains_saves_evaluates_and_resumes(base_folder,
     from robot_rl.learner.learner import checkpoint_replay
     from robot_rl.sim.loop import make_env
     from robot_rl.policies.checkpoint import load_policy
-    from robot_rl.apps.train import TrainConfig, policy_kind, train
+    from robot_rl.training.config import TrainConfig, policy_kind
+    from robot_rl.apps.train import train
 
     # DSRL-NA learns from demos (joined into chunks of 4 steps); DSRL-SAC takes none
     cfg = TrainConfig(policy="noise", base=base_folder, steps=60, eval_every=60, eval_episodes=1, video=False,

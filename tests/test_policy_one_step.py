@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from robot_rl.apps.cli import main
-from robot_rl.data.episodes import EpisodeWriter
+from robot_rl.data.episode_writer import EpisodeWriter
 from robot_rl.data.sequences import SequenceWindows
 from robot_rl.policies.base import ActionChunk, Policy, PolicyError
 from robot_rl.policies.checkpoint import POLICY_CONFIG, POLICY_WEIGHTS, load_policy

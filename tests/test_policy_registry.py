@@ -41,7 +41,7 @@ def run_options(kind_name: str, base: Path | None):
     """A run's options (TrainConfig, the CPU preset with a small SAC) choosing `kind_name` on `base`."""
     import dataclasses
 
-    from robot_rl.apps.train import TrainConfig
+    from robot_rl.training.config import TrainConfig
 
     cli_name = {GAUSSIAN: "plain"}.get(kind_name, kind_name)
     sac = dataclasses.replace(TrainConfig().sac, actor_hidden_dims=(8,), critic_hidden_dims=(8,))
@@ -87,7 +87,7 @@ def test_the_learner_kinds_set_what_their_sac_action_needs(diffusion_folder):
 
 
 def test_plain_is_the_gaussian_kind_wherever_it_is_read():
-    from robot_rl.wire.transport import WeightsMessage
+    from robot_rl.wire.weights import WeightsMessage
 
     assert kind_of("plain") is kind_of(GAUSSIAN) and kind_of("plain").name == GAUSSIAN
     assert weights_builder("plain") == weights_builder(GAUSSIAN)
@@ -95,7 +95,7 @@ def test_plain_is_the_gaussian_kind_wherever_it_is_read():
 
 
 def test_demos_and_base_options_follow_the_kind(diffusion_folder):
-    from robot_rl.apps.train import TrainConfig
+    from robot_rl.training.config import TrainConfig
 
     assert TrainConfig().learns_from_demos
     assert not TrainConfig(policy="noise", base=diffusion_folder).learns_from_demos
@@ -108,7 +108,7 @@ def test_demos_and_base_options_follow_the_kind(diffusion_folder):
 
 def test_an_unknown_kind_is_one_line_naming_the_known_kinds(tmp_path):
     from robot_rl.policies.checkpoint import policy_from_weights
-    from robot_rl.wire.transport import WeightsMessage
+    from robot_rl.wire.weights import WeightsMessage
 
     errors = []
     for attempt in (lambda: kind_of("nope"), lambda: policy_from_weights(WeightsMessage(0, b"", SPEC, 1, {}, "nope"))):

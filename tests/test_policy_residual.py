@@ -17,7 +17,8 @@ from robot_rl.learner.learner import Learner, LearnerConfig
 from robot_rl.policies.base import ActionChunk, ChunkRunner, PolicyError
 from robot_rl.policies.residual import BASE_ACTION_KEY, FrozenBase, ResidualPolicy, residual_observation_spec
 from robot_rl.actor.safety import Safety, SafetyConfig
-from robot_rl.wire.transport import StampedTransition, TransportError, decode_transitions, encode_transitions
+from robot_rl.wire.protocol import TransportError
+from robot_rl.wire.transitions import StampedTransition, decode_transitions, encode_transitions
 from robot_rl.core.types import ObservationSpec
 
 SPEC = ObservationSpec.from_shapes({"state": ((3,), "float32")})
@@ -190,7 +191,8 @@ def test_interventions_of_a_residual_run_reach_both_buffers():
 
 
 def test_demos_are_labelled_with_the_base_actions(tmp_path):
-    from robot_rl.data.episodes import EpisodeDataset, EpisodeWriter
+    from robot_rl.data.episode_writer import EpisodeWriter
+    from robot_rl.data.episodes import EpisodeDataset
 
     action_spec = ObservationSpec.from_shapes({"a": ((4,), "float32")})["a"]
     writer = EpisodeWriter(tmp_path / "demos.zarr", dict(SPEC.entries), action_spec, fps=10.0, task="Scripted")
@@ -213,7 +215,8 @@ def test_demos_are_labelled_with_the_base_actions(tmp_path):
 def base_file(tmp_path_factory) -> Path:
     """A (randomly initialised) SAC policy file on PickCube state as a frozen base."""
     from robot_rl.sim.loop import make_env
-    from robot_rl.wire.policy_file import weights_message, write_policy_file
+    from robot_rl.policies.gaussian import weights_message
+    from robot_rl.wire.policy_file import write_policy_file
 
     env = make_env("PickCube-v0", obs_mode="state")
     agent = SACAgent.create(7, env.observation_space, env.action_space.shape[0], SMALL)
@@ -223,7 +226,8 @@ def base_file(tmp_path_factory) -> Path:
 
 def test_an_in_process_residual_run_trains_saves_evaluates_and_resumes_identically(base_file, tmp_path):
     from robot_rl.policies.checkpoint import load_policy
-    from robot_rl.apps.train import TrainConfig, train
+    from robot_rl.training.config import TrainConfig
+    from robot_rl.apps.train import train
 
     cfg = TrainConfig(policy="residual", base=base_file, steps=40, demos=2, eval_every=40, eval_episodes=1,
                       video=False, run_dir=tmp_path / "run", checkpoint_every=20,
@@ -236,7 +240,7 @@ def test_an_in_process_residual_run_trains_saves_evaluates_and_resumes_identical
     assert state["transitions"] == 40 and state["updates"] == 80
 
     # resume: the restored learner gives the same next update as the one that saved
-    from robot_rl.apps.train import policy_kind
+    from robot_rl.training.config import policy_kind
     from robot_rl.sim.loop import make_env
 
     env = make_env("PickCube-v0", obs_mode="state")
@@ -251,7 +255,9 @@ def test_an_in_process_residual_run_trains_saves_evaluates_and_resumes_identical
 
 
 def test_residual_config_errors_are_one_line(base_file, tmp_path):
-    from robot_rl.apps.train import RunError, TrainConfig, train
+    from robot_rl.training.run_folder import RunError
+    from robot_rl.training.config import TrainConfig
+    from robot_rl.apps.train import train
 
     with pytest.raises(ValueError, match="policy='residual' needs --base"):
         TrainConfig(policy="residual")

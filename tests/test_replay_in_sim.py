@@ -6,7 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from robot_rl.data.episodes import DatasetError, EpisodeDataset, EpisodeWriter
+from robot_rl.data.episode_writer import EpisodeWriter
+from robot_rl.data.episodes import DatasetError, EpisodeDataset
 from robot_rl.sim.loop import make_env, record_episodes, writer_for_env
 from robot_rl.apps.replay_in_sim import (
     DISCREPANCY_PLOT, ERROR_KEYS, REPLAY_JSON, ReplayInSimConfig, orientation_error_deg, replay_dataset,

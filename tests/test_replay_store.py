@@ -18,14 +18,15 @@ import pytest
 
 from robot_rl.core import files
 
-from robot_rl.wire import transport
+from robot_rl.wire import transition_log
 from robot_rl.agents.sac import SACConfig
 from robot_rl.data import replay_store
 from robot_rl.data.replay import ReplayBuffer
 from robot_rl.data.replay_store import ReplayStore, ReplayStoreError
 from robot_rl.learner.learner import Learner, LearnerConfig, checkpoint_replay, replay_folder
 from robot_rl.learner.server import CHECKPOINT_DIR, LearnerServer
-from robot_rl.wire.transport import StampedTransition, make_source
+from robot_rl.wire.protocol import make_source
+from robot_rl.wire.transitions import StampedTransition
 
 SPEC = {"state": ((3,), np.float32), "images/front": ((4, 4, 3), np.uint8)}
 LEARNER_SPEC = {"state": ((3,), np.float32)}  # a learner's pixel encoder needs larger images than these
@@ -199,7 +200,7 @@ def test_checkpoint_bytes_do_not_grow_with_the_run(tmp_path):
 # ----- crashes --------------------------------------------------------------------------------------------------
 
 WRITE_STEPS = [(files, "rename_durably"), (files, "remove_tree_durably"), (replay_store, "write_rows"),
-               (transport, "atomic_write_bytes"), (Path, "unlink")]
+               (transition_log, "atomic_write_bytes"), (Path, "unlink")]
 """Every step that changes what a crash leaves on disk, in the replay stores, checkpoints and the transition log: a
 segment's contents, renames into place, removals (a store truncated or merged, a log entry dropped), log entries.
 Flushes are left out: this kills the writer, not the power, so a flush changes nothing on disk."""

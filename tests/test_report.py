@@ -117,7 +117,7 @@ def test_loss_curves_are_not_drawn_without_a_finite_point(tmp_path):
 def test_progress_lines_come_every_few_seconds_and_only_when_enabled():
     import io
 
-    from robot_rl.apps.progress import ProgressLines
+    from robot_rl.core.progress import ProgressLines
 
     now, stream = [100.0], io.StringIO()
     lines = ProgressLines("train-bc", 300, enabled=True, every_s=5.0, clock=lambda: now[0], stream=stream)

@@ -13,17 +13,13 @@ import numpy as np
 import pytest
 
 from robot_rl.apps.cli import main
-from robot_rl.data.episodes import DatasetError, DatasetReader, EpisodeWriter
-from robot_rl.agents.reward_classifier import (
-    LABELS_FILE,
-    FrameLabels,
-    LabelCursor,
-    RewardClassifierConfig,
-    RewardClassifierError,
+from robot_rl.data.episode_writer import EpisodeWriter
+from robot_rl.data.episodes import DatasetError, DatasetReader
+from robot_rl.agents.frame_labels import LABELS_FILE, FrameLabels, LabelCursor, parse_frames
+from robot_rl.agents.reward_classifier import RewardClassifierConfig, RewardClassifierError, load_reward_classifier
+from robot_rl.agents.reward_classifier_training import (
     episode_frame_labels,
     load_frames,
-    load_reward_classifier,
-    parse_frames,
     save_atomically,
     split_by_episode,
     train_reward_classifier,

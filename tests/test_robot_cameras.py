@@ -20,6 +20,7 @@ from robot_rl.actor.robot_config import SIM_CAMERAS, RobotConfigError, load_robo
 from robot_rl.core.types import ObservationSpec  # noqa: E402
 from robot_rl.core.vision import ImageTransform  # noqa: E402
 
+COMPUTES_ONLY = True  # names robot_rl.ros modules, starts no ROS 2 node (tests/conftest.py)
 TASK = "PickCube-v0"
 SIZE = 32  # the policy's image side
 STATE = ((14,), np.float32)
@@ -97,7 +98,8 @@ MAPPED = {"high": "sim_camera: front", "low": "sim_camera: wrist"}
 def pixel_policy(tmp_path_factory) -> Path:
     """An untrained tiny pixel SAC policy reading state, images/cam_high and images/cam_low, in a run folder."""
     from robot_rl.agents.sac import ImageEncoderConfig, SACAgent, SACConfig
-    from robot_rl.wire.policy_file import weights_message, write_policy_file
+    from robot_rl.policies.gaussian import weights_message
+    from robot_rl.wire.policy_file import write_policy_file
 
     config = SACConfig(actor_hidden_dims=(16,), critic_hidden_dims=(16,),
                        image_encoder=ImageEncoderConfig(channels=(4,), kernel_sizes=(8,), strides=(8,), latent_dim=8))
@@ -160,8 +162,8 @@ def test_a_quat_is_normalised_and_two_cameras_on_one_sim_camera_need_one_mount(t
 # ----- validation through the robot's cameras ---------------------------------------------------------------------
 
 def test_validation_without_sim_cameras_fails_before_running_in_one_line(pixel_policy, tmp_path, monkeypatch):
-    import robot_rl.apps.validate as validate_module
-    from robot_rl.apps.validate import ValidateConfig, validate
+    import robot_rl.sim.validation as validate_module
+    from robot_rl.sim.validation import ValidateConfig, validate
 
     monkeypatch.setattr(validate_module, "run_block", lambda block: pytest.fail("a block ran"))
     unmapped = robot_file(tmp_path)
@@ -259,7 +261,8 @@ def test_sim_panda_gives_the_images_of_the_sim_env_itself():
 
 
 def test_a_validation_runs_through_the_mapped_cameras_and_its_record_names_them(pixel_policy, tmp_path):
-    from robot_rl.apps.validate import ValidateConfig, read_records, validate
+    from robot_rl.actor.deploy_gate import read_records
+    from robot_rl.sim.validation import ValidateConfig, validate
 
     robot = robot_file(tmp_path, **MAPPED)
     summary = validate(ValidateConfig(pixel_policy, robot=str(robot), suite=str(suite_file(tmp_path)), workers=1,
@@ -280,7 +283,7 @@ def test_a_validation_runs_through_the_mapped_cameras_and_its_record_names_them(
 def test_the_doctor_prints_each_cameras_sim_camera_and_warns_without_failing(tmp_path):
     from rich.console import Console
 
-    from robot_rl.ros.doctor import check_reset, evaluate, render, sim_camera_notes
+    from robot_rl.ros.doctor_checks import check_reset, evaluate, render, sim_camera_notes
 
     half = load_robot_config(robot_file(tmp_path, "", "sim_camera: wrist"))
     assert sim_camera_notes(half) == [

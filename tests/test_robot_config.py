@@ -185,7 +185,7 @@ def test_a_real_robot_file_decides_the_runs_spaces_and_episode_length_whatever_t
     from robot_rl.actor.robot_io import observed_sensors
     from robot_rl.ros.nodes.learner_params import run_spaces
     from robot_rl.ros.node_util import NodeStartupError
-    from robot_rl.apps.train import TrainConfig
+    from robot_rl.training.config import TrainConfig
 
     real = load_robot_config(third_party_robot_file(tmp_path / "arm.yaml", sim=False, max_episode_steps=80))
     cfg = TrainConfig(task="PickCube-v0", obs_mode="pixels", image_size=32, demos=0)

@@ -48,7 +48,7 @@ def untrained_pixel_agent(image_size: int = 64):
     """An untrained SAC agent seeing the robot file's two cameras at `image_size` and the state."""
     from robot_rl.agents.sac import SACAgent
     from robot_rl.ros.nodes.learner_params import robot_task_spaces
-    from robot_rl.apps.train import TrainConfig
+    from robot_rl.training.config import TrainConfig
 
     spec, action_dim = robot_task_spaces(str(ROBOT), "pixels", image_size)
     return SACAgent.create(0, spec, action_dim, TrainConfig().sac)
@@ -66,7 +66,8 @@ def client() -> dict:
     from std_msgs.msg import Bool, Float32, Float64, String, UInt8MultiArray
     from trajectory_msgs.msg import JointTrajectory
 
-    from robot_rl.wire.policy_file import weights_message, write_policy_file
+    from robot_rl.policies.gaussian import weights_message
+    from robot_rl.wire.policy_file import write_policy_file
     from robot_rl.ros import qos
     from robot_rl.ros.convert import image_to_msg, joint_state_to_msg, make_header
 

@@ -28,7 +28,8 @@ def client() -> dict:
     from ros_harness import untrained_state_agent
     from std_msgs.msg import Bool
 
-    from robot_rl.wire.policy_file import weights_message, write_policy_file
+    from robot_rl.policies.gaussian import weights_message
+    from robot_rl.wire.policy_file import write_policy_file
     from robot_rl.ros.nodes.actor_node import ActorNode
     from robot_rl.ros.convert import floats_to_msg, joint_state_to_msg
     from robot_rl.sim.robot import HOME_QPOS

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from robot_rl.actor.robot_config import load_robot_config
-from robot_rl.ros.doctor import (
+from robot_rl.ros.doctor_checks import (
     TYPES,
     EndpointInfo,
     Heard,

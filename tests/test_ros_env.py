@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from robot_rl.ros import env as ros_env
+from robot_rl.ros.net import env as ros_env
 from robot_rl.ros import qos
 from robot_rl.ros.net.env import (
     FASTDDS_PROFILE_PATH,

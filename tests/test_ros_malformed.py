@@ -33,10 +33,11 @@ def client() -> dict:
     from ros_harness import StandInSensors, untrained_state_agent
     from std_msgs.msg import String, UInt8MultiArray
 
-    from robot_rl.wire.policy_file import weights_message, write_policy_file
+    from robot_rl.policies.gaussian import weights_message
+    from robot_rl.wire.policy_file import write_policy_file
     from robot_rl.ros import qos
     from robot_rl.ros.convert import bytes_to_msg, pose_to_msg
-    from robot_rl.wire.transport import StampedTransition, encode_transitions
+    from robot_rl.wire.transitions import StampedTransition, encode_transitions
 
     run_dir = Path(tempfile.mkdtemp(prefix="ros-malformed-"))
     weights = write_policy_file(run_dir / "policy.msgpack", weights_message(untrained_state_agent(), version=1))

@@ -40,7 +40,8 @@ def bad_starts(work: Path) -> dict[str, list[str]]:
     actor = [sys.executable, "-m", "robot_rl.ros.nodes.actor_node", "--ros-args", "-p", "obs_mode:=state"]
     from test_ros_actor_fuzz import untrained_pixel_agent
 
-    from robot_rl.wire.policy_file import weights_message, write_policy_file
+    from robot_rl.policies.gaussian import weights_message
+    from robot_rl.wire.policy_file import write_policy_file
 
     sac_policy = write_policy_file(work / "sac" / "policy.msgpack", weights_message(untrained_pixel_agent(), version=1))
     real_robot = [*actor[:-2], "-p", "obs_mode:=pixels", "-p", "robot:=franka_fr3"]
@@ -84,7 +85,8 @@ def gated_starts(work: Path) -> dict[str, list[str]]:
     it run with allow_unvalidated."""
     from test_ros_actor_fuzz import untrained_pixel_agent
 
-    from robot_rl.wire.policy_file import weights_message, write_policy_file
+    from robot_rl.policies.gaussian import weights_message
+    from robot_rl.wire.policy_file import write_policy_file
 
     agent = untrained_pixel_agent()
     validated = write_policy_file(work / "validated" / "policy.msgpack", weights_message(agent, version=1))
@@ -130,7 +132,8 @@ def validated_head_on_a_folder_base(work: Path) -> Path:
 def write_passing_record(policy: Path) -> None:
     """A passing record of franka_fr3's suite (the default one) for the policy, as `robot-rl validate` writes it."""
     from robot_rl.actor.robot_config import resolve_robot_path
-    from robot_rl.apps.validate import file_digest, load_suite, policy_digest, write_record
+    from robot_rl.actor.deploy_gate import file_digest, policy_digest, write_record
+    from robot_rl.sim.validation import load_suite
 
     suite = load_suite("default")
     write_record(policy, {"policy_sha256": policy_digest(policy), "suite": suite.name, "suite_path": suite.path,
@@ -150,7 +153,8 @@ def client() -> dict:
 
     from robot_rl.ros import qos
     from robot_rl.ros.convert import bytes_to_msg, msg_to_bytes
-    from robot_rl.wire.transport import StampedTransition, decode_ack, encode_transitions, make_source
+    from robot_rl.wire.protocol import make_source
+    from robot_rl.wire.transitions import StampedTransition, decode_ack, encode_transitions
 
     work = Path(tempfile.mkdtemp(prefix="ros-node-startup-"))
     # Learners whose agent cannot be built yet: their demo dataset's metadata is a pipe nobody writes to. They start

@@ -53,11 +53,12 @@ def actor_transitions() -> dict:
     from ros_harness import untrained_state_agent
     from std_msgs.msg import Bool
 
-    from robot_rl.wire.policy_file import weights_message, write_policy_file
+    from robot_rl.policies.gaussian import weights_message
+    from robot_rl.wire.policy_file import write_policy_file
     from robot_rl.ros.nodes.actor_node import ActorNode
     from robot_rl.ros.convert import floats_to_msg, joint_state_to_msg, msg_to_bytes
     from robot_rl.sim.robot import HOME_QPOS
-    from robot_rl.wire.transport import decode_transitions
+    from robot_rl.wire.transitions import decode_transitions
 
     work = Path(tempfile.mkdtemp(prefix="ros-publish-refused-"))
     weights = write_policy_file(work / "policy.msgpack", weights_message(untrained_state_agent(), version=1))
@@ -104,7 +105,8 @@ def two_runs(actor, policy_file: Path) -> dict:
     from robot_rl.wire.policy_file import read_policy_file
     from robot_rl.ros import qos
     from robot_rl.ros.convert import bytes_to_msg, msg_to_bytes
-    from robot_rl.wire.transport import decode_transitions_message, encode_ack, encode_weights
+    from robot_rl.wire.transitions import decode_transitions_message, encode_ack
+    from robot_rl.wire.weights import encode_weights
 
     node = rclpy.create_node("scripted_learners")
     weights_pub = node.create_publisher(UInt8MultiArray, qos.LEARNER_WEIGHTS, qos.topic_qos(qos.LEARNER_WEIGHTS))
@@ -170,7 +172,7 @@ def learner_weights() -> dict:
 
     from robot_rl.ros.convert import msg_to_bytes
     from robot_rl.ros.nodes.learner_node import LearnerNode
-    from robot_rl.wire.transport import WeightsMessage, decode_weights
+    from robot_rl.wire.weights import WeightsMessage, decode_weights
     from robot_rl.core.types import ObservationSpec
 
     versions = iter(range(1, 100))

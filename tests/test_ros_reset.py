@@ -178,7 +178,8 @@ def policy_file(tmp_path_factory) -> Path:
     """A policy file for the state observations of PickCube (untrained weights)."""
     from ros_harness import untrained_state_agent
 
-    from robot_rl.wire.policy_file import POLICY_FILE, weights_message, write_policy_file
+    from robot_rl.policies.gaussian import weights_message
+    from robot_rl.wire.policy_file import POLICY_FILE, write_policy_file
 
     message = weights_message(untrained_state_agent(), version=1)
     return write_policy_file(tmp_path_factory.mktemp("run") / POLICY_FILE, message)

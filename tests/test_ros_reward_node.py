@@ -172,7 +172,8 @@ def test_reward_node_publishes_success_from_camera_frames(tmp_path):
     from ros_harness import run_ros_script
     from test_reward_classifier import make_dataset
 
-    from robot_rl.agents.reward_classifier import RewardClassifierConfig, save_atomically, train_reward_classifier
+    from robot_rl.agents.reward_classifier import RewardClassifierConfig
+    from robot_rl.agents.reward_classifier_training import save_atomically, train_reward_classifier
 
     dataset = tmp_path / "squares"
     make_dataset(dataset, 16, seed=1, cameras=("front", "wrist"))

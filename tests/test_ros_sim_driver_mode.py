@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 
 from robot_rl.actor.robot_config import RobotConfigError, load_robot_config, robot_config_from_dict
-from robot_rl.sim.node import CommandError, DriverProfile, SimRobot, rgb_to_encoding
+from robot_rl.sim.node import DriverProfile
+from robot_rl.sim.node_robot import CommandError, SimRobot, rgb_to_encoding
 
 from ros_harness import allocate_domain_id
 

@@ -21,7 +21,7 @@ import time
 import numpy as np
 import pytest
 
-from robot_rl.sim.node import CommandError, SimRobot
+from robot_rl.sim.node_robot import CommandError, SimRobot
 
 from ros_harness import allocate_domain_id
 

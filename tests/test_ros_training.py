@@ -96,7 +96,8 @@ def write_base_policy(path: Path) -> Path:
     """A frozen base for the residual run: a (randomly initialised) SAC policy file on PickCube state."""
     from robot_rl.agents.sac import SACAgent, SACConfig
     from robot_rl.sim.loop import make_env
-    from robot_rl.wire.policy_file import weights_message, write_policy_file
+    from robot_rl.policies.gaussian import weights_message
+    from robot_rl.wire.policy_file import write_policy_file
 
     env = make_env("PickCube-v0", obs_mode="state")
     agent = SACAgent.create(5, env.observation_space, env.action_space.shape[0],

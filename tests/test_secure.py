@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from robot_rl.ros import env as ros_env
+from robot_rl.ros.net import env as ros_env
 from robot_rl.ros.net import certs, secure
 from robot_rl.ros.net.env import FASTDDS_PROFILE_PATH, RosEnvironmentError, ros_environment
 from robot_rl.ros.net.lan import is_lan_profile

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from robot_rl.data.episodes import DatasetError, EpisodeWriter
+from robot_rl.data.episode_writer import EpisodeWriter
+from robot_rl.data.episodes import DatasetError
 from robot_rl.data.sequences import SequenceWindows
 from robot_rl.core.types import ArraySpec
 

@@ -31,7 +31,7 @@ class ScriptedActor:
     def step(self, obs, *, uniform=False, now=None):
         action = self.actions[min(self.calls, len(self.actions) - 1)]
         self.calls += 1
-        return ActorStep(action, False, action)
+        return ActorStep(action)
 
     def human_acted(self, obs):
         pass
@@ -149,7 +149,7 @@ def test_a_success_ends_the_episode_terminated(env):
     class Expert(ScriptedActor):
         def step(self, obs, *, uniform=False, now=None):
             action = expert.act(obs)
-            return ActorStep(action, False, action)
+            return ActorStep(action)
 
     adapter = SimRobotAdapter(env)
     session = ActorSession(Safety(adapter.safety_config()), "test/adapter", max_episode_steps=adapter.max_episode_steps,

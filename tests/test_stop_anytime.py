@@ -36,7 +36,8 @@ def inputs(tmp_path_factory):
     """A small state dataset (train-bc's input) and a run folder with a random SAC policy (validate's)."""
     from robot_rl.agents.sac import SACAgent, SACConfig
     from robot_rl.sim.loop import make_env
-    from robot_rl.wire.policy_file import weights_message, write_policy_file
+    from robot_rl.policies.gaussian import weights_message
+    from robot_rl.wire.policy_file import write_policy_file
 
     folder = tmp_path_factory.mktemp("stop_inputs")
     demos = folder / "demos.zarr"
@@ -65,8 +66,8 @@ def _check_left_behind(name: str, work: Path, stderr: str, last: str) -> None:
     """What a stopped command may leave: nothing, or a complete thing (finished episodes, a resumable run, the
     policy trained so far with its report)."""
     from robot_rl.data.episodes import EpisodeDataset
-    from robot_rl.apps.train import load_run
-    from robot_rl.apps.validate import read_records
+    from robot_rl.training.run_folder import load_run
+    from robot_rl.actor.deploy_gate import read_records
 
     left = sorted(p.name for p in work.iterdir())
     if name == "record":

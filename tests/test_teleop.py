@@ -18,8 +18,8 @@ from robot_rl.drivers.teleop import (
     apply_deadzone, find_spacemice, open_device, parse_js_events, parse_spacemouse_report, terminal_keys)
 from robot_rl.sim.human import (
     TRIGGER_DISAGREES, TRIGGER_HAZARD, TRIGGER_NON_FINITE, TRIGGER_PUSHING_OUT, TRIGGER_STUCK, InterventionConfig,
-    InterventionRule)
-from robot_rl.sim.scripted_teleop import ScriptedSupervisor, ScriptedTeleopConfig, inferred_push
+    InterventionRule, ScriptedSupervisor, inferred_push)
+from robot_rl.sim.scripted_teleop import ScriptedTeleopConfig
 from robot_rl.actor.teleop_mapping import action_to_twist, twist_to_action
 
 SCALE = {"control_dt": 0.1, "max_translation": 0.03, "max_rotation": 0.15}
@@ -396,9 +396,9 @@ def test_rule_and_scripted_supervisor_take_over_at_once_on_a_hazard_the_sim_name
              for t in range(8)]
     assert np.flatnonzero(flags).tolist() == [3, 4] and rule.last_trigger == TRIGGER_HAZARD
     assert rule.episode_takeovers == {TRIGGER_HAZARD: 1}
-    watching = ScriptedSupervisor(ScriptedTeleopConfig(takeover_steps=2, stuck_window=50, watch_hazards=True), LOW,
-                                  HIGH)
-    blind = ScriptedSupervisor(ScriptedTeleopConfig(takeover_steps=2, stuck_window=50), LOW, HIGH)
+    watching = ScriptedSupervisor(InterventionConfig(takeover_steps=2, stuck_window=50, watch_hazards=True), LOW,
+                                  HIGH, **SCALE)
+    blind = ScriptedSupervisor(InterventionConfig(takeover_steps=2, stuck_window=50), LOW, HIGH, **SCALE)
     for supervisor, expected in ((watching, [False, True, True, False]), (blind, [False] * 4)):
         engaged = []
         for t, hazard in enumerate(["", "pressing beside the hole", "", ""]):
@@ -419,8 +419,8 @@ def test_inferred_push_from_commanded_targets():
 
 
 def test_scripted_supervisor_engages_with_the_expert_action():
-    config = ScriptedTeleopConfig(takeover_steps=2, episode_budget=3, stuck_window=3, boundary_steps=2)
-    supervisor = ScriptedSupervisor(config, LOW, HIGH)
+    config = InterventionConfig(takeover_steps=2, episode_budget=3, stuck_window=3, boundary_steps=2)
+    supervisor = ScriptedSupervisor(config, LOW, HIGH, **SCALE)
     linear, angular, opening = supervisor.command()
     assert opening is None and not linear.any() and not angular.any()
     expert = np.array([0.5, -0.25, 1.0, 0.6])
@@ -445,8 +445,8 @@ def test_scripted_supervisor_engages_with_the_expert_action():
 
 
 def test_scripted_supervisor_takes_over_when_the_commanded_motion_disagrees_with_the_expert():
-    config = ScriptedTeleopConfig(takeover_steps=2, stuck_window=50, disagreement=0.5, disagreement_steps=2)
-    supervisor = ScriptedSupervisor(config, LOW, HIGH)
+    config = InterventionConfig(takeover_steps=2, stuck_window=50, disagreement=0.5, disagreement_steps=2)
+    supervisor = ScriptedSupervisor(config, LOW, HIGH, **SCALE)
     supervisor.on_expert_action([0.0, 1.0, 0.0, -1.0])  # the expert would move +y at full speed
     engaged = []
     for t in range(5):  # the actor's targets step -y by 15 mm (push -0.5): 1.5 away from the expert's

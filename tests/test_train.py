@@ -21,7 +21,10 @@ import pytest
 
 from robot_rl.apps.cli import main
 from robot_rl.core.config_io import config_from_json, config_to_json
-from robot_rl.apps.train import RunError, TrainConfig, UpdateRate, train
+from robot_rl.training.run_folder import RunError
+from robot_rl.training.config import TrainConfig
+from robot_rl.training.pacing import UpdateRate
+from robot_rl.apps.train import train
 
 TINY = dict(demos=3, eval_episodes=2, video=False)
 
@@ -236,7 +239,8 @@ def trained_run(tmp_path_factory):
 def test_policy_file_reproduces_the_trained_agent(trained_run):
     from robot_rl.learner.learner import Learner
     from robot_rl.sim.loop import make_env
-    from robot_rl.wire.policy_file import actor_from_weights, read_policy_file
+    from robot_rl.actor.session import actor_from_weights
+    from robot_rl.wire.policy_file import read_policy_file
 
     cfg = config_from_json(TrainConfig, json.loads((trained_run / "config.json").read_text()))
     env = make_env(cfg.task, **cfg.env_settings())
@@ -391,8 +395,10 @@ def test_in_process_transitions_go_through_the_learner_servers_ingest_and_a_gap_
     from robot_rl.agents.sac import SACConfig
     from robot_rl.learner.learner import Learner, LearnerConfig
     from robot_rl.learner.server import LearnerServer
-    from robot_rl.apps.train import feed_server
-    from robot_rl.wire.transport import Outbox, StampedTransition, make_source
+    from robot_rl.training.trainer import feed_server
+    from robot_rl.wire.outbox import Outbox
+    from robot_rl.wire.protocol import make_source
+    from robot_rl.wire.transitions import StampedTransition
 
     def item(seq, episode, step, truncated=False, intervention=False):
         return StampedTransition(seq, episode, step, {"x": np.array([step], np.float32)}, np.zeros(4, np.float32),
@@ -441,7 +447,7 @@ def test_bad_demo_dataset_leaves_no_run_folder(tmp_path):
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_stop_signals_outside_the_commands_handling_set_a_flag_and_restore_the_handlers(signum):
     from robot_rl.core import interrupts
-    from robot_rl.apps.train import StopSignals
+    from robot_rl.training.pacing import StopSignals
 
     with interrupts.handling():  # forget a stop request an earlier test left (a command's handling starts afresh)
         pass
@@ -493,7 +499,7 @@ def test_eval_env_settings_come_from_the_policys_observation_spec():
 def test_demos_killed_while_recording_are_recorded_again_not_used_partially(tmp_path, monkeypatch):
     """A run (or learner node) killed while it records its demos must not train on a partial demo set later."""
     import robot_rl.sim.loop
-    from robot_rl.apps.train import record_demos
+    from robot_rl.training.demos import record_demos
 
     record_episodes = robot_rl.sim.loop.record_episodes
 

@@ -79,7 +79,7 @@ def strict_json(text: str):
 def test_ctrl_c_saves_the_policy_trained_so_far(demos, tmp_path, capsys, monkeypatch):
     # Stopped before the first validation (--validate-every 5): valid JSON (null, never NaN), a loss curve of the
     # steps done, a report saying it was interrupted, and (stderr is not a terminal) plain progress lines.
-    from robot_rl.apps import progress
+    from robot_rl.core import progress
     from robot_rl.apps import train_bc
 
     out, stop_after = tmp_path / "run", 3

@@ -1,4 +1,5 @@
-"""Actor <-> learner payloads and delivery bookkeeping: round trips, rejected payloads, outbox, inbox, log."""
+"""Actor <-> learner payloads and delivery bookkeeping (robot_rl.wire: protocol, transitions, weights, outbox, inbox,
+transition_log, learner_contact): round trips, rejected payloads, outbox, inbox, log, run binding."""
 
 from __future__ import annotations
 
@@ -13,33 +14,21 @@ import pytest
 from robot_rl.agents.sac import SACConfig
 from robot_rl.core.codec import pack, unpack
 from robot_rl.core.config_io import config_to_json
-from robot_rl.wire.transport import (
-    AckGaps,
-    PROTOCOL_VERSION,
-    ClosedEpisodes,
-    Heard,
-    Inbox,
-    LearnerWatch,
-    LoggedBatch,
-    Outbox,
-    RunBinding,
-    SequenceTracker,
+from robot_rl.wire.inbox import Inbox, SequenceTracker
+from robot_rl.wire.learner_contact import Heard, LearnerWatch, RunBinding
+from robot_rl.wire.outbox import AckGaps, Outbox
+from robot_rl.wire.protocol import PROTOCOL_VERSION, TransportError, make_source
+from robot_rl.wire.transition_log import ClosedEpisodes, LoggedBatch, TransitionLog
+from robot_rl.wire.transitions import (
     StampedTransition,
-    TransitionLog,
-    TransportError,
-    WeightsMessage,
-    WeightsStamp,
     decode_ack,
     decode_ack_message,
     decode_transitions,
     decode_transitions_message,
-    decode_weights,
     encode_ack,
     encode_transitions,
-    encode_weights,
-    make_source,
-    reversion_weights,
 )
+from robot_rl.wire.weights import WeightsMessage, WeightsStamp, decode_weights, encode_weights, reversion_weights
 from robot_rl.core.types import ObservationSpec
 
 SOURCE = "arm-1/abc123"
@@ -625,7 +614,7 @@ def _stream_through_a_bounded_queue(max_in_flight: int, selective: bool, read_ev
     (the learner's cumulative ack after `ticks`, the highest seq added)."""
     import collections
 
-    from robot_rl.wire.transport import SequenceTracker
+    from robot_rl.wire.inbox import SequenceTracker
 
     outbox = Outbox(capacity=3000, resend_after_s=2.0, max_in_flight=max_in_flight)
     queue: collections.deque = collections.deque(maxlen=64)
@@ -666,7 +655,8 @@ def test_outbox_drains_a_backlog_through_a_slow_bounded_reader_queue():
 
 
 def test_selective_acks_round_trip_and_forget_only_their_ranges():
-    from robot_rl.wire.transport import SequenceTracker, decode_ack_above
+    from robot_rl.wire.inbox import SequenceTracker
+    from robot_rl.wire.transitions import decode_ack_above
 
     tracker = SequenceTracker()
     for seq in (0, 1, 2, 5, 6, 9):

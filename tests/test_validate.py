@@ -19,9 +19,9 @@ import pytest  # noqa: E402
 
 from robot_rl.sim.loop import make_env  # noqa: E402
 from robot_rl.sim.perturb import Condition, ConditionError, PerturbedEnv  # noqa: E402
-from robot_rl.apps.validate import (  # noqa: E402
-    Suite, ValidateConfig, condition_summary, load_suite, policy_digest, read_records, record_path,
-    validate, verdict, write_record)
+from robot_rl.actor.deploy_gate import policy_digest, read_records, record_path, write_record  # noqa: E402
+from robot_rl.sim.validation import (  # noqa: E402
+    Suite, ValidateConfig, condition_summary, load_suite, validate, verdict)
 
 
 def condition(*perturbations, name="test") -> Condition:
@@ -171,7 +171,7 @@ def test_intervals_and_the_verdict_on_known_counts():
     assert none["success_ci95"] == pytest.approx([0.0, 0.0713], abs=1e-4) and none["failure_modes"] == {"x": 50}
     full = condition_summary(condition(), episodes(50, 50))
     assert full["success_ci95"][0] == pytest.approx(0.9287, abs=1e-4)
-    suite = Suite("s", (Condition("nominal"), Condition("a"), Condition("b", min_success=0.3)), min_success=0.8,
+    suite = Suite("s", conditions=(Condition("nominal"), Condition("a"), Condition("b", min_success=0.3)), min_success=0.8,
                   max_drop=0.1)
     rates = lambda *r: [{"success_rate": x} for x in r]  # noqa: E731
     assert verdict(suite, rates(0.9, 0.8, 0.85)) == (True, [])  # a drop of exactly max_drop passes
@@ -189,7 +189,8 @@ def test_intervals_and_the_verdict_on_known_counts():
 def tiny_policy(tmp_path_factory) -> Path:
     """A (random) SAC policy file on PickCube state, in a run folder whose config names the task."""
     from robot_rl.agents.sac import SACAgent, SACConfig
-    from robot_rl.wire.policy_file import weights_message, write_policy_file
+    from robot_rl.policies.gaussian import weights_message
+    from robot_rl.wire.policy_file import write_policy_file
 
     env = make_env("PickCube-v0", obs_mode="state")
     agent = SACAgent.create(1, env.observation_space, 4, SACConfig(actor_hidden_dims=(16,), critic_hidden_dims=(16,)))
@@ -230,7 +231,7 @@ def test_a_validation_reproduces_with_any_number_of_workers_and_writes_report_an
 def test_a_stopped_validation_leaves_no_report_folder_and_no_record(tiny_policy, tmp_path, monkeypatch):
     import shutil
 
-    import robot_rl.apps.validate as validate_module
+    import robot_rl.sim.validation as validate_module
 
     policy = tmp_path / "run"
     shutil.copytree(tiny_policy, policy)
@@ -270,7 +271,7 @@ def test_the_deployment_gate_refuses_and_accepts_as_specified(tiny_policy, tmp_p
     import shutil
 
     from robot_rl.actor.robot_config import resolve_robot_path
-    from robot_rl.apps.validate import deployment_problem, file_digest
+    from robot_rl.actor.deploy_gate import deployment_problem, file_digest
 
     policy = tmp_path / "run"
     shutil.copytree(tiny_policy, policy)
@@ -321,7 +322,7 @@ def gate_case(tiny_policy, tmp_path, validation: str = "") -> tuple[Path, Path]:
 
 def fabricated(policy, robot, suite: Suite, verdict: str, when: str, **changes) -> dict:
     """A record as `robot-rl validate` writes it, without running an episode."""
-    from robot_rl.apps.validate import file_digest
+    from robot_rl.actor.deploy_gate import file_digest
 
     return {"policy_sha256": policy_digest(policy), "robot": str(robot), "robot_sha256": file_digest(robot),
             "suite": suite.name, "suite_path": suite.path, "suite_sha256": suite.sha256,
@@ -333,7 +334,7 @@ def fabricated(policy, robot, suite: Suite, verdict: str, when: str, **changes) 
 
 def write_records(policy, records) -> None:
     """The policy's record file as given (in this order), as an older tool or a merged copy may leave it."""
-    from robot_rl.apps.validate import RECORD_FORMAT
+    from robot_rl.actor.deploy_gate import RECORD_FORMAT
 
     record_path(policy).write_text(json.dumps({"format": RECORD_FORMAT, "version": 1, "records": records}))
 
@@ -342,7 +343,7 @@ EARLY, LATE = "2025-03-01T09:00:00+00:00", "2025-03-02T09:00:00+00:00"
 
 
 def test_a_pass_of_another_suite_does_not_open_the_gate_of_a_robot_file_that_requires_default(tiny_policy, tmp_path):
-    from robot_rl.apps.validate import deployment_problem
+    from robot_rl.actor.deploy_gate import deployment_problem
 
     policy, robot = gate_case(tiny_policy, tmp_path)  # no validation section: the default suite
     lenient, default = load_suite(robot.parent / "lenient.yaml"), load_suite("default")
@@ -364,7 +365,7 @@ def test_the_newest_record_of_the_required_suite_decides(tiny_policy, tmp_path):
     from robot_rl.actor.policy_slot import PolicySettings, PolicySlot
     from robot_rl.actor.robot_config import load_robot_config
     from robot_rl.actor.safety import Safety, SafetyConfig
-    from robot_rl.apps.validate import deployment_decision, deployment_problem
+    from robot_rl.actor.deploy_gate import deployment_decision, deployment_problem
 
     policy, robot = gate_case(tiny_policy, tmp_path, "{suite: default}")
     default = load_suite("default")
@@ -407,7 +408,7 @@ def test_the_newest_record_of_the_required_suite_decides(tiny_policy, tmp_path):
 
 
 def test_a_pass_judged_looser_than_the_robot_file_asks_does_not_admit(tiny_policy, tmp_path):
-    from robot_rl.apps.validate import deployment_decision
+    from robot_rl.actor.deploy_gate import deployment_decision
 
     policy, robot = gate_case(tiny_policy, tmp_path, "{min_success: 0.9, min_episodes: 30}")
     default = load_suite("default")
@@ -423,7 +424,8 @@ def test_a_pass_judged_looser_than_the_robot_file_asks_does_not_admit(tiny_polic
 
 def test_a_robot_file_may_name_a_suite_next_to_it(tiny_policy, tmp_path, monkeypatch):
     from robot_rl.actor.robot_config import load_validation_config
-    from robot_rl.apps.validate import deployment_decision, deployment_problem, required_suite
+    from robot_rl.actor.deploy_gate import deployment_decision, deployment_problem
+    from robot_rl.sim.validation import required_suite
 
     policy, robot = gate_case(tiny_policy, tmp_path, "{suite: lenient.yaml}")
     monkeypatch.chdir(policy)  # relative to the robot file, not to the working folder

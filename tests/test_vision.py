@@ -9,6 +9,8 @@ import pytest
 from robot_rl.actor.robot_config import CameraConfig
 from robot_rl.core.vision import ImageError, ImageTransform, decode_compressed, encode_compressed, to_rgb
 
+COMPUTES_ONLY = True  # names robot_rl.ros modules, starts no ROS 2 node (tests/conftest.py)
+
 
 def _rgb(height=48, width=64, seed=0):
     return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from robot_rl.learner.evaluations import (AUTO, EvalWorker, RateWindow, eval_due, evaluation_job, progress_line,
+from robot_rl.learner.evaluations import (AUTO, EvalWorker, RateWindow, eval_due, progress_line,
                                     resolve_eval_every, robot_summary, validation_episodes)
 from robot_rl.apps.run_status import STALE_AFTER_S, format_status, read_run_status, watch
 
@@ -110,20 +110,21 @@ def test_an_evaluation_job_is_the_in_process_evaluation():
     from ros_harness import untrained_state_agent
 
     from robot_rl.actor.session import Actor
+    from robot_rl.policies.gaussian import GaussianPolicy
     from robot_rl.sim.loop import make_env
-    from robot_rl.sim.evaluate import EVAL_SEED_OFFSET, evaluate
+    from robot_rl.sim.evaluate import EVAL_SEED_OFFSET, evaluate, evaluation_job
 
     agent = untrained_state_agent()
     worker = EvalWorker(lambda: make_env("PickCube-v0", obs_mode="state"))
     try:
-        worker.submit("eval", evaluation_job(agent, 2, EVAL_SEED_OFFSET))
+        worker.submit("eval", evaluation_job(GaussianPolicy(agent), 2, EVAL_SEED_OFFSET))
         (job,) = _collect(worker, 1, timeout=120)
     finally:
         worker.close()
     assert job.error is None, job.error
     env = make_env("PickCube-v0", obs_mode="state")
     try:
-        direct = evaluate(env, Actor(agent, deterministic=True), 2, EVAL_SEED_OFFSET)
+        direct = evaluate(env, Actor(GaussianPolicy(agent), deterministic=True), 2, EVAL_SEED_OFFSET)
     finally:
         env.close()
     assert job.result.report_row(40) == direct.report_row(40)
@@ -170,7 +171,7 @@ def test_robot_summary_per_actor():
 
 def test_final_weights_say_training_is_done_and_policy_files_stay_as_they_were():
     from robot_rl.core.codec import unpack
-    from robot_rl.wire.transport import WeightsMessage, decode_weights, encode_weights
+    from robot_rl.wire.weights import WeightsMessage, decode_weights, encode_weights
     from robot_rl.core.types import ObservationSpec
 
     spec = ObservationSpec.from_shapes({"state": ((14,), np.float32)})

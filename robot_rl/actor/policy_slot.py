@@ -4,7 +4,7 @@ robot and the deployment gate, and what the policy side tells the episode loop (
 The policy comes from a file (``weights_path``: a SAC policy.msgpack, a policy folder, or a run folder holding one;
 the actor acts at once and never waits for a learner) or from the learner's weights messages. On a real robot a
 saved policy, or the frozen base a learner's head names, needs a passing validation record of the robot file's suite
-(robot_rl.apps.validate; the record that admits it is logged at start-up) unless ``allow_unvalidated`` (then it is logged
+(robot_rl.actor.deploy_gate; the record that admits it is logged at start-up) unless ``allow_unvalidated`` (then it is logged
 at start-up and every episode). The learner is away when nothing of it arrived for the robot file's
 ``learner_lost.after_s``: the actor acts on with the last weights (``act``) or holds the policy's commands
 (``hold``). ``max_weight_lag`` (lock-step) waits, at most ``weight_wait_s`` per step, for weights that saw all but
@@ -25,7 +25,8 @@ from robot_rl.actor.session import ActorSession
 from robot_rl.actor.runner import Log, Wait
 from robot_rl.policies.base import PolicyError
 from robot_rl.actor.robot_config import RobotConfig
-from robot_rl.wire.transport import LearnerWatch, WeightsStamp
+from robot_rl.wire.learner_contact import LearnerWatch
+from robot_rl.wire.weights import WeightsStamp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +51,8 @@ class PolicySettings:
     task: str = "PickCube-v0"
     realtime: bool = False
     control_dt: float = 0.1
+    weights_from: str = "the learner"
+    """Where the learner's weights come from, as the wait for them names it (the actor node: the topic)."""
 
     PARAMETERS: typing.ClassVar[tuple[str, ...]] = (
         "image_size", "device", "inference_steps", "chunk_execute", "ensemble_decay", "deterministic", "seed",
@@ -188,7 +191,7 @@ class PolicySlot:
         if self.robot.sim:
             return None
         from robot_rl.wire.policy_file import PolicyFileError
-        from robot_rl.apps.validate import deployment_decision, record_line
+        from robot_rl.actor.deploy_gate import deployment_decision, record_line
 
         try:
             problem, record = deployment_decision(policy, self.robot.path or self.robot.name, self.settings.task)
@@ -207,13 +210,13 @@ class PolicySlot:
     def wants(self, weights) -> bool:
         """Whether these weights would be used: a policy is wanted and they supersede the current ones (a higher
         version of the same run and learner incarnation, or another incarnation or run: the actor node's
-        robot_rl.wire.transport.RunBinding lets through only the run it serves, at its newest incarnation)."""
+        robot_rl.wire.learner_contact.RunBinding lets through only the run it serves, at its newest incarnation)."""
         return self.settings.source != "none" and weights.stamp.supersedes(self.weights_stamp)
 
     def use_weights(self, weights, origin: str) -> str | None:
         """Act with `weights` (a WeightsMessage) from now on; returns why they cannot be used, or None."""
         from robot_rl.policies.registry import robot_observation_spec
-        from robot_rl.wire.policy_file import actor_from_weights
+        from robot_rl.actor.session import actor_from_weights
 
         session, settings = self.session, self.settings
         base = (weights.policy_config or {}).get("base")
@@ -285,11 +288,9 @@ class PolicySlot:
 
     # ----- robot_rl.actor.runner.Gate ---------------------------------------------------------------------------------
     def start_wait(self, human_engaged: bool, teleop_seen: bool) -> Wait | None:
-        from robot_rl.ros.qos import LEARNER_WEIGHTS
-
         if self.settings.source == "learner" and self.session.actor is None and not human_engaged:
             return ("policy weights from the learner",
-                    f"for policy weights from the learner ({LEARNER_WEIGHTS}; is the learner node up?)")
+                    f"for policy weights from {self.settings.weights_from}")
         if self.settings.source == "none" and not teleop_seen:  # recording demos: nobody would act yet
             return ("a teleop node (teleop/engaged)", "for a teleop node (teleop/engaged)")
         if self.unvalidated:

@@ -336,7 +336,7 @@ class RobotConfig:
         return model
 
     def suite_location(self) -> str | Path:
-        """The robot's validation suite as robot_rl.apps.validate.load_suite takes it: a shipped suite's name, or a file
+        """The robot's validation suite as robot_rl.sim.validation.load_suite takes it: a shipped suite's name, or a file
         (a relative path resolves next to the robot file)."""
         return suite_location(self.validation, self.path)
 
@@ -403,7 +403,7 @@ def load_robot_config(path_or_name: str | Path) -> RobotConfig:
 
 
 def load_validation_config(path_or_name: str | Path) -> tuple[ValidationConfig, str | Path]:
-    """A robot file's `validation` section and its suite as robot_rl.apps.validate.load_suite takes it, checked without
+    """A robot file's `validation` section and its suite as robot_rl.sim.validation.load_suite takes it, checked without
     the rest of the file (what the deployment gate needs); RobotConfigError names the file and the key."""
     path = resolve_robot_path(path_or_name)
     data = _read_robot_file(path)
@@ -419,7 +419,7 @@ def load_validation_config(path_or_name: str | Path) -> tuple[ValidationConfig, 
 
 
 def suite_location(validation: ValidationConfig, robot_path: str) -> str | Path:
-    """The suite of a `validation` section as robot_rl.apps.validate.load_suite takes it: a shipped suite's name, or a
+    """The suite of a `validation` section as robot_rl.sim.validation.load_suite takes it: a shipped suite's name, or a
     file (a relative path resolves next to the robot file at `robot_path`)."""
     if not Path(validation.suite).suffix:
         return validation.suite
@@ -453,7 +453,7 @@ def _validation_problem(validation: ValidationConfig, robot_path: str) -> str | 
     suite's), or None."""
     if validation == ValidationConfig():
         return None
-    from robot_rl.apps.validate import looser, suite_thresholds
+    from robot_rl.actor.deploy_gate import looser, suite_thresholds
 
     try:
         thresholds = suite_thresholds(suite_location(validation, robot_path))

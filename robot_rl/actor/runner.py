@@ -208,7 +208,9 @@ class RunnerConfig:
 
 class StepInputs:
     """What arrives between steps besides the sensors: the task's reward and success, the human's episode keys and
-    teleop commands. The ROS node's callbacks fill it; the in-process sim link adds each step's reward and success."""
+    teleop commands. The ROS node's callbacks fill it; in-process, the sim link adds each step's reward and success
+    and its simulated human (robot_rl.sim.human.SimulatedHuman) the teleop commands, as the scripted teleop node's
+    messages would."""
 
     def __init__(self, clock: Callable[[], float]):
         self._clock = clock
@@ -322,6 +324,21 @@ class EpisodeEnd:
     final_observation: dict
     steps: list
     """(transition, unix time) of each step."""
+
+
+@dataclasses.dataclass
+class EpisodeResult:
+    """What one episode produced."""
+
+    seed: int | None
+    steps: int
+    total_reward: float
+    success: bool
+    seconds: float
+    failure: str | None = None
+    """What kept a failed sim episode from success at its end (the task's failure_mode), None if unknown."""
+    end: dict[str, float] = dataclasses.field(default_factory=dict)
+    """The task's measurements at the sim episode's end (its task_measures), for a failure census."""
 
 
 class EpisodeRunner:

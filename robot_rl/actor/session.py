@@ -1,4 +1,5 @@
-"""The actor: observation -> action with the latest policy weights, with a human who may take over at any step."""
+"""The actor: observation -> action with the latest policy weights; the session: its control loop, in which a human
+may take over at any step (their action given to `ActorSession.step`)."""
 
 from __future__ import annotations
 
@@ -7,28 +8,26 @@ import dataclasses
 
 import numpy as np
 
-from robot_rl.agents.sac import SACAgent
-from robot_rl.core.protocols import InterventionSource, Observation
+from robot_rl.core.protocols import Observation
 from robot_rl.actor.safety import SafeCommand, Safety
-from robot_rl.wire.transport import Outbox, StampedTransition
+from robot_rl.wire.outbox import Outbox
+from robot_rl.wire.transitions import StampedTransition
 
 
 @dataclasses.dataclass(frozen=True)
 class ActorStep:
-    """What the actor decided: the action to execute and whether a human chose it."""
+    """What the actor decided: the action to execute."""
 
     action: np.ndarray
-    intervention: bool
-    policy_action: np.ndarray
     learner_action: np.ndarray | None = None
-    """The learner head's own action for this step (the residual, the noise; None: unknown, e.g. a human's)."""
+    """The learner head's own action for this step (the residual, the noise; None: unknown)."""
     info: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     """The policy's per-step extras (e.g. `base_action`)."""
 
 
 class Actor:
-    """Runs any policy (robot_rl.policies: SAC, diffusion, ...) with the newest weights it was given; an
-    `InterventionSource` can override any action.
+    """Runs any policy (robot_rl.policies: SAC, diffusion, ...) with the newest weights it was given; a human's action
+    replaces it through `human_acted` (the session's `human_action`).
 
     Chunks are executed receding-horizon, one action per `policy_action` call: in lock-step and in-process loops the
     next chunk is computed when the previous one is used up (`execute` actions of each, default all). With a
@@ -42,18 +41,13 @@ class Actor:
         *,
         seed: int = 0,
         deterministic: bool = False,
-        human: InterventionSource | None = None,
         execute: int | None = None,
         planner=None,
     ):
         from robot_rl.policies.base import ObservationHistory
-        from robot_rl.policies.gaussian import GaussianPolicy
 
-        if isinstance(policy, SACAgent):
-            policy = GaussianPolicy(policy, seed=seed)
         self.policy = policy
         self.deterministic = deterministic
-        self.human = human
         self.execute = policy.chunk_length if execute is None else int(execute)
         if not 1 <= self.execute <= policy.chunk_length:
             raise ValueError(f"execute={execute} must be in [1, chunk_length={policy.chunk_length}]")
@@ -62,11 +56,6 @@ class Actor:
         self._queue: collections.deque[tuple[np.ndarray, np.ndarray, dict]] = collections.deque()
         self._last: tuple[np.ndarray, dict] = (np.zeros(0, np.float32), {})  # learner action, info of the last step
         self._uniform_rng = np.random.default_rng(seed)
-
-    @property
-    def agent(self) -> SACAgent:
-        """The SAC agent of a Gaussian policy."""
-        return self.policy.agent
 
     @property
     def weights_version(self) -> int:
@@ -84,8 +73,6 @@ class Actor:
             self.planner.reset()
         else:
             self.policy.reset()
-        if self.human is not None:
-            self.human.reset()
 
     def observe(self, obs: Observation) -> Observation:
         """This control step's observation as the policy and the learner see it: a policy over a frozen base adds the
@@ -133,8 +120,7 @@ class Actor:
 
     def step(self, obs: Observation, *, uniform: bool = False, now: float | None = None) -> ActorStep | None:
         """The policy's action (for `obs` taken at `now`, see `policy_action`), or a uniform random one when
-        `uniform` (pass `learner.warming_up`); a human who takes over, seeing that action, overrides either. None
-        when a planner has no action due now (the caller holds)."""
+        `uniform` (pass `learner.warming_up`). None when a planner has no action due now (the caller holds)."""
         if uniform:
             policy_action = self.uniform_action()
             self._last = (self.policy.learner_action_of(policy_action, {}), {})
@@ -143,21 +129,19 @@ class Actor:
         if policy_action is None:
             return None
         learner_action, info = self._last
-        if self.human is not None:
-            human_action = self.human.act(obs, policy_action)
-            if human_action is not None:
-                human_action = np.asarray(human_action, dtype=np.float32)
-                learner_action = self.learner_action_of(human_action, obs)
-                self.policy.interrupt()
-                if self.planner is not None:
-                    self.planner.interrupt()  # `obs` is in its history already
-                self._queue.clear()
-                return ActorStep(human_action, True, policy_action, learner_action, dict(info))
-        return ActorStep(policy_action, False, policy_action, learner_action, dict(info))
+        return ActorStep(policy_action, learner_action, dict(info))
 
     def act(self, obs: Observation) -> np.ndarray:
         """`Policy` interface: the action to execute."""
         return self.step(self.observe(obs)).action
+
+
+def actor_from_weights(message, *, seed: int = 0, deterministic: bool = False) -> Actor:
+    """An `Actor` built from scratch for the policy in `message` (a WeightsMessage: its kind, spec and config), with
+    its weights."""
+    from robot_rl.policies.checkpoint import policy_from_weights
+
+    return Actor(policy_from_weights(message, seed=seed), seed=seed, deterministic=deterministic)
 
 
 EPISODE_KEYS = ("success", "failure", "reset")
@@ -182,9 +166,9 @@ class ActorSession:
 
     Step t: the actor's `observe` completes the observation (a residual policy adds its base's action for the
     step), which closes transition t-1 (with the reward and success the robot or the sim task reported for that
-    step), then command t is chosen (the human's action if one is given,
-    else the actor's `step`: its policy, or a uniform random action while the learner warms up, which the actor's
-    own intervention source may override), filtered by the safety layer and tracked as the new absolute target. A
+    step), then command t is chosen (the human's action if one is given: a teleop device's or the simulated human's,
+    over ROS and in-process alike; else the actor's `step`: its policy, or a uniform random action while the learner
+    warms up), filtered by the safety layer and tracked as the new absolute target. A
     transition carries the executed action, the learner head's own action and the policy's per-step info. A
     transition's `step` is the control step its observation was taken at, so a held command (no transition starts
     there) leaves a gap in the steps, and the learner does not join the transitions on either side of it.
@@ -316,7 +300,7 @@ class ActorSession:
                 self.counters["held"] += 1
                 self.counters["policy_late"] += 1
                 return SessionStep(command, transition, False, False, success, policy_late=True)
-            action, intervention = decision.action, decision.intervention
+            action = decision.action
             learner_action, policy_info = decision.learner_action, decision.info
         else:  # no policy and no human: hold
             action = self._hold_action()

@@ -1,4 +1,6 @@
-"""The `robot-rl` command: one entry point, a subcommand per job, typed dataclass configs."""
+"""The `robot-rl` command: one entry point, a subcommand per job, typed dataclass configs. This module is the command
+line itself (the configs, parsing with one-line errors, dispatch, exit statuses); the work of a command longer than a
+few lines is in its own module of robot_rl.apps (record, datasets, evaluate, ros_commands, ...)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,6 @@ if __name__ == "__main__":  # a program's start, before the heavy imports below
 import contextlib
 import dataclasses
 import errno
-import json
-import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Literal
@@ -22,11 +22,17 @@ from robot_rl.core import interrupts
 from robot_rl.apps.distill import DistillConfig
 from robot_rl.agents.reward_classifier import RewardClassifierConfig
 from robot_rl.sim.evaluate import EVAL_SEED_OFFSET
-from robot_rl.apps.train import TrainConfig
+from robot_rl.training.config import TrainConfig
 from robot_rl.apps.train_bc import TrainBCConfig
 from robot_rl.apps.replay_in_sim import ReplayInSimConfig
+from robot_rl.apps.datasets import run_export, run_import, run_info, run_replay
+from robot_rl.apps.evaluate import run_eval
+from robot_rl.apps.fit_commands import run_distill, run_train_bc
+from robot_rl.apps.record import run_record
+from robot_rl.apps.reward_training import run_label, run_train_reward
+from robot_rl.apps.ros_commands import run_doctor, run_launch
 from robot_rl.ros.net.secure import DEFAULT_CA_DAYS, DEFAULT_DAYS as DEFAULT_CERT_DAYS, DEFAULT_PORT as SECURE_PORT
-from robot_rl.apps.validate import ValidateConfig
+from robot_rl.sim.validation import ValidateConfig
 
 ObsMode = Literal["state", "pixels", "state+pixels"]
 
@@ -370,268 +376,9 @@ Command = (
 )
 
 
-def run_record_ros(cfg: Record) -> None:
-    """Run an actor node with no policy in the graph's namespace; it writes each finished episode to the dataset."""
-    from robot_rl.ros.nodes.actor_node import main as actor_main
-
-    obs_mode = {"state+pixels": "state+pixels", "pixels": "pixels", "state": "state"}[cfg.obs_mode]
-    status = actor_main([
-        "robot-rl record", "--ros-args", "-r", f"__ns:={cfg.namespace}", "-r", "__node:=recorder",
-        "-p", f"task:={cfg.task}", "-p", f"obs_mode:={obs_mode}", "-p", f"mode:={cfg.mode}", "-p", "policy:=none",
-        "-p", f"robot:={cfg.robot}", "-p", f"image_size:={cfg.image_size}",
-        "-p", "stream_transitions:=false", "-p", f"record_path:={cfg.out}", "-p", f"episodes:={cfg.episodes}"])
-    interrupts.check()  # stopped by SIGINT / SIGTERM: the finished episodes are kept, and the exit status is 130 / 143
-    if status:
-        raise SystemExit(status)
-
-
-def run_record(cfg: Record) -> None:
-    if cfg.source == "ros":
-        run_record_ros(cfg)
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from robot_rl.sim.loop import first_seed, make_env, max_attempts_for, record_episodes, writer_for_env
-    from robot_rl.sim.expert import make_expert
-
-    env = make_env(cfg.task, obs_mode=cfg.obs_mode, image_size=cfg.image_size, wrench=cfg.wrench)
-    results = []
-    writer, held_before = None, 0
-    try:
-        if cfg.randomize:
-            from robot_rl.apps.train import randomized_env
-
-            env = randomized_env(env, cfg.randomize)
-        writer = writer_for_env(env, cfg.out, cfg.task, attrs={"policy": cfg.policy, "noise": cfg.noise,
-                                                              **({"randomize": cfg.randomize} if cfg.randomize else {})})
-        held_before = writer.num_episodes
-        seed = first_seed(writer, cfg.seed, max_attempts_for(cfg.episodes, cfg.only_successes))
-        expert = make_expert(env, noise=cfg.noise, seed=seed)
-        with Progress(
-            TextColumn("[bold]recording"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("{task.fields[status]}"),
-        ) as progress:
-            bar = progress.add_task("record", total=cfg.episodes, status="")
-
-            def on_episode(result, keep):
-                interrupts.check()  # a stop request eaten on the way (robot_rl.core.interrupts) ends it here
-                if keep:
-                    results.append(result)
-                    successes = sum(r.success for r in results)
-                    progress.update(bar, advance=1, status=f"success {successes}/{len(results)}")
-
-            record_episodes(env, expert, writer, cfg.episodes, seed=seed, only_successes=cfg.only_successes,
-                            on_episode=on_episode)
-    except BaseException as exc:  # stopped: every finished episode is committed; the one under way is dropped
-        stopped = isinstance(exc, KeyboardInterrupt) or interrupts.requested() is not None  # or a converted interrupt
-        kept = writer.seeds[held_before:] if stopped and writer is not None else []  # committed is kept
-        if len(kept):
-            print(f"kept the {len(kept)} finished episodes in {cfg.out} (seeds {kept[0]}..{kept[-1]}); dataset now "
-                  f"holds {writer.num_episodes} episodes", file=sys.stderr)
-        raise
-    finally:
-        if writer is not None:
-            writer.close()
-        env.close()
-    successes = sum(r.success for r in results)
-    seeds = f", seeds {results[0].seed}..{results[-1].seed}" if results else ""
-    print(f"recorded {len(results)} episodes ({sum(r.steps for r in results)} steps, "
-          f"{successes}/{len(results)} successful{seeds}) to {cfg.out}; dataset now holds {writer.num_episodes} "
-          "episodes")
-    if len(results) < cfg.episodes:
-        print(f"error: only {len(results)} of {cfg.episodes} episodes kept", file=sys.stderr)
-        raise SystemExit(1)
-
-
-def run_info(cfg: Info) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from robot_rl.data.episodes import DatasetError, DatasetReader
-
-    reader = DatasetReader(cfg.path)
-    damage = reader.verify() if cfg.verify else reader.missing_chunks()
-    if damage:
-        for problem in damage:
-            print(f"damaged: {problem}", file=sys.stderr)
-        episodes = sorted({d.episode for d in damage})
-        shown = ", ".join(map(str, episodes[:20])) + (", ..." if len(episodes) > 20 else "")
-        hint = "" if cfg.verify else "; `robot-rl info --verify` also checks every value"
-        raise DatasetError(f"{cfg.path}: {len(episodes)} of {reader.num_episodes} episodes are damaged "
-                           f"(episodes {shown}; listed above){hint}")
-    summary = reader.summary()
-    summary["verified"] = bool(cfg.verify)
-    if cfg.json:
-        print(json.dumps(summary, indent=2))
-        return
-    console = Console()
-    lengths = summary["episode_length"]
-    console.print(f"[bold]{summary['path']}[/bold]  task {summary['task']}  robot {summary['robot']}  {summary['fps']:g} fps",
-                  soft_wrap=True)
-    console.print(  # one line, as a grep or a log reads it (rich would break it at 80 columns when piped)
-        f"episodes {summary['episodes']}  steps {summary['steps']}  success rate {summary['success_rate']:.1%}  "
-        f"intervention rate {summary['intervention_rate']:.1%}  episode length {lengths['min']}/"
-        f"{lengths['mean']:.1f}/{lengths['max']} (min/mean/max)", soft_wrap=True
-    )
-    seeds = summary["seeds"]
-    if seeds:
-        console.print(f"seeds {seeds['min']}..{seeds['max']} ({seeds['count']} episodes seeded)")
-    if summary["uncommitted_steps"]:
-        console.print(f"[yellow]{summary['uncommitted_steps']} uncommitted steps (an interrupted episode) ignored")
-    for note in summary["notes"]:
-        console.print(f"[yellow]note: {note}")
-    table = Table("key", "shape", "dtype", "on disk")
-    for key, spec in summary["keys"].items():
-        table.add_row(key, str(tuple(spec["shape"])), spec["dtype"], _human_bytes(summary["bytes_on_disk"][f"data/{key}"]))
-    console.print(table)
-    console.print(f"total on disk {_human_bytes(summary['total_bytes'])}")
-    if cfg.verify:
-        console.print(f"[green]verified: every value of all {summary['episodes']} episodes matches its checksum")
-
-
-def _human_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError
-
-
-def run_replay(cfg: Replay) -> None:
-    from robot_rl.data.episodes import DatasetReader
-    from robot_rl.data.video import write_video
-
-    reader = DatasetReader(cfg.path)
-    if not -reader.num_episodes <= cfg.episode < reader.num_episodes:
-        raise IndexError(f"episode {cfg.episode} out of range: {cfg.path} has {reader.num_episodes} episodes")
-    stored = [k for k, spec in reader.observation_spec.items() if spec.is_image]
-    cameras = stored
-    if cfg.cameras:
-        cameras = [c if c.startswith("images/") else f"images/{c}" for c in cfg.cameras]
-        missing = [c for c in cameras if c not in stored]
-        if missing:
-            raise ValueError(f"--cameras: {missing} not in {cfg.path}; stored cameras: {stored}")
-    if not cameras:
-        raise ValueError(
-            f"{cfg.path} stores no camera frames (keys: {sorted(reader.observation_spec)}); "
-            "record with --obs-mode pixels or state+pixels"
-        )
-    episode = reader.read_episode(cfg.episode, keys=cameras)  # verified: damage is an error, not black frames
-    length = len(episode["action"])
-    captions = [f"step {t + 1}/{length}" + ("  human" if episode["intervention"][t] else "") for t in range(length)]
-    captions[-1] += "  success" if episode["success"] else "  failure"
-    n = write_video(cfg.out, [episode["obs"][c] for c in cameras], fps=reader.fps, captions=captions)
-    print(f"wrote {cfg.out}: episode {cfg.episode % reader.num_episodes}, {n} frames, cameras {cameras}, "
-          f"success={episode['success']}")
-
-
-def run_export(cfg: Export) -> None:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from robot_rl.data.episodes import DatasetReader
-    from robot_rl.data.lerobot import export_lerobot
-
-    total = DatasetReader(cfg.path).num_episodes
-    console = Console(stderr=True)
-    with Progress(TextColumn("[bold]exporting"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True, disable=not console.is_terminal) as progress:
-        bar = progress.add_task("export", total=total)
-        info = export_lerobot(cfg.path, cfg.out, crf=cfg.crf, on_episode=lambda index: progress.advance(bar))
-    print(f"wrote {cfg.out}: LeRobot {info['codebase_version']} dataset, {info['total_episodes']} episodes, "
-          f"{info['total_frames']} frames at {info['fps']} fps")
-
-
-def run_import(cfg: Import) -> None:
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from robot_rl.data.lerobot import import_lerobot
-
-    console = Console(stderr=True)
-    with Progress(TextColumn("[bold]importing"), BarColumn(), TextColumn("episode {task.completed}"),
-                  TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal) as progress:
-        bar = progress.add_task("import", total=None)
-        count = import_lerobot(cfg.path, cfg.out, task=cfg.task, on_episode=lambda index: progress.advance(bar))
-    print(f"imported {count} episodes from {cfg.path} into {cfg.out}")
-
-
-def run_doctor(cfg: Doctor) -> None:
-    from robot_rl.ros.doctor import run_doctor as doctor
-
-    # bad input: ValueError
-    status = doctor(cfg.robot, cfg.duration, cfg.json, cfg.namespace, cfg.domain_id, cfg.wait, timing=cfg.timing)
-    if status:
-        raise SystemExit(status)
-
-
-def run_launch(cfg: Launch) -> None:
-    from robot_rl.ros.launch import launch
-    from robot_rl.ros.launch_file import LaunchError
-
-    try:
-        status = launch(cfg.file, cfg.arguments, domain_id=cfg.domain_id, grace_s=cfg.grace_s, dry_run=cfg.dry_run)
-    except LaunchError as exc:  # a usage error: one line, exit status 2
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    if status:
-        raise SystemExit(status)
-
-
-def run_train_reward(cfg: TrainReward) -> None:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from robot_rl.agents.reward_classifier import check_output_folder, save_atomically, summary_line, train_reward_classifier
-
-    check_output_folder(cfg.out)
-    console = Console(stderr=True)
-    with Progress(TextColumn("[bold]training reward classifier"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TextColumn("{task.fields[loss]}"), console=console, transient=True,
-                  disable=not console.is_terminal) as progress:
-        bar = progress.add_task("train", total=cfg.config.steps, loss="")
-        classifier, metrics = train_reward_classifier(
-            cfg.dataset, cfg.config,
-            on_progress=lambda step, loss: progress.update(bar, completed=step, loss=f"loss {loss:.4f}"))
-    save_atomically(classifier, cfg.out, metrics)
-    print(summary_line(cfg.out, metrics))
-
-
-def run_label(cfg: Label) -> None:
-    from robot_rl.agents.reward_classifier import FrameLabels, label_interactively, parse_frames
-
-    chosen = [name for name in ("success", "failure", "clear") if getattr(cfg, name)]
-    if len(chosen) > 1:
-        raise ValueError(f"give one of --success, --failure, --clear, not {' and '.join('--' + c for c in chosen)}")
-    if cfg.import_ is not None and (cfg.frames is not None or chosen):
-        raise ValueError("--import applies a labels file: give it without --frames / --success / --failure / --clear")
-    if cfg.frames is None and chosen:
-        raise ValueError(f"--{chosen[0]} needs --episode N --frames A:B")
-    if cfg.frames is not None and (cfg.episode is None or not chosen):
-        raise ValueError("--frames needs --episode N and one of --success, --failure, --clear")
-    if cfg.import_ is None and cfg.frames is None:
-        counts = label_interactively(cfg.path, episode=cfg.episode or 0, cameras=cfg.cameras)
-        print(f"{cfg.path}: {counts['success']} success and {counts['failure']} failure frames labelled in "
-              f"{counts['episodes']} episodes")
-        return
-    labels = FrameLabels.load(cfg.path)
-    if cfg.import_ is not None:
-        changed = labels.import_file(cfg.import_)
-        what = f"applied {changed} frame labels from {cfg.import_}"
-    else:
-        episode = labels.episode_index(cfg.episode)
-        frames = parse_frames(cfg.frames, labels.frames(episode))
-        changed = labels.set(episode, frames, {"success": True, "failure": False, "clear": None}[chosen[0]])
-        verb = "cleared" if chosen[0] == "clear" else f"labelled {chosen[0]}:"
-        what = f"{verb} {changed} frames of episode {episode} ({frames.start}..{frames.stop - 1})"
-    path = labels.save()
-    counts = labels.counts()
-    print(f"{what}; {path} now holds {counts['success']} success and {counts['failure']} failure frames in "
-          f"{counts['episodes']} episodes")
-
-
 def run_train(cfg: Train, args: list[str]) -> None:
-    from robot_rl.apps.train import load_run, train
+    from robot_rl.training.run_folder import load_run
+    from robot_rl.apps.train import train
 
     if cfg.resume is None:
         train(cfg.config)
@@ -641,138 +388,6 @@ def run_train(cfg: Train, args: list[str]) -> None:
     requested = parse_args(Train, args[args.index("train") + 1:], prog="robot-rl train",
                            default=Train(saved, cfg.resume))
     train(requested.config, resume=cfg.resume)
-
-
-def run_eval(cfg: Eval) -> None:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from robot_rl.sim.evaluate import evaluate_policy_file
-
-    progress = Progress(TextColumn("[bold]evaluating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=Console(stderr=True), transient=True)
-    bar = progress.add_task("eval", total=cfg.episodes)
-
-    def on_episode(result) -> None:
-        if not progress.live.is_started:  # drawn from the first episode on: bad input fails with nothing drawn
-            progress.start()
-        progress.advance(bar)
-
-    try:
-        summary = evaluate_policy_file(
-            cfg.policy, task=cfg.task, episodes=cfg.episodes, seed=cfg.seed, obs_mode=cfg.obs_mode,
-            image_size=cfg.image_size, out=cfg.out, video=cfg.video, video_episodes=cfg.video_episodes,
-            on_episode=on_episode, device=cfg.device, inference_steps=cfg.inference_steps)
-    finally:
-        if progress.live.is_started:
-            progress.stop()
-    print(json.dumps(summary))
-
-
-class _StopOnceTraining:
-    """`should_stop` of train-bc / distill: until its first call (the first step) a stop request raises at once
-    (loading data and building the model stop promptly, and nothing has been made that a stop would leave
-    behind); from then on it only sets the flag the optimisation loop checks (robot_rl.apps.train.StopSignals)."""
-
-    def __init__(self) -> None:
-        self.stop = None
-
-    def __call__(self) -> bool:
-        if self.stop is None:
-            from robot_rl.apps.train import StopSignals
-
-            self.stop = StopSignals().__enter__()
-        return self.stop()
-
-    @property
-    def signum(self) -> int | None:
-        return self.stop.signum if self.stop is not None else interrupts.requested()
-
-    def close(self) -> None:
-        if self.stop is not None:
-            self.stop.__exit__(None, None, None)
-
-
-def _fit_with_progress(label: str, steps: int, validation_label: str, fit, evaluation_fields, what: str,
-                       out: Path) -> None:
-    """Run `fit(on_progress=..., should_stop=...)` (train_bc or distill) under a progress bar and Ctrl-C / SIGTERM
-    handling, then print its summary as JSON (with `evaluation_fields(evaluation)`) and its report and policy
-    paths; raise TrainingInterrupted when a stop request ended it after its first step. Stopped before that, the
-    run never got going: its `out` folder is removed (it was new or empty) and the interrupt raised."""
-    import shutil
-
-    from robot_rl.apps.train import TrainingInterrupted
-
-    made = interrupts.first_missing(out)
-    was_empty = made is None and out.is_dir() and not any(out.iterdir())
-    stop = _StopOnceTraining()
-    try:
-        _fit_and_report(label, steps, validation_label, fit, evaluation_fields, what, stop)
-    except TrainingInterrupted:  # stopped after its first step: the policy trained so far and the report are kept
-        raise
-    except BaseException as error:
-        if isinstance(error, KeyboardInterrupt) or interrupts.requested() is not None:
-            if made is not None:
-                shutil.rmtree(made, ignore_errors=True)
-            elif was_empty:
-                shutil.rmtree(out, ignore_errors=True)
-                out.mkdir()
-        raise
-    finally:
-        stop.close()
-
-
-def _fit_and_report(label: str, steps: int, validation_label: str, fit, evaluation_fields, what: str,
-                    stop: _StopOnceTraining) -> None:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from robot_rl.apps.progress import ProgressLines
-    from robot_rl.core.report import json_safe
-    from robot_rl.apps.train import TrainingInterrupted
-
-    console = Console(stderr=True)
-    lines = ProgressLines(label, steps, enabled=not console.is_terminal)  # tee / nohup / a log file: plain lines
-    with Progress(
-            TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("{task.fields[loss]}"), console=console, transient=True,
-            disable=not console.is_terminal) as progress:
-        bar = progress.add_task(label, total=steps, loss="")
-
-        def on_progress(step: int, loss: float, validation: float | None) -> None:
-            text = f"loss {loss:.4f}" + ("" if validation is None else f"  {validation_label} {validation:.4f}")
-            progress.update(bar, completed=step, loss=text)
-            lines.update(step, text)
-
-        summary = fit(on_progress=on_progress, should_stop=stop)
-    if summary["stopped"] and not summary["steps"]:
-        raise interrupts.interrupt_for(stop.signum)  # never got going: _fit_with_progress removes the folder
-    evaluation = summary["evaluation"]
-    print(json.dumps(json_safe({k: v for k, v in summary.items() if k != "evaluation"}
-                               | (evaluation_fields(evaluation) if evaluation else {})), allow_nan=False))
-    print(f"report: {Path(summary['out']) / 'report.md'}  policy: {summary['policy']}", file=sys.stderr)
-    if summary["stopped"]:
-        raise TrainingInterrupted(stop.signum or signal.SIGINT, summary["steps"], steps, Path(summary["out"]),
-                                  f"interrupted at step {summary['steps']}/{steps}; the {what} trained so far "
-                                  f"is in {summary['policy']}")
-
-
-def run_train_bc(cfg: TrainBCConfig) -> None:
-    from robot_rl.apps.train_bc import train_bc
-
-    _fit_with_progress("train-bc", cfg.steps, "validation", lambda **callbacks: train_bc(cfg, **callbacks),
-                       lambda evaluation: {"success_rate": evaluation["success_rate"],
-                                           "eval_episodes": evaluation["episodes"]}, "policy", Path(cfg.out))
-
-
-def run_distill(cfg: DistillConfig) -> None:
-    from robot_rl.apps.distill import distill
-
-    _fit_with_progress("distill", cfg.steps, "gap to teacher", lambda **callbacks: distill(cfg, **callbacks),
-                       lambda evaluation: {"student_success_rate": evaluation["student"]["success_rate"],
-                                           "teacher_success_rate": evaluation["teacher"]["success_rate"],
-                                           "eval_episodes": evaluation["student"]["episodes"]}, "student",
-                       Path(cfg.out))
 
 
 # SIGTERM raised as an interrupt (robot_rl.core.interrupts: every command takes over SIGINT and SIGTERM at start).
@@ -916,7 +531,7 @@ def main(argv: list[str] | None = None) -> None:
     Exit status: 0 done, 1 a job failed, 2 bad input (one `error: ...` line on stderr, nothing half-made),
     130 / 143 stopped by SIGINT / SIGTERM.
     """
-    from robot_rl.apps.train import TrainingInterrupted
+    from robot_rl.training.pacing import TrainingInterrupted
 
     args = sys.argv[1:] if argv is None else list(argv)
     try:

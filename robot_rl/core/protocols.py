@@ -20,11 +20,3 @@ class Policy(Protocol):
 
     def act(self, obs: Observation) -> np.ndarray: ...
 
-
-@runtime_checkable
-class InterventionSource(Protocol):
-    """A human (teleop device, or a simulated one) who may take over: returns their action, or None to let go."""
-
-    def reset(self) -> None: ...
-
-    def act(self, obs: Observation, policy_action: np.ndarray) -> np.ndarray | None: ...

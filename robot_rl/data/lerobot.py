@@ -37,7 +37,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from robot_rl.data.episodes import UNKNOWN_SEED, DatasetError, DatasetReader, EpisodeWriter
+from robot_rl.data.episode_format import UNKNOWN_SEED
+from robot_rl.data.episode_writer import EpisodeWriter
+from robot_rl.data.episodes import DatasetError, DatasetReader
 from robot_rl.data.video import PIXEL_FORMAT, VideoEncoder
 from robot_rl.core.types import ArraySpec
 

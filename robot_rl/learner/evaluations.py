@@ -1,9 +1,9 @@
-"""What the ROS learner node needs to be watched, without ROS: its evaluations in the sim mirror (in a worker thread,
-so the node keeps acknowledging, broadcasting and training), their schedule, the size of its final validation, and
-its progress line and rates.
+"""What the ROS learner node needs to be watched, without ROS: the worker thread its evaluations in the sim mirror
+run in (so the node keeps acknowledging, broadcasting and training), their schedule, the size of its final
+validation, and its progress line and rates.
 
-Evaluations are `robot_rl.sim.evaluate.evaluate` with a deterministic `robot_rl.actor.session.Actor`: what in-process
-`robot-rl train` runs for its own, giving the same report rows (`Evaluation.report_row`).
+The worker runs the jobs it is handed: the learner node hands it robot_rl.sim.evaluate.evaluation_job, what in-process
+`robot-rl train` runs for its own evaluations, giving the same report rows (`Evaluation.report_row`).
 """
 
 from __future__ import annotations
@@ -136,24 +136,6 @@ class EvalWorker:
         finally:
             if self._env is not None:
                 self._env.close()
-
-
-def evaluation_job(policy, episodes: int, seed: int, video_path=None) -> Callable[[EvalWorker], Any]:
-    """A worker job: `episodes` deterministic episodes of `policy` (a snapshot of the learner's policy) in the
-    worker's env, exactly as in-process training evaluates; returns the `Evaluation` (StopRequested if stopped)."""
-    from robot_rl.actor.session import Actor
-    from robot_rl.sim.evaluate import evaluate
-
-    def run(worker: EvalWorker):
-        worker.progress = (0, episodes)
-
-        def on_episode(result) -> None:
-            worker.progress = (worker.progress[0] + 1, episodes)
-
-        return evaluate(worker.env(), Actor(policy, deterministic=True), episodes, seed, video_path=video_path,
-                        should_stop=worker.should_stop, on_episode=on_episode)
-
-    return run
 
 
 def eval_line(row: Mapping[str, Any], seconds: float | None = None) -> str:

@@ -28,8 +28,8 @@ to the checkpoint's rows: the episodes appended after it come again from the tra
 
 Run identity: the run folder's id (`RUN_FILE`, made when a learner first opens the folder, kept across restarts) and
 this start's learner incarnation (`INCARNATION_FILE`: 1, 2, ... one per `open()`) go with every weights message and
-acknowledgement (robot_rl.wire.transport.RunBinding on the actor's side). Transitions an actor addressed to another run
-are dropped, counted by run, and not acknowledged.
+acknowledgement (robot_rl.wire.learner_contact.RunBinding on the actor's side). Transitions an actor addressed to
+another run are dropped, counted by run, and not acknowledged.
 """
 
 from __future__ import annotations
@@ -46,20 +46,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from robot_rl.core.files import atomic_write_bytes, atomic_write_text, make_dirs_durably
-from robot_rl.wire.policy_file import POLICY_FILE, weights_message, write_policy_file
-from robot_rl.wire.transport import (
-    ClosedEpisodes,
-    Inbox,
-    LoggedBatch,
-    StampedTransition,
-    TransitionLog,
-    TransportError,
-    WeightsMessage,
-    decode_transitions_message,
-    make_run_id,
-    reversion_weights,
-    run_id_problem,
-)
+from robot_rl.policies.gaussian import weights_message
+from robot_rl.wire.policy_file import POLICY_FILE, write_policy_file
+from robot_rl.wire.inbox import Inbox
+from robot_rl.wire.protocol import TransportError, make_run_id, run_id_problem
+from robot_rl.wire.transition_log import ClosedEpisodes, LoggedBatch, TransitionLog
+from robot_rl.wire.transitions import StampedTransition, decode_transitions_message
+from robot_rl.wire.weights import WeightsMessage, reversion_weights
 
 if TYPE_CHECKING:  # robot_rl.learner.learner imports JAX, which ingesting and acknowledging do not need
     from robot_rl.learner.learner import Learner
@@ -181,7 +174,7 @@ class LearnerServer:
         self.learner = learner  # None until attach() when the learner is built while transitions already arrive
         self.make_policy: Callable | None = None
         """agent -> the Policy whose `weights_message` is broadcast and saved (None: a plain SAC Gaussian); the
-        learner node sets it from its run's robot_rl.apps.train.PolicyKind."""
+        learner node sets it from its run's robot_rl.training.config.policy_kind."""
         self.run_dir = Path(run_dir)
         make_dirs_durably(self.run_dir)  # a power cut after the first acknowledgement keeps the folder that holds it
         self.updates_per_transition = float(updates_per_transition)
@@ -320,7 +313,7 @@ class LearnerServer:
 
     def accept(self, source: str, items: Sequence[StampedTransition], floor: int | None = None) -> dict[str, int]:
         """Accept an actor's transitions in memory (in-process training; `ingest` decodes a message into this);
-        returns the cumulative acks (`floor`: robot_rl.wire.transport.TransitionsMessage.floor)."""
+        returns the cumulative acks (`floor`: robot_rl.wire.transitions.TransitionsMessage.floor)."""
         if not self.opened:
             raise RuntimeError("open() the server before ingesting transitions")
         fresh = self.inbox.accept(source, items, floor)

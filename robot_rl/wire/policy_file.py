@@ -11,20 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from robot_rl.core.files import atomic_write_bytes
-from robot_rl.wire.transport import TransportError, WeightsMessage, decode_weights, encode_weights
+from robot_rl.wire.protocol import TransportError
+from robot_rl.wire.weights import WeightsMessage, decode_weights, encode_weights
 
 POLICY_FILE = "policy.msgpack"
 
 
 class PolicyFileError(ValueError):
     """A policy file is missing, unreadable or not a policy file; the message names the file and the fix."""
-
-
-def weights_message(agent, *, version: int, transitions: int = 0, updates: int = 0) -> WeightsMessage:
-    """A SAC agent's actor weights as a `WeightsMessage` (what the learner broadcasts and policy files hold)."""
-    from robot_rl.policies.gaussian import GaussianPolicy
-
-    return GaussianPolicy(agent).weights_message(version=version, transitions=transitions, updates=updates)
 
 
 def write_policy_file(path: str | Path, message: WeightsMessage) -> Path:
@@ -61,11 +55,3 @@ def read_policy_file(path: str | Path) -> WeightsMessage:
             raise PolicyFileError(
                 f"{path} is a learner checkpoint, not a policy file; pass {run_dir / POLICY_FILE}") from None
         raise PolicyFileError(f"{path} is not a robot_rl policy file ({error})") from None
-
-
-def actor_from_weights(message: WeightsMessage, *, seed: int = 0, deterministic: bool = False, human=None):
-    """An `Actor` built from scratch for the policy in `message` (its kind, spec and config), with its weights."""
-    from robot_rl.actor.session import Actor
-    from robot_rl.policies.checkpoint import policy_from_weights
-
-    return Actor(policy_from_weights(message, seed=seed), seed=seed, deterministic=deterministic, human=human)

@@ -10,8 +10,8 @@ no robot of its own. This module only speaks ROS: it decodes each message into t
 core decides. The core: robot_rl.actor.robot_io (sensor frames, observations, command interfaces, FK / IK),
 robot_rl.actor.runner (the one episode loop: resets, waits, holds, timeouts), robot_rl.actor.session (the session: policy or
 human -> safety -> command -> transition), robot_rl.actor.policy_slot (loading, the deployment gate, learner weights,
-a lost learner) and robot_rl.actor.outputs (recording, eval.json). Topics, parameters (robot_rl.ros.nodes.actor_params)
-and the status file are described in docs/ros.md.
+a lost learner) and robot_rl.actor.outputs (recording); its eval.json is robot_rl.sim.evaluate's. Topics, parameters
+(robot_rl.ros.nodes.actor_params) and the status file are described in docs/ros.md.
 
 No message can crash the node: each subscription is guarded, and a message that cannot be used is dropped with a
 log line naming the topic and the reason (counted in the status file's ``rejected``). A publisher whose QoS does not
@@ -126,7 +126,9 @@ class ActorNode:
         from robot_rl.actor.runner import EpisodeRunner, HomePose, RunnerConfig
         from robot_rl.actor.robot_io import DriverLink
         from robot_rl.actor.safety import Safety
-        from robot_rl.wire.transport import AckGaps, Outbox, RunBinding, make_source
+        from robot_rl.wire.learner_contact import RunBinding
+        from robot_rl.wire.outbox import AckGaps, Outbox
+        from robot_rl.wire.protocol import make_source
 
         param, robot = self._param, self.robot
         max_steps = int(param("max_episode_steps"))
@@ -162,6 +164,7 @@ class ActorNode:
         settings = PolicySettings(
             source=self.policy_source, observation_keys=self.observation_keys, action_dim=self.action_dim,
             stream=self.stream, realtime=self.mode == "realtime", control_dt=self.control_dt,
+            weights_from=f"the learner ({qos.LEARNER_WEIGHTS}; is the learner node up?)",
             **{name: param(name) for name in PolicySettings.PARAMETERS})
         self.policy = PolicySlot(self.session, robot, settings, log=self._log, control_clock=self._now,
                                  image_sizes=self.link.policy_image_sizes)
@@ -370,7 +373,8 @@ class ActorNode:
     # ----- the learner -------------------------------------------------------------------------------------------
     def _on_weights(self, msg) -> None:
         from robot_rl.ros.convert import msg_to_bytes
-        from robot_rl.wire.transport import TransportError, decode_weights
+        from robot_rl.wire.protocol import TransportError
+        from robot_rl.wire.weights import decode_weights
 
         try:
             weights = decode_weights(msg_to_bytes(msg))
@@ -415,7 +419,7 @@ class ActorNode:
 
     def _on_ack(self, msg) -> None:
         from robot_rl.ros.convert import msg_to_bytes
-        from robot_rl.wire.transport import decode_ack_message
+        from robot_rl.wire.transitions import decode_ack_message
 
         ack = decode_ack_message(msg_to_bytes(msg))
         if self._heard_served_run(ack.run, ack.incarnation):
@@ -424,9 +428,9 @@ class ActorNode:
             self.ack_gaps.heard(now, time.time())
 
     def _heard_served_run(self, run: str | None, incarnation: int | None) -> bool:
-        """Whether a learner message belongs to the run this actor serves (robot_rl.wire.transport.RunBinding); only
-        those count as hearing the learner. A run switched to gets every unacknowledged transition at once."""
-        from robot_rl.wire.transport import Heard
+        """Whether a learner message belongs to the run this actor serves (robot_rl.wire.learner_contact.RunBinding);
+        only those count as hearing the learner. A run switched to gets every unacknowledged transition at once."""
+        from robot_rl.wire.learner_contact import Heard
 
         heard = self.run_binding.hear(run, incarnation)
         if not heard.admitted:
@@ -481,7 +485,7 @@ class ActorNode:
                 self._write_eval()
 
     def _write_eval(self) -> None:
-        from robot_rl.actor.outputs import write_actor_eval
+        from robot_rl.sim.evaluate import write_actor_eval
 
         try:
             path, line = write_actor_eval(

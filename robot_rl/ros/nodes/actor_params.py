@@ -79,7 +79,7 @@ PARAMETER_RANGES: dict[str, Range] = {
     "frame_timeout_s": Range(above=0),
 }
 """Ranges of the numeric parameters (checked at start-up: one error line, exit status 2). outbox_capacity and
-resend_after are checked by their twin, robot_rl.wire.transport.Outbox; a policy checks chunk_execute and
+resend_after are checked by their twin, robot_rl.wire.outbox.Outbox; a policy checks chunk_execute and
 inference_steps against itself when it is loaded."""
 
 
@@ -100,7 +100,7 @@ def check_parameters(node_name: str, values: Callable[[str], object]) -> None:
                                "rotations)")
     run_id = str(values("run_id"))
     if run_id:
-        from robot_rl.wire.transport import run_id_problem  # numpy and the codec: only where a run is named
+        from robot_rl.wire.protocol import run_id_problem  # numpy and the codec: only where a run is named
 
         if run_id_problem(run_id):
             raise NodeStartupError(f"run_id: {run_id_problem(run_id)}")

@@ -690,7 +690,7 @@ class FileShare:
 def policy_location(path: str) -> Path:
     """The policy folder or file a base path stands for (a run folder stands for its policy): what is offered."""
     from robot_rl.wire.policy_file import PolicyFileError
-    from robot_rl.apps.validate import policy_location as locate
+    from robot_rl.actor.deploy_gate import policy_location as locate
 
     try:
         return locate(path)

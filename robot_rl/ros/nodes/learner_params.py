@@ -14,9 +14,9 @@ from pathlib import Path
 from robot_rl.learner.evaluations import AUTO
 from robot_rl.policies.registry import kind_of
 from robot_rl.ros.node_util import NodeStartupError
+from robot_rl.training.run_folder import CONFIG_FILE
 
 NODE_NAME = "learner"
-CONFIG_FILE = "config.json"
 # Settings that shape the observation spec and the task: a run folder cannot be resumed with others.
 RUN_SETTINGS = ("task", "obs_mode", "image_size", "policy")
 
@@ -104,15 +104,6 @@ def robot_obs_problem(robot, obs_mode: str) -> str | None:
     return None
 
 
-def not_in_sim(robot, task: str) -> str:
-    """Why a run does not run its task in the sim mirror (a phrase): a real robot's file, or not a sim task."""
-    if not robot.sim:
-        return f"robot file {robot.path or robot.name} is a real robot's (sim: false)"
-    return f"task {task!r} is not a sim task"
-
-
-
-
 def run_spaces(robot, cfg, checkpoint_state: dict | None = None):
     """(observation spec, action dim) of a learner run on `robot` (a RobotConfig) with TrainConfig `cfg`: recorded in
     its checkpoint, else a sim task's env in the sim mirror (a `sim: true` robot file), else the robot file's
@@ -158,7 +149,7 @@ def check_demo_images(demo_path, robot_name: str, image_size: int) -> None:
 
 def train_config(settings):
     """TrainConfig (the CPU preset) with the node's parameters (`settings`: name -> value) applied."""
-    from robot_rl.apps.train import TrainConfig
+    from robot_rl.training.config import TrainConfig
 
     base = TrainConfig()
     learner = dataclasses.replace(base.learner, utd=int(settings["utd"]), batch_size=int(settings["batch_size"]),
@@ -236,12 +227,12 @@ SCHEDULE_MINIMA = (("eval_every", AUTO), ("eval_episodes", 0), ("progress_every_
 def check_parameters(node_name: str, values) -> None:
     """NodeStartupError for the first parameter the node cannot start with (`values`: name -> value): a run folder
     started with other settings, its LearnerServer's settings, its schedule, and a new run's TrainConfig settings
-    (robot_rl.apps.train_rules; a resumed run had them checked when it began, and those of its learner and agent configs
-    are checked when the node builds its TrainConfig, after the JAX import). Cheap: run_node applies it to the
+    (robot_rl.training.rules; a resumed run had them checked when it began, and those of its learner and agent
+    configs are checked when the node builds its TrainConfig, after the JAX import). Cheap: run_node applies it to the
     command line's values before anything starts; the node to its declared values."""
     from robot_rl.learner.server import checkpoint_dir
     from robot_rl.ros.net.env import open_network_problem
-    from robot_rl.apps.train_rules import setting_problems
+    from robot_rl.training.rules import setting_problems
 
     settings = {name: values(name) for name, _, _ in PARAMETERS}
     robot = load_robot(str(settings["robot"]))

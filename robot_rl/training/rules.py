@@ -1,6 +1,6 @@
-"""The rules of robot_rl.apps.train.TrainConfig on its own settings (not those of its agent, learner or simulated-human
-configs), importable without JAX or MuJoCo: TrainConfig applies them when it is made, and the ROS learner node
-(robot_rl.ros.nodes.learner_node) applies them to its parameters before it starts ROS or imports JAX."""
+"""The rules of robot_rl.training.config.TrainConfig on its own settings (not those of its agent, learner or
+simulated-human configs), importable without JAX or MuJoCo: TrainConfig applies them when it is made, and the ROS
+learner node (robot_rl.ros.nodes.learner_node) applies them to its parameters before it starts ROS or imports JAX."""
 
 from __future__ import annotations
 
