@@ -30,8 +30,9 @@ import jax
 import numpy as np
 import tyro
 
-from robot_rl.policies.registry import kind_of
-from robot_rl.training.config import TrainConfig
+from robot_rl.policies.registry import kind_of, run_options
+from robot_rl.training.config import TrainConfig, with_policy_options
+from robot_rl.training.rules import DEFAULT_POLICY
 from robot_rl.apps.train import train
 
 PRECISE = dict(policy_average_rate=0.005, target_entropy=-8.0)
@@ -55,6 +56,7 @@ SUITES = {
 
 
 @dataclasses.dataclass(frozen=True)
+@with_policy_options
 class Args:
     suite: Literal["state", "peg", "pixels", "peg-pixels"] = "state"
     steps: int | None = None
@@ -97,20 +99,9 @@ class Args:
     undo (robot_rl.sim.human.InterventionConfig.watch_hazards; default: the suite's, on for peg-pixels, else off)."""
     tag: str = ""
     """Suffix of the run names and the PNG (keeps parallel runs apart)."""
-    policy: Literal["plain", "residual", "noise"] = "plain"
-    """What the SAC action means (robot_rl.training.config.TrainConfig.policy)."""
-    base: Path | None = None
-    """Frozen base policy of --policy residual."""
-    residual_scale: float = 0.1
-    """Residual correction scale (with --policy residual)."""
+    policy: str = DEFAULT_POLICY  # its choices, its help and the policy kinds' options after it: with_policy_options
     warmup_transitions: int | None = None
     """Override the learner's warm-up (env steps before the first update; default: 0 with demos, 4 x batch without)."""
-    noise_bound: float = 1.5
-    """Initial-noise bound (with --policy noise)."""
-    noise_repeat: bool = False
-    """With --policy noise: one control step's noise, repeated over the chunk (robot_rl.training.config.TrainConfig)."""
-    noise_aliasing: bool = False
-    """DSRL-NA (with --policy noise): an action critic on executed chunks, trained on demos and interventions too."""
     actor_delay: int | None = None
     """Critic-only gradient steps before the actor moves (default: the SAC config's)."""
     target_entropy: float | None = None
@@ -171,6 +162,11 @@ def run_summary(run_dir: Path) -> dict:
     return {"run_dir": str(run_dir), "env_step": state["env_step"], "wall_s": round(state["wall_seconds"], 1),
             "curve": [(row["env_step"], row["success_rate"]) for row in state["evals"]], "per_eval": per_eval,
             "largest_fall": largest_fall([row["success_rate"] for row in state["evals"]]), "human": human}
+
+
+def json_value(value):
+    """`value` as it goes in the result's JSON line (a path as its string)."""
+    return str(value) if isinstance(value, Path) else value
 
 
 def largest_fall(rates: list[float]) -> float:
@@ -239,8 +235,7 @@ def main(args: Args) -> dict:
             eval_every=args.eval_every, eval_episodes=args.eval_episodes, final_eval_episodes=args.final_eval_episodes,
             checkpoint_every=steps, video=False, run_dir=args.out / f"{name}-seed{seed}",
             learner=learner_cfg, sac=sac_cfg, intervene=intervene, human=human_cfg, policy=args.policy,
-            base=args.base, residual_scale=args.residual_scale, noise_bound=args.noise_bound,
-            noise_aliasing=args.noise_aliasing, noise_repeat=args.noise_repeat,
+            **{option.name: getattr(args, option.name) for option in run_options()},
             eval_latest_weights=args.eval_latest_weights,
         )
         start = time.perf_counter()
@@ -274,9 +269,8 @@ def main(args: Args) -> dict:
         "watch_hazards": human_cfg.watch_hazards if intervene else None,
         "intervention_rate": {str(seed): rates for seed, rates in intervention.items()} if intervene else None,
         "policy": args.policy,
-        "base": str(args.base) if args.base else None,
-        **{option: getattr(args, option) if option in kind_of(args.policy).options else None
-           for option in ("residual_scale", "noise_bound", "noise_aliasing", "noise_repeat")},
+        **{option.name: json_value(getattr(args, option.name)) if kind_of(args.policy).reads(option) else None
+           for option in run_options()},
         "warmup_transitions": learner_cfg.warmup_transitions,
         "actor_delay": sac_cfg.actor_delay,
         "target_entropy": sac_cfg.target_entropy,

@@ -183,6 +183,9 @@ def learner(*params: str) -> list[str]:
     (learner("-p", "steps:=-5"), "steps=-5 must be >= 0 (steps:=0 means run until stopped)"),
     (learner("-p", "final_eval_episodes:=-1"), "final_eval_episodes=-1 must be >= 0"),
     (learner("-p", "policy:=residual"), "policy='residual' needs --base"),
+    (learner("-p", "policy:=residual", "-p", "base:=b", "-p", "base_execute:=-1"),  # a kind's option: the registry's
+     "base_execute=-1 must be >= 1 (base_execute:=0 means the base's whole chunk)"),
+    (learner("-p", "noise_aliasing:=true"), "--noise-aliasing is only used with --policy noise"),
     (learner("-p", "obs_mode:=rgb"), "obs_mode='rgb' must be one of 'state', 'pixels', 'state+pixels'"),
     (learner("-p", "updates_per_transition:=-1"), "updates_per_transition=-1.0 must be >= 0"),
     (learner("-p", "eval_every:=-2"), "eval_every=-2 must be >= -1"),

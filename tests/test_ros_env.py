@@ -445,7 +445,7 @@ def test_lan_with_a_real_robots_file_takes_an_explicit_allow_open_network(tmp_pa
     assert "ROBOT_RL_ALLOW_OPEN_NETWORK" not in refused and ros_env.open_network_problem(False, refused)
     allowed = Launcher(load_launch_file(path, {"allow_open_network": "true"})).base_env
     assert allowed["ROBOT_RL_ALLOW_OPEN_NETWORK"] == "1" and ros_env.open_network_problem(False, allowed) is None
-    launch_folder = Path(ros_env.__file__).resolve().parents[2] / "launch"
+    launch_folder = Path(__file__).resolve().parents[1] / "launch"
     for name in ("robot_train.yaml", "robot_run.yaml", "teleop_record.yaml"):  # the shipped real-robot launches
         declared = {entry["arg"]["name"]: entry["arg"].get("default")
                     for entry in yaml.safe_load((launch_folder / name).read_text())["launch"] if "arg" in entry}

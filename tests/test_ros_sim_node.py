@@ -12,7 +12,6 @@ lock-step step's the next complete one.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys

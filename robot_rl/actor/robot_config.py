@@ -62,7 +62,7 @@ def _robots_dir() -> Path:
 
         return Path(robot_rl.robots.__file__).resolve().parent
     except ImportError:  # a source tree on sys.path without the package mapping
-        return Path(__file__).resolve().parent.parent / "robots"
+        return Path(__file__).resolve().parents[2] / "robots"
 
 
 ROBOTS_DIR = _robots_dir()

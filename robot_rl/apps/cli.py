@@ -390,10 +390,6 @@ def run_train(cfg: Train, args: list[str]) -> None:
     train(requested.config, resume=cfg.resume)
 
 
-# SIGTERM raised as an interrupt (robot_rl.core.interrupts: every command takes over SIGINT and SIGTERM at start).
-Terminated = interrupts.Terminated
-
-
 # OSError numbers that mean the path given on the command line cannot be used (usage errors, exit status 2).
 PATH_ERRNOS = frozenset({errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ENOENT, errno.EACCES, errno.EPERM,
                          errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP})

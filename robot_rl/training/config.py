@@ -1,21 +1,42 @@
 """A training run's config (:class:`TrainConfig`, shared by the in-process `robot-rl train` and the ROS learner
-node) and the plan of its --policy over the robot's spaces (:func:`policy_kind`)."""
+node), the policy fields it takes from the policy registry (:func:`with_policy_options`) and the plan of its --policy
+over the robot's spaces (:func:`policy_kind`)."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+import tyro
 
 from robot_rl.agents.sac import ImageEncoderConfig, SACConfig
 from robot_rl.learner.learner import LearnerConfig
-from robot_rl.policies.registry import LearnerPlan, kind_of, learner_plan
+from robot_rl.policies.registry import LearnerPlan, kind_of, learner_kinds, learner_plan, run_names, run_options
 from robot_rl.sim.human import SimulatedHumanConfig
-from robot_rl.training.rules import ObsMode, PolicyName, setting_problems
+from robot_rl.training.rules import DEFAULT_POLICY, ObsMode, policy_help, setting_problems
 from robot_rl.training.run_folder import RunError
 
 
+def with_policy_options(cls: type) -> type:
+    """Class decorator, under @dataclass: the class's `policy` field chooses among the registry's learner-trained
+    kinds (robot_rl.policies.registry.run_names), and each kind's run options (`run_options`) become fields right
+    after it, typed, with their defaults and their help (for `robot-rl train --help`)."""
+    annotations = {}
+    for name, annotation in cls.__dict__["__annotations__"].items():
+        if name != "policy":
+            annotations[name] = annotation
+            continue
+        annotations[name] = Annotated[Literal[run_names()], tyro.conf.arg(help=policy_help())]
+        for option in run_options():
+            annotations[option.name] = Annotated[option.type, tyro.conf.arg(help=option.help_with("None"))]
+            setattr(cls, option.name, option.default)
+    cls.__annotations__ = annotations
+    return cls
+
+
 @dataclasses.dataclass(frozen=True)
+@with_policy_options
 class TrainConfig:
     """A sim training run: task, demos, schedule, learner and agent settings."""
 
@@ -47,27 +68,7 @@ class TrainConfig:
     episodes (eval row `latest_success_rate`), to see what the average buys."""
     checkpoint_every: int = 2000
     """Env steps between checkpoints; there is also one after every evaluation, at the end and on Ctrl-C/SIGTERM."""
-    policy: PolicyName = "plain"
-    """What the SAC action means: `plain` = the robot action; `residual` = a scaled correction of a frozen base
-    policy's action (--base), per control step: executed = clip(base + residual_scale * SAC action, -1, 1);
-    `noise` = the initial noise of a frozen diffusion policy (--base), one decision per action chunk (DSRL)."""
-    base: Path | None = None
-    """Frozen base policy (a policy folder from `robot-rl train-bc` or `distill`; residual: also any policy file)
-    for --policy residual / noise. The run's --obs-mode must give the entries it reads."""
-    noise_bound: float = 1.5
-    """With --policy noise: the SAC action w in [-1, 1] is the noise bound * w (DSRL's action magnitude)."""
-    noise_repeat: bool = False
-    """With --policy noise: the head picks one control step's noise, action_dim numbers repeated over the chunk (a
-    low-dimensional noise space, as DSRL's pi0 variant uses), instead of the whole prediction_horizon x action_dim
-    noise."""
-    noise_aliasing: bool = False
-    """With --policy noise: DSRL-NA. An action critic learns by TD on executed chunks (so demos and human
-    interventions, whose noise is unknown, train it), a noise critic regresses it on (noise, chunk) pairs the actor
-    denoises (--sac.aliasing-samples per decision), and the head maximises the noise critic."""
-    residual_scale: float = 0.1
-    """Scale of the residual correction in action units ([-1, 1] per dim) with --policy residual."""
-    base_execute: int | None = None
-    """Actions of each base chunk executed before the base plans again (None: its whole chunk)."""
+    policy: str = DEFAULT_POLICY  # its choices, its help and the policy kinds' options after it: with_policy_options
     randomize: str | None = None
     """Domain randomisation: each training episode runs under one condition of this validation suite (a shipped
     suite's name such as `default`, or a YAML file: camera pose, lighting and colours, object physics, latency,
@@ -105,11 +106,12 @@ class TrainConfig:
         # the rules on its own settings live apart (robot_rl.training.rules): the ROS learner node checks its
         # parameters with them before it imports JAX
         problems = setting_problems({field.name: getattr(self, field.name) for field in dataclasses.fields(self)})
-        if self.sac.residual_scale is not None:
-            problems.append("sac.residual_scale is set by the run: use --policy residual --residual-scale "
-                            f"{self.sac.residual_scale:g}")
-        if self.sac.aliased_chunk_dim is not None:
-            problems.append("sac.aliased_chunk_dim is set by the run: use --policy noise --noise-aliasing")
+        for option in run_options():  # SAC fields a policy kind's plan sets from its options
+            value = getattr(self.sac, option.sac_field) if option.sac_field else None
+            if value is not None:
+                readers = " or ".join(kind.run_name for kind in learner_kinds() if kind.reads(option))
+                shown = option.flag if option.value_type is bool else f"{option.flag} {value:g}"
+                problems.append(f"sac.{option.sac_field} is set by the run: use --policy {readers} {shown}")
         if problems:
             raise ValueError(f"invalid {type(self).__name__}: {'; '.join(problems)}")
 

@@ -1,23 +1,30 @@
 """The rules of robot_rl.training.config.TrainConfig on its own settings (not those of its agent, learner or
 simulated-human configs), importable without JAX or MuJoCo: TrainConfig applies them when it is made, and the ROS
-learner node (robot_rl.ros.nodes.learner_node) applies them to its parameters before it starts ROS or imports JAX."""
+learner node (robot_rl.ros.nodes.learner_node) applies them to its parameters before it starts ROS or imports JAX.
+The `policy` choices and the policy kinds' run options, with their checks, come from robot_rl.policies.registry."""
 
 from __future__ import annotations
 
-import math
 import typing
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from robot_rl.policies.registry import kind_of, learner_kinds
+from robot_rl.policies.registry import kind_of, learner_kinds, run_names, run_options
 
 ObsMode = Literal["state", "pixels", "state+pixels"]
-PolicyName = Literal["plain", "residual", "noise"]
-CHOICES = {"obs_mode": typing.get_args(ObsMode), "policy": typing.get_args(PolicyName)}
+CHOICES = {"obs_mode": typing.get_args(ObsMode)}
+DEFAULT_POLICY = run_names()[0]
+"""The `policy` of a run that names none."""
 AT_LEAST = (("steps", 1), ("eval_every", 1), ("eval_episodes", 1), ("weights_every", 1), ("checkpoint_every", 1),
             ("demos", 0), ("seed", 0))
 IMAGE_SIZES = (16, 640)
 """The camera image sides [px] a run may use (smallest, largest)."""
+
+
+def policy_help() -> str:
+    """The help of `policy`: each learner-trained kind's run name and what its SAC action means."""
+    return "What the SAC action means: " + "; ".join(f"`{kind.run_name}` = {kind.summary}"
+                                                      for kind in learner_kinds()) + "."
 
 
 def setting_problems(settings: Mapping[str, Any]) -> list[str]:
@@ -29,33 +36,30 @@ def setting_problems(settings: Mapping[str, Any]) -> list[str]:
     if settings.get("final_eval_episodes") is not None and settings["final_eval_episodes"] < 1:
         problems.append(f"final_eval_episodes={settings['final_eval_episodes']!r} must be >= 1 or None "
                         "(eval_episodes)")
-    for name, choices in CHOICES.items():  # the command line checks its choices; a node or a file does not
+    # the command line checks its choices; a node or a file does not
+    for name, choices in {**CHOICES, "policy": run_names()}.items():
         if given(name) and settings[name] not in choices:
             problems.append(f"{name}={settings[name]!r} must be one of {', '.join(map(repr, choices))}")
-    if settings.get("policy", "plain") in CHOICES["policy"]:
+    if settings.get("policy", DEFAULT_POLICY) in run_names():
         problems += _policy_option_problems(settings)
-    for name in ("noise_bound", "residual_scale"):
-        if given(name) and not (math.isfinite(settings[name]) and settings[name] > 0):
-            problems.append(f"{name}={settings[name]!r} must be > 0")
-    if settings.get("base_execute") is not None and settings["base_execute"] < 1:
-        problems.append(f"base_execute={settings['base_execute']!r} must be >= 1 or None (the base's chunk)")
+    problems += [problem for option in run_options() if given(option.name)
+                 for problem in [option.problem(settings[option.name])] if problem]
     if given("image_size") and not IMAGE_SIZES[0] <= settings["image_size"] <= IMAGE_SIZES[1]:
         problems.append(f"image_size={settings['image_size']!r} must be in [{IMAGE_SIZES[0]}, {IMAGE_SIZES[1]}]")
     return problems
 
 
 def _policy_option_problems(settings: Mapping[str, Any]) -> list[str]:
-    """A base missing or given in vain, another policy kind's flag set (robot_rl.policies.registry)."""
-    kind = kind_of(settings.get("policy", "plain"))
-    base = settings.get("base")
-    problems = []
-    if "base" in kind.options and base is None:
-        problems.append(f"policy={settings.get('policy', 'plain')!r} needs --base (the frozen base policy's folder "
-                        "or file)")
-    if "base" not in kind.options and base is not None:
-        on_base = " or ".join(other.name for other in learner_kinds() if "base" in other.options)
-        problems.append(f"--base {base} is only used with --policy {on_base}")
-    for other in learner_kinds():
-        problems += [f"--{flag.replace('_', '-')} is a --policy {other.name} option" for flag in other.options
-                     if flag not in kind.options and settings.get(flag) is True]
+    """A run option the policy kind needs missing, one it does not read switched on (robot_rl.policies.registry)."""
+    policy = settings.get("policy", DEFAULT_POLICY)
+    kind = kind_of(policy)
+    problems = [f"policy={policy!r} needs {option.flag}" for option in kind.options
+                if option.required and settings.get(option.name) is None]
+    for option in run_options():
+        value = settings.get(option.name)
+        off = option.default is None or option.default is False  # options with a working default are not "set"
+        if off and value is not None and value is not False and not kind.reads(option):
+            readers = " or ".join(other.run_name for other in learner_kinds() if other.reads(option))
+            shown = option.flag if option.value_type is bool else f"{option.flag} {value}"
+            problems.append(f"{shown} is only used with --policy {readers}")
     return problems

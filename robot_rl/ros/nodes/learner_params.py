@@ -1,6 +1,7 @@
 """The learner node's ROS parameters, and what a start is checked against before ROS or JAX (robot_rl.ros.nodes.learner_node).
 
-The table (:data:`PARAMETERS`), the spaces a robot file gives a run (:func:`robot_task_spaces`, :func:`run_spaces`),
+The table (:data:`PARAMETERS`; its `policy` and the policy kinds' run options come from robot_rl.policies.registry:
+:func:`policy_parameters`), the spaces a robot file gives a run (:func:`robot_task_spaces`, :func:`run_spaces`),
 the node's TrainConfig from its parameters (:func:`train_config`; its in-process twins' rules name a bad one), and the
 cheap checks `run_node` applies to the command line's values before anything starts (:func:`check_parameters`).
 """
@@ -12,13 +13,40 @@ import json
 from pathlib import Path
 
 from robot_rl.learner.evaluations import AUTO
-from robot_rl.policies.registry import kind_of
+from robot_rl.policies.registry import RunOption, kind_of, run_options
 from robot_rl.ros.node_util import NodeStartupError
+from robot_rl.training.rules import DEFAULT_POLICY, policy_help
 from robot_rl.training.run_folder import CONFIG_FILE
 
 NODE_NAME = "learner"
 # Settings that shape the observation spec and the task: a run folder cannot be resumed with others.
 RUN_SETTINGS = ("task", "obs_mode", "image_size", "policy")
+
+NODE_NOTES = {"base": "Offered to actors on other hosts (fetched from the node offering it if this host has none)."}
+"""What the node does with a run option beyond its TrainConfig field, after the option's help."""
+
+
+def policy_parameters() -> list[tuple[str, object, str]]:
+    """The `policy` parameter and the policy kinds' run options (robot_rl.policies.registry.run_options) as parameter
+    rows; an option that may be None takes 0 (a number) or '' (a path or string) for None."""
+    rows: list[tuple[str, object, str]] = [("policy", DEFAULT_POLICY, policy_help())]
+    for option in run_options():
+        textual = option.value_type in (str, Path)
+        if option.default is None:
+            default = "" if textual else option.value_type()
+        else:
+            default = str(option.default) if textual else option.default
+        help_text = option.help_with("''" if textual else "0")
+        rows.append((option.name, default, " ".join(filter(None, (help_text, NODE_NOTES.get(option.name))))))
+    return rows
+
+
+def option_setting(option: RunOption, value):
+    """A run option's TrainConfig value from its node parameter (0 or '': None; a path made absolute)."""
+    if option.optional and not value:
+        return None
+    return Path(str(value)).resolve() if option.value_type is Path else option.value_type(value)
+
 
 PARAMETERS: tuple[tuple[str, object, str], ...] = (
     ("run_dir", "runs/ros-learner", "checkpoints, transition log, policy file, status (resumed if present)"),
@@ -53,14 +81,7 @@ PARAMETERS: tuple[tuple[str, object, str], ...] = (
     ("jax_cache_dir", "", "JAX persistent compilation cache (empty: JAX_COMPILATION_CACHE_DIR if set, else "
                           "<run_dir>/jax_cache), for a fast respawn"),
     ("seed", 0, "seed"),
-    ("policy", "plain", "what the SAC action means: plain (the robot action) | residual | noise (on `base`)"),
-    ("base", "", "frozen base policy (folder or file) of a residual / noise head; offered to actors on other hosts "
-                 "(fetched from the node offering it if this host has none)"),
-    ("residual_scale", 0.1, "residual head: executed = base + residual_scale * SAC action"),
-    ("noise_bound", 1.5, "noise head: initial noise = noise_bound * SAC action"),
-    ("noise_repeat", False, "noise head: one control step's noise, repeated over the chunk (low-dimensional)"),
-    ("noise_aliasing", False, "noise head: DSRL-NA (an action critic on executed chunks; learns from demos and "
-     "interventions too)"),
+    *policy_parameters(),
 )
 """The node's ROS parameters (name, default, description)."""
 
@@ -162,7 +183,6 @@ def train_settings(settings) -> dict:
     """TrainConfig's own settings (all but its learner and agent configs) from the node's parameters; cheap (no JAX)."""
     demo_path = str(settings["demo_path"])
     final_eval = int(settings["final_eval_episodes"])
-    base_path = str(settings["base"])
     from robot_rl.learner.evaluations import resolve_eval_every
 
     eval_every = resolve_eval_every(int(settings["eval_every"]), int(settings["steps"]))
@@ -170,9 +190,8 @@ def train_settings(settings) -> dict:
     if int(settings["eval_episodes"]) > 0:
         evals["eval_episodes"] = int(settings["eval_episodes"])
     return dict(
-        policy=str(settings["policy"]), base=Path(base_path).resolve() if base_path else None,
-        residual_scale=float(settings["residual_scale"]), noise_bound=float(settings["noise_bound"]),
-        noise_aliasing=bool(settings["noise_aliasing"]), noise_repeat=bool(settings["noise_repeat"]),
+        policy=str(settings["policy"]),
+        **{option.name: option_setting(option, settings[option.name]) for option in run_options()},
         task=str(settings["task"]), obs_mode=str(settings["obs_mode"]), image_size=int(settings["image_size"]),
         demos=int(settings["demos"]), demo_path=Path(demo_path) if demo_path else None,
         steps=int(settings["steps"]) or 1, weights_every=int(settings["weights_every"]),
@@ -183,7 +202,9 @@ def train_settings(settings) -> dict:
 # The twin's field -> this node's parameter, where the names differ; what 0 means for a node parameter whose twin
 # (TrainConfig, LearnerServer) has no 0.
 TWIN_NAMES = {"critic_ensemble_size": "critics", "budget": "steps"}
-ZERO_MEANS = {"steps": "run until stopped", "final_eval_episodes": "no final evaluation"}
+ZERO_MEANS = {"steps": "run until stopped", "final_eval_episodes": "no final evaluation",
+              **{option.name: option.none_means for option in run_options()
+                 if option.optional and option.none_means and option.value_type in (int, float)}}
 
 
 def node_problem(message: str) -> NodeStartupError:
