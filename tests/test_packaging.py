@@ -40,6 +40,11 @@ def test_non_editable_install_imports_mapped_packages(tmp_path):
         assert f"{module.replace('.', '/')}/__init__.py" in names, names
     assert not any(name.startswith(("sim/", "drivers/", "policies/", "robots/", "tests/")) for name in names)
     assert {"robot_rl/robots/sim_panda.yaml", "robot_rl/robots/models/sim_panda.xml"} <= set(names), names
+    # Every package by role (robot_rl/__init__.py) and the data files that moved with them.
+    packages = {f"{path.parent.relative_to(ROOT).as_posix()}/__init__.py"
+                for path in (ROOT / "robot_rl").rglob("__init__.py")}
+    assert packages <= set(names), sorted(packages - set(names))
+    assert {"robot_rl/ros/net/fastdds_shm.xml", "robot_rl/sim/suites/default.yaml"} <= set(names), names
     target = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
