@@ -56,6 +56,9 @@ def weights(agent, version, transitions=0, done=False):
 def test_an_actor_joining_a_resumed_run_waits_only_for_weights_that_saw_its_own_transitions(agent):
     slot, clock, lines = make(max_weight_lag=2, weight_wait_s=5.0)
     assert slot.start_wait(False, False)[0] == "policy weights from the learner"
+    assert slot.start_wait(False, False)[1].endswith("; no weights message heard yet")
+    slot.weights_heard["not newer than those in use"] += 1  # what the actor node counts of messages it did not use
+    assert slot.start_wait(False, False)[1].endswith("heard but not used: 1 not newer than those in use")
     assert slot.start_wait(True, False) is None  # a human who took over acts without weights
     assert slot.use_weights(weights(agent, 1, transitions=1000), "learner") is None  # 1000 from earlier runs
     assert slot.start_wait(False, False) is None and slot.weights_version == 1

@@ -84,6 +84,8 @@ class PolicySlot:
         self.weights_version = 0
         self.weights_stamp: WeightsStamp | None = None  # run, learner incarnation and version of the weights in use
         self.weights_transitions = 0
+        self.weights_heard: collections.Counter[str] = collections.Counter()
+        """Learner weights messages that arrived and were not used, by why (the wait for weights says so)."""
         self.training_done = False  # the learner's newest weights are its final ones (budget reached)
         self.unvalidated: str | None = None  # why the policy acting on this real robot is not validated, if not
         self.weights_used_at: collections.deque[tuple[int, float]] = collections.deque(maxlen=200)
@@ -289,8 +291,9 @@ class PolicySlot:
     # ----- robot_rl.actor.runner.Gate ---------------------------------------------------------------------------------
     def start_wait(self, human_engaged: bool, teleop_seen: bool) -> Wait | None:
         if self.settings.source == "learner" and self.session.actor is None and not human_engaged:
-            return ("policy weights from the learner",
-                    f"for policy weights from {self.settings.weights_from}")
+            heard = ", ".join(f"{count} {why}" for why, count in sorted(self.weights_heard.items()))
+            return ("policy weights from the learner", f"for policy weights from {self.settings.weights_from}; "
+                    + (f"weights messages heard but not used: {heard}" if heard else "no weights message heard yet"))
         if self.settings.source == "none" and not teleop_seen:  # recording demos: nobody would act yet
             return ("a teleop node (teleop/engaged)", "for a teleop node (teleop/engaged)")
         if self.unvalidated:

@@ -380,15 +380,19 @@ class ActorNode:
             weights = decode_weights(msg_to_bytes(msg))
         except TransportError as error:
             self.subscriptions.rejected["learner/weights"] += 1
+            self.policy.weights_heard["malformed"] += 1
             self._log.error(f"rejected weights from learner: {error}", throttle_duration_sec=5.0)
             return
         if not self._heard_served_run(weights.run, weights.incarnation):
+            self.policy.weights_heard["of a run or learner start this actor does not serve"] += 1
             return
         if not self.policy.wants(weights):
+            self.policy.weights_heard["not newer than those in use"] += 1
             return
         if self.session.actor is None and (weights.policy_config or {}).get("base"):
             weights = self._base_here(weights)
             if weights is None:
+                self.policy.weights_heard["waiting for their base"] += 1
                 return  # its base is being checked or fetched; used once it is here (_use_learner_weights)
         self._use_learner_weights(weights)
 
@@ -410,6 +414,7 @@ class ActorNode:
         if self.policy.wants(weights):
             problem = self.policy.use_weights(weights, "learner")
             if problem:
+                self.policy.weights_heard["refused"] += 1
                 self._log.error(f"rejected weights from learner: {problem}", throttle_duration_sec=5.0)
 
     def _files_failed(self, problem: str) -> None:
